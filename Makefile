@@ -1,0 +1,39 @@
+# hpcai: `make run` runs the benchmark on this machine, `make test` runs the
+# tests; both set up .venv first (Python 3.10+, network to the package index).
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.hpcai-installed
+ARGS   ?=
+
+.PHONY: setup run test test-fast bench lint clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml constraints/dev.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -c constraints/dev.txt -e '.[cv,nvidia,test]'
+	touch $(STAMP)
+
+# The main job on the embedded default: host runtime, whatever device is here
+# (on a CPU-only machine the `short` preset, about a minute on 2 cores).
+run: setup
+	$(BIN)/hpcai-launch resnet50 $(ARGS)
+
+test: setup
+	$(BIN)/python -m pytest -q $(ARGS)
+
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow" $(ARGS)
+
+# The observer effect and start-up costs, reported as ratios from one run.
+bench: setup
+	$(BIN)/python bench/observer_effect.py $(ARGS)
+
+lint: setup
+	$(BIN)/python -m pip install --quiet ruff
+	$(BIN)/ruff check hpcai launcher workloads site tests bench
+
+clean:
+	rm -rf $(VENV) results bench/out *.egg-info

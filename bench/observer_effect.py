@@ -1,0 +1,178 @@
+"""`make bench`: what measuring costs, reported as ratios from one run.
+
+1. ResNet-50 throughput with the sampler at 100 ms against the sampler off,
+   interleaved A/B runs through the real launcher (target: ratio >= 0.99).
+2. The sampler's cost per tick and its share of one CPU core (target < 1%).
+3. Start-up time of `hpcai-launch --help`.
+4. hpcai's default configuration against plain fp32 eager PyTorch, same
+   model, batch and machine.
+
+Without a GPU the sampler reads the FAKE pynvml of the tests (two simulated
+GPUs): each of its calls parses a JSON file, so its cost is an upper bound on
+real NVML's. On a GPU node the real library is used.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FAKES = ROOT / "tests" / "fakes"
+
+
+def has_real_gpu() -> bool:
+    from hpcai.gpu import open_library
+
+    library = open_library("auto")
+    if library is None:
+        return False
+    library.close()
+    return True
+
+
+def bench_env(tmp: Path, real_gpu: bool) -> dict:
+    env = dict(os.environ, PYTHONUNBUFFERED="1", HPCAI_STATE_DIR=str(tmp / "state"))
+    if not real_gpu:
+        sys.path.insert(0, str(FAKES.parent))
+        from fakes import fake_gpu_state
+
+        state = tmp / "fake-gpus.json"
+        fake_gpu_state.write_state(state, fake_gpu_state.make_devices(2, "nvidia"))
+        env["HPCAI_FAKE_GPU_STATE"] = str(state)
+        env["PYTHONPATH"] = os.pathsep.join([str(FAKES), env.get("PYTHONPATH", "")])
+    return env
+
+
+def launch(env: dict, out: Path, args: list[str]) -> dict:
+    cmd = [sys.executable, "-m", "hpcai.launcher.cli", "resnet50", "-o", str(out), *args]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"bench run failed: {' '.join(cmd)}\n{done.stderr[-2000:]}")
+    newest = max(out.glob("*/result.json"), key=lambda p: p.stat().st_mtime)
+    return json.loads(newest.read_text())
+
+
+def observer_effect(env: dict, out: Path, rounds: int, workload_args: list[str]) -> dict:
+    on, off, overheads = [], [], []
+    for i in range(rounds):
+        # Alternate which goes first so drift (heat, caches) hits both alike.
+        order = [("on", []), ("off", ["--no-telemetry"])]
+        if i % 2:
+            order.reverse()
+        for name, extra in order:
+            doc = launch(env, out, [*workload_args, *extra])
+            (on if name == "on" else off).append(doc["throughput"]["node"])
+            if name == "on" and doc["protocol"]["sampler_overhead"]:
+                overheads.append(doc["protocol"]["sampler_overhead"])
+            print(f"  round {i + 1} sampler {name:<3}: {doc['throughput']['node']:.2f} images/s",
+                  flush=True)
+    return {
+        "throughput_on": on,
+        "throughput_off": off,
+        "ratio_on_off": statistics.median(on) / statistics.median(off),
+        "mean_tick_s": statistics.fmean(o["mean_tick_s"] for o in overheads),
+        "cpu_share_of_core": statistics.fmean(o["cpu_share_of_core"] for o in overheads),
+    }
+
+
+def help_startup(repeats: int = 10) -> dict:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "hpcai.launcher.cli", "--help"],
+                       capture_output=True, check=True)
+        times.append(time.perf_counter() - start)
+    bare = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], capture_output=True, check=True)
+        bare.append(time.perf_counter() - start)
+    return {"help_s": statistics.median(times), "bare_python_s": statistics.median(bare)}
+
+
+def plain_pytorch(batch: int, image: int, steps: int) -> float:
+    """The baseline: the textbook fp32 eager training loop, no hpcai."""
+    import torch
+    import torchvision
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = torchvision.models.resnet50(num_classes=1000).to(device).train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1 * batch / 256, momentum=0.9)
+    x = torch.randn(batch, 3, image, image, device=device)
+    y = torch.randint(0, 1000, (batch,), device=device)
+
+    def step():
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    for _ in range(3):  # warm-up
+        step()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return batch * steps / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3, help="A/B pairs for the observer effect")
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--image-size", type=int, default=112)
+    parser.add_argument("--steps", type=int, default=6, help="steps per epoch")
+    parser.add_argument("--out", default=str(ROOT / "bench" / "out"))
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    real_gpu = has_real_gpu()
+    device = "auto" if real_gpu else "cpu"
+    workload = ["--preset", "tiny", "--device", device, "--batch-size", str(args.batch_size),
+                "--steps-per-epoch", str(args.steps), "--epochs", "4"]
+    if not real_gpu:
+        workload += ["--nproc", "1"]
+    with tempfile.TemporaryDirectory() as tmp:
+        env = bench_env(Path(tmp), real_gpu)
+        print(f"observer effect ({'real GPU library' if real_gpu else 'FAKE pynvml, no GPU'}):")
+        observer = observer_effect(env, Path(tmp) / "results", args.rounds, workload)
+        print("default configuration against plain fp32 eager PyTorch:")
+        full = launch(env, Path(tmp) / "results",
+                      ["--preset", "paper", "--device", device, "--batch-size", str(args.batch_size),
+                       "--epochs", "3", "--steps-per-epoch", str(args.steps)]
+                      + ([] if real_gpu else ["--nproc", "1"]))
+    default_tp = full["throughput"]["per_gpu"]
+    plain_tp = plain_pytorch(args.batch_size, 224, args.steps * 2)
+    startup = help_startup()
+    report = {
+        "device": "gpu" if real_gpu else "cpu",
+        "observer": observer,
+        "default_vs_plain": {"default_images_s": default_tp, "plain_fp32_images_s": plain_tp,
+                             "ratio": default_tp / plain_tp,
+                             "default_config": {k: full["config"].get(k) for k in
+                                                ("precision", "channels_last", "compile")}},
+        "startup": startup,
+    }
+    (out / "bench.json").write_text(json.dumps(report, indent=2) + "\n")
+    print()
+    print(f"{'measure':<48} {'value':>12}  target")
+    print(f"{'throughput, sampler 100 ms / sampler off':<48} {observer['ratio_on_off']:>12.4f}  >= 0.99")
+    print(f"{'sampler cost per tick (ms)':<48} {observer['mean_tick_s'] * 1e3:>12.3f}")
+    print(f"{'sampler share of one CPU core':<48} {observer['cpu_share_of_core']:>12.2%}  < 1%")
+    print(f"{'hpcai-launch --help (s)':<48} {startup['help_s']:>12.3f}  < 0.5")
+    print(f"{'  bare python start-up (s)':<48} {startup['bare_python_s']:>12.3f}")
+    print(f"{'default config / plain fp32 eager (224x224)':<48} {report['default_vs_plain']['ratio']:>12.2f}  > 1")
+    print(f"report: {out / 'bench.json'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""The vendor-neutral view of a GPU that telemetry and power caps share.
+
+One module per vendor (nvidia.py through nvidia-ml-py, amd.py through amdsmi)
+implements GpuLibrary and GpuDevice. Units are in every name: watts, joules,
+MHz, bytes. Vendor units (mW, µW, µJ, mJ) are converted at the vendor module
+and nowhere else.
+"""
+from __future__ import annotations
+
+import abc
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    index: int  # management-library index (PCI bus order on NVIDIA)
+    vendor: str  # "nvidia" | "amd"
+    name: str
+    uuid: str
+    memory_total_bytes: int
+    pci_bus_id: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class PowerLimits:
+    current_w: float  # the limit set now (what a cap changes)
+    default_w: float | None
+    min_w: float | None
+    max_w: float | None
+    enforced_w: float | None = None  # the limit in force (may differ, e.g. set by another agent)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class GpuReading:
+    """One telemetry reading of one GPU; None where the device cannot say."""
+
+    power_w: float | None = None
+    power_source: str | None = None  # "instant" | "average" (1 s on newer NVIDIA parts)
+    energy_j: float | None = None  # cumulative counter, arbitrary origin
+    sm_clock_mhz: float | None = None
+    memory_clock_mhz: float | None = None
+    temperature_c: float | None = None
+    utilization_pct: float | None = None
+    memory_used_bytes: int | None = None
+    power_limit_w: float | None = None
+    throttle_reasons: list[str] = field(default_factory=list)
+
+
+class GpuDevice(abc.ABC):
+    """One GPU. Reads are cheap and safe from one sampler thread."""
+
+    @abc.abstractmethod
+    def info(self) -> GpuInfo: ...
+
+    @abc.abstractmethod
+    def read(self) -> GpuReading:
+        """Everything the sampler records, in one call."""
+
+    @abc.abstractmethod
+    def energy_j(self) -> float | None:
+        """Cumulative energy counter in joules, or None when the device has none."""
+
+    @abc.abstractmethod
+    def power_limits(self) -> PowerLimits: ...
+
+    @abc.abstractmethod
+    def set_power_limit_w(self, watts: float) -> None:
+        """Set the power limit. Raises PowerPermissionError without privileges."""
+
+
+class GpuLibrary(abc.ABC):
+    """A vendor management library, initialised once per process."""
+
+    vendor: str = ""
+
+    @abc.abstractmethod
+    def devices(self) -> list[GpuDevice]: ...
+
+    @abc.abstractmethod
+    def versions(self) -> dict[str, str]:
+        """Driver and library versions, e.g. {"driver": "550.54", "nvml": "12.550"}."""
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

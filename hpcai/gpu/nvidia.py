@@ -1,0 +1,228 @@
+"""NVIDIA GPUs through NVML (the official nvidia-ml-py package, module ``pynvml``).
+
+NVML speaks mW and mJ; everything leaving this module is in W and J. Device
+index is the NVML index, which enumerates in PCI bus order and ignores
+CUDA_VISIBLE_DEVICES (map to ``cuda:N`` by UUID, not by position).
+"""
+from __future__ import annotations
+
+from hpcai.errors import CapOutOfRangeError, DeviceError, PowerError, PowerPermissionError
+from hpcai.gpu.base import GpuDevice, GpuInfo, GpuLibrary, GpuReading, PowerLimits
+
+INSTALL_HINT = "install nvidia-ml-py (pip install 'hpcai[nvidia]')"
+
+# Bits of nvmlDeviceGetCurrentClocksEventReasons; fixed by the NVML ABI.
+THROTTLE_BITS = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal",
+    0x40: "hw_thermal",
+    0x80: "hw_power_brake",
+    0x100: "display_clocks",
+}
+
+# nvmlValueType_t -> member of the c_nvmlValue_t union.
+_VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+
+
+def decode_throttle_reasons(mask: int) -> list[str]:
+    names = [name for bit, name in THROTTLE_BITS.items() if mask & bit]
+    unknown = mask & ~sum(THROTTLE_BITS)
+    if unknown:
+        names.append(f"unknown_0x{unknown:x}")
+    return names
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class NvidiaLibrary(GpuLibrary):
+    vendor = "nvidia"
+
+    def __init__(self, nvml=None):
+        if nvml is None:
+            try:
+                import pynvml as nvml  # lazy: importing hpcai.gpu must not need it
+            except ImportError as exc:
+                raise DeviceError("nvidia-ml-py is not installed", INSTALL_HINT) from exc
+        self._nvml = nvml
+        try:
+            nvml.nvmlInit()
+        except nvml.NVMLError as exc:
+            raise DeviceError(
+                f"NVML failed to initialise: {exc}",
+                "check that the NVIDIA driver is loaded (nvidia-smi works) on this node",
+            ) from exc
+        self._open = True
+        self._devices: list[NvidiaDevice] | None = None
+
+    def devices(self) -> list[NvidiaDevice]:
+        if self._devices is None:
+            nvml = self._nvml
+            try:
+                count = nvml.nvmlDeviceGetCount()
+                self._devices = [
+                    NvidiaDevice(nvml, nvml.nvmlDeviceGetHandleByIndex(i), i) for i in range(count)
+                ]
+            except nvml.NVMLError as exc:
+                raise DeviceError(f"NVML failed to list GPUs: {exc}") from exc
+        return list(self._devices)
+
+    def versions(self) -> dict[str, str]:
+        nvml = self._nvml
+        out: dict[str, str] = {}
+        for key, name in (("driver", "nvmlSystemGetDriverVersion"), ("nvml", "nvmlSystemGetNVMLVersion")):
+            try:
+                out[key] = _text(getattr(nvml, name)())
+            except (nvml.NVMLError, AttributeError):
+                pass
+        fn = getattr(nvml, "nvmlSystemGetCudaDriverVersion_v2", None) or getattr(
+            nvml, "nvmlSystemGetCudaDriverVersion", None
+        )
+        if fn is not None:
+            try:
+                v = int(fn())  # e.g. 12040 -> "12.4"
+                out["cuda_driver"] = f"{v // 1000}.{(v % 1000) // 10}"
+            except nvml.NVMLError:
+                pass
+        return out
+
+    def close(self) -> None:
+        if self._open:
+            self._open = False
+            try:
+                self._nvml.nvmlShutdown()
+            except self._nvml.NVMLError:
+                pass  # shutting down twice or after a lost GPU is harmless
+
+
+class NvidiaDevice(GpuDevice):
+    def __init__(self, nvml, handle, index: int):
+        self._nvml = nvml
+        self._handle = handle
+        self.index = index
+        self._info: GpuInfo | None = None
+        # Codes that mean "this GPU or driver cannot tell": a field becomes None.
+        self._unsupported = {
+            getattr(nvml, "NVML_ERROR_NOT_SUPPORTED", 3),
+            getattr(nvml, "NVML_ERROR_FUNCTION_NOT_FOUND", 13),
+        }
+
+    # -- helpers ------------------------------------------------------------
+    def _call(self, name: str, *args):
+        """Call an NVML function; NotSupported -> None, other failures -> DeviceError."""
+        fn = getattr(self._nvml, name, None)
+        if fn is None:
+            return None  # older nvidia-ml-py without this function
+        try:
+            return fn(self._handle, *args)
+        except self._nvml.NVMLError as exc:
+            if getattr(exc, "value", None) in self._unsupported:
+                return None
+            raise DeviceError(f"NVML {name} failed on GPU {self.index}: {exc}") from exc
+
+    @staticmethod
+    def _w(mw) -> float | None:
+        return None if mw is None else mw / 1000.0
+
+    # -- GpuDevice ------------------------------------------------------------
+    def info(self) -> GpuInfo:
+        if self._info is None:
+            memory = self._call("nvmlDeviceGetMemoryInfo")
+            pci = self._call("nvmlDeviceGetPciInfo")
+            self._info = GpuInfo(
+                index=self.index,
+                vendor="nvidia",
+                name=_text(self._call("nvmlDeviceGetName")),
+                uuid=_text(self._call("nvmlDeviceGetUUID")),
+                memory_total_bytes=int(memory.total) if memory is not None else 0,
+                pci_bus_id=_text(pci.busId) if pci is not None else None,
+            )
+        return self._info
+
+    def _power(self) -> tuple[float | None, str | None]:
+        nvml = self._nvml
+        field = getattr(nvml, "NVML_FI_DEV_POWER_INSTANT", None)
+        if field is not None:
+            values = self._call("nvmlDeviceGetFieldValues", [field])
+            # Each field carries its own return code; a failed one holds garbage.
+            if values and values[0].nvmlReturn == getattr(nvml, "NVML_SUCCESS", 0):
+                member = _VALUE_MEMBERS.get(values[0].valueType, "uiVal")
+                return getattr(values[0].value, member) / 1000.0, "instant"
+        average = self._call("nvmlDeviceGetPowerUsage")  # 1 s average on Ampere+
+        if average is not None:
+            return average / 1000.0, "average"
+        return None, None
+
+    def _throttle(self) -> list[str]:
+        name = "nvmlDeviceGetCurrentClocksEventReasons"
+        if not hasattr(self._nvml, name):
+            name = "nvmlDeviceGetCurrentClocksThrottleReasons"  # nvidia-ml-py < 12.535
+        mask = self._call(name)
+        return decode_throttle_reasons(int(mask)) if mask is not None else []
+
+    def read(self) -> GpuReading:
+        nvml = self._nvml
+        power_w, source = self._power()
+        memory = self._call("nvmlDeviceGetMemoryInfo")
+        util = self._call("nvmlDeviceGetUtilizationRates")
+        temp = self._call("nvmlDeviceGetTemperature", getattr(nvml, "NVML_TEMPERATURE_GPU", 0))
+        sm = self._call("nvmlDeviceGetClockInfo", nvml.NVML_CLOCK_SM)
+        mem = self._call("nvmlDeviceGetClockInfo", nvml.NVML_CLOCK_MEM)
+        return GpuReading(
+            power_w=power_w,
+            power_source=source,
+            energy_j=self.energy_j(),
+            sm_clock_mhz=None if sm is None else float(sm),
+            memory_clock_mhz=None if mem is None else float(mem),
+            temperature_c=None if temp is None else float(temp),
+            utilization_pct=None if util is None else float(util.gpu),
+            memory_used_bytes=None if memory is None else int(memory.used),
+            power_limit_w=self._w(self._call("nvmlDeviceGetEnforcedPowerLimit")),
+            throttle_reasons=self._throttle(),
+        )
+
+    def energy_j(self) -> float | None:
+        return self._w(self._call("nvmlDeviceGetTotalEnergyConsumption"))  # mJ -> J
+
+    def power_limits(self) -> PowerLimits:
+        constraints = self._call("nvmlDeviceGetPowerManagementLimitConstraints")
+        lo, hi = constraints if constraints is not None else (None, None)
+        enforced = self._w(self._call("nvmlDeviceGetEnforcedPowerLimit"))
+        current = self._w(self._call("nvmlDeviceGetPowerManagementLimit"))
+        if current is None:
+            current = enforced
+        if current is None:
+            raise PowerError(f"GPU {self.index} reports no power limit", "this GPU does not support power management")
+        return PowerLimits(
+            current_w=current,
+            default_w=self._w(self._call("nvmlDeviceGetPowerManagementDefaultLimit")),
+            min_w=self._w(lo),
+            max_w=self._w(hi),
+            enforced_w=enforced,
+        )
+
+    def set_power_limit_w(self, watts: float) -> None:
+        nvml = self._nvml
+        milliwatts = int(round(watts * 1000))
+        try:
+            nvml.nvmlDeviceSetPowerManagementLimit(self._handle, milliwatts)
+        except nvml.NVMLError as exc:
+            code = getattr(exc, "value", None)
+            if code == getattr(nvml, "NVML_ERROR_NO_PERMISSION", 4):
+                raise PowerPermissionError(
+                    f"no permission to set the power limit of GPU {self.index}",
+                    "run as root, or use the site's `command` power method with a sudo helper",
+                ) from exc
+            if code in self._unsupported:
+                raise PowerError(f"GPU {self.index} does not support setting a power limit") from exc
+            if code == getattr(nvml, "NVML_ERROR_INVALID_ARGUMENT", 2):
+                raise CapOutOfRangeError(
+                    f"NVML rejected {watts:g} W for GPU {self.index}",
+                    "pick a cap within the GPU's min/max limits (hpcai-launch info shows them)",
+                ) from exc
+            raise PowerError(f"setting the power limit of GPU {self.index} failed: {exc}") from exc

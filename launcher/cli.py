@@ -1,0 +1,204 @@
+"""`hpcai-launch`: the command users type. Kept free of framework imports so
+`--help` is instant; each command imports what it needs when it runs.
+"""
+from __future__ import annotations
+
+import sys
+
+import click
+
+import hpcai
+from hpcai.errors import HpcaiError, Interrupted
+from hpcai.workloads.catalog import WORKLOADS
+
+PRECISIONS = ("auto", "fp32", "tf32", "bf16-mixed", "fp16-mixed")
+POWER_METHODS = ("auto", "nvml", "amdsmi", "command", "none")
+
+
+class Cap(click.ParamType):
+    """A positive number of watts, with a one-line error otherwise."""
+
+    name = "WATTS"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (int, float)):
+            number = float(value)
+        else:
+            text = str(value).strip().lower().removesuffix("w").strip()
+            try:
+                number = float(text)
+            except ValueError:
+                self.fail(f"{value!r} is not a number of watts (example: --cap 300)", param, ctx)
+        if not number > 0 or number != number or number == float("inf"):
+            self.fail(f"{value!r} must be a positive number of watts", param, ctx)
+        return number
+
+
+def _run_guarded(fn, *args, **kwargs):
+    """Turn hpcai errors into one line on stderr and a non-zero exit status."""
+    try:
+        return fn(*args, **kwargs)
+    except Interrupted as exc:
+        click.echo(f"hpcai-launch: {exc.one_line()}; power limits restored", err=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        click.echo("hpcai-launch: interrupted; power limits restored", err=True)
+        sys.exit(130)
+    except HpcaiError as exc:
+        click.echo(f"hpcai-launch: error: {exc.one_line()}", err=True)
+        sys.exit(exc.exit_code)
+
+
+class OneLineErrors(click.Group):
+    """Click's usage errors as one line that names the problem and the fix."""
+
+    def main(self, args=None, prog_name=None, **kwargs):
+        try:
+            rv = super().main(args=args, prog_name=prog_name, standalone_mode=False, **kwargs)
+        except click.exceptions.NoArgsIsHelpError as exc:
+            click.echo(exc.ctx.get_help())
+            sys.exit(0)
+        except click.UsageError as exc:
+            where = exc.ctx.command_path if exc.ctx else "hpcai-launch"
+            message = " ".join(exc.format_message().rstrip(".").split())
+            click.echo(f"hpcai-launch: error: {message}: see `{where} --help`", err=True)
+            sys.exit(exc.exit_code)
+        except click.exceptions.Abort:
+            click.echo("hpcai-launch: aborted", err=True)
+            sys.exit(130)
+        except click.exceptions.Exit as exc:
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            click.echo(f"hpcai-launch: error: {exc.format_message()}", err=True)
+            sys.exit(exc.exit_code)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+    def resolve_command(self, ctx, args):
+        name = args[0] if args else None
+        if name and not name.startswith("-") and self.get_command(ctx, name) is None:
+            known = ", ".join(sorted(WORKLOADS))
+            raise click.UsageError(
+                f"unknown workload or command {name!r} (workloads: {known}; "
+                f"commands: list, info, power)", ctx)
+        return super().resolve_command(ctx, args)
+
+
+@click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(hpcai.__version__, prog_name="hpcai-launch")
+def main():
+    """Power-aware AI benchmarks: throughput, power and energy per GPU,
+    under GPU power caps.
+
+    \b
+    Examples:
+      hpcai-launch list                       workloads and presets
+      hpcai-launch info                       GPUs, power method, site
+      hpcai-launch resnet50                   run on every GPU (or the CPU)
+      hpcai-launch resnet50 --cap 300         the same under a 300 W cap per GPU
+      hpcai-launch resnet50 --preset tiny --dry-run
+      hpcai-launch power show                 current power limits
+      hpcai-launch power restore              undo a cap left by a killed run
+    """
+
+
+def _workload_command(name: str, summary: str, presets: list[str]):
+    @main.command(name=name, help=f"{summary}.\n\nPresets: {', '.join(presets)}.")
+    @click.option("--preset", type=click.Choice(presets),
+                  help="default: paper on GPUs, short on CPU")
+    @click.option("--cap", "cap_w", type=Cap(), help="power cap per GPU in watts, restored afterwards")
+    @click.option("--power-method", type=click.Choice(POWER_METHODS),
+                  help="how caps are set (default: the site's)")
+    @click.option("--site", help="site name or .toml path (default: matched by hostname)")
+    @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto",
+                  show_default=True, help="cuda covers ROCm GPUs too")
+    @click.option("--gpus", type=int, help="number of GPUs (default: all)")
+    @click.option("--nproc", type=int, help="CPU runs: processes (default: 2)")
+    @click.option("--batch-size", type=click.IntRange(min=1), help="per process")
+    @click.option("--epochs", type=click.IntRange(min=1), help="measured epochs")
+    @click.option("--warmup-epochs", type=click.IntRange(min=0), help="discarded epochs")
+    @click.option("--steps-per-epoch", type=click.IntRange(min=1))
+    @click.option("--precision", type=click.Choice(PRECISIONS),
+                  help="default auto: bf16-mixed where supported")
+    @click.option("--channels-last/--no-channels-last", default=None,
+                  help="memory format (default: on)")
+    @click.option("--compile/--no-compile", "compile_", default=None, help="torch.compile the model")
+    @click.option("--sample-interval-ms", type=click.FloatRange(min=10, max=10000),
+                  help="telemetry interval (default: 100)")
+    @click.option("--no-telemetry", is_flag=True, help="do not sample power (for overhead tests)")
+    @click.option("--output", "-o", help="results folder (default: the site's, ./results)")
+    @click.option("--journal", help="power journal path (default: ~/.local/state/hpcai)")
+    @click.option("--dry-run", is_flag=True, help="print the run spec and command; run nothing")
+    def command(preset, cap_w, power_method, site, device, gpus, nproc, batch_size, epochs,
+                warmup_epochs, steps_per_epoch, precision, channels_last, compile_,
+                sample_interval_ms, no_telemetry, output, journal, dry_run):
+        from hpcai.launcher.run import Options, launch
+
+        opts = Options(
+            workload=name, preset=preset, cap_w=cap_w, power_method=power_method, site=site,
+            device=device, gpus=gpus, nproc=nproc, output=output, dry_run=dry_run,
+            telemetry=not no_telemetry, journal=journal,
+            params={"batch_size": batch_size, "precision": precision,
+                    "channels_last": channels_last, "compile": compile_},
+            protocol={"epochs": epochs, "warmup_epochs": warmup_epochs,
+                      "steps_per_epoch": steps_per_epoch,
+                      "sample_interval_s": sample_interval_ms / 1000 if sample_interval_ms else None},
+        )
+        return _run_guarded(launch, opts)
+
+    return command
+
+
+for _w in WORKLOADS.values():
+    _workload_command(_w.name, _w.summary, list(_w.presets))
+
+
+@main.command(name="list")
+def list_workloads():
+    """Workloads and their presets."""
+    for workload in WORKLOADS.values():
+        click.echo(f"{workload.name}  ({workload.unit}/s)  {workload.summary}")
+        for preset in workload.presets.values():
+            proto = preset.protocol
+            click.echo(f"  {preset.name:<6} {preset.summary} "
+                       f"[{proto['warmup_epochs']}+{proto['epochs']} epochs x "
+                       f"{proto['steps_per_epoch']} steps, batch {preset.params['batch_size']}]")
+
+
+@main.command()
+@click.option("--site", help="site name or .toml path")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+def info(site, as_json):
+    """Detected vendor, GPUs, runtime, power method, cap permission and site."""
+    from hpcai.launcher.info import show_info
+
+    _run_guarded(show_info, site, as_json)
+
+
+@main.group()
+def power():
+    """Show power limits, or restore them after a killed run."""
+
+
+@power.command(name="show")
+@click.option("--site", help="site name or .toml path")
+@click.option("--power-method", type=click.Choice(POWER_METHODS))
+def power_show(site, power_method):
+    """Current, default, min and max power limit of every GPU."""
+    from hpcai.launcher.info import show_power
+
+    _run_guarded(show_power, site, power_method)
+
+
+@power.command(name="restore")
+@click.option("--site", help="site name or .toml path")
+@click.option("--power-method", type=click.Choice(POWER_METHODS))
+@click.option("--journal", help="journal path (default: this host's in ~/.local/state/hpcai)")
+def power_restore(site, power_method, journal):
+    """Put back the limits recorded by a launcher that was killed."""
+    from hpcai.launcher.info import restore_power
+
+    _run_guarded(restore_power, site, power_method, journal)
+
+
+if __name__ == "__main__":
+    main()

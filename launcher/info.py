@@ -1,0 +1,100 @@
+"""`hpcai-launch info` and `hpcai-launch power show|restore`."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import sys
+
+import click
+
+from hpcai.launcher import sites
+from hpcai.launcher.run import Node, journal_path
+
+
+def _backend(site: dict, method: str | None, vendor: str | None):
+    from hpcai.launcher.power import make_backend
+
+    return make_backend(method or site["power"]["method"], vendor, site["power"]["command"])
+
+
+def show_info(site_selector: str | None, as_json: bool) -> None:
+    site = sites.load(site_selector)
+    node = Node.detect(site["gpu"]["vendor"])
+    with _backend(site, None, node.vendor) as backend:
+        may_set, why = backend.can_set()
+        method = backend.name
+    frameworks = {name: importlib.util.find_spec(name) is not None
+                  for name in ("torch", "torchvision")}
+    facts = {
+        "vendor": node.vendor,
+        "gpus": [g.to_dict() for g in node.gpus],
+        "device": "cuda" if node.gpus else "cpu",
+        "runtime": "host",
+        "python": sys.executable,
+        "frameworks": frameworks,
+        "apptainer": shutil.which("apptainer"),
+        "power_method": method,
+        "can_set_caps": may_set,
+        "can_set_caps_because": why,
+        "site": {"name": site["name"], "path": site["path"]},
+        "node_overhead_w": site["power"]["node_overhead_w"],
+    }
+    if as_json:
+        click.echo(json.dumps(facts, indent=2))
+        return
+    click.echo(f"site:          {site['name']} ({site['path']})")
+    if node.gpus:
+        click.echo(f"vendor:        {node.vendor}, {len(node.gpus)} GPU(s)")
+        for g in node.gpus:
+            click.echo(f"  GPU {g.index}: {g.name}, {g.memory_total_bytes / 2**30:.0f} GiB, {g.uuid}")
+    else:
+        click.echo("vendor:        none (no GPU management library sees a GPU): runs use the CPU")
+    click.echo(f"runtime:       host ({sys.executable})")
+    missing = [n for n, ok in frameworks.items() if not ok]
+    click.echo("frameworks:    " + ("torch, torchvision" if not missing
+                                    else f"missing {', '.join(missing)}: pip install 'hpcai[cv]'"))
+    click.echo(f"power method:  {method}")
+    click.echo(f"may set caps:  {'yes' if may_set else 'no'} ({why})")
+    click.echo(f"node overhead: {site['power']['node_overhead_w']:g} W")
+
+
+def show_power(site_selector: str | None, method: str | None) -> None:
+    site = sites.load(site_selector)
+    node = Node.detect(site["gpu"]["vendor"])
+    if not node.gpus:
+        click.echo("no GPU found: there are no power limits to show")
+        return
+    with _backend(site, method, node.vendor) as backend:
+        click.echo(f"{'GPU':<4} {'name':<28} {'current':>8} {'enforced':>9} {'default':>8} "
+                   f"{'min':>6} {'max':>6}")
+        for g in backend.gpus():
+            lim = backend.limits(g.index)
+            click.echo(f"{g.index:<4} {g.name[:28]:<28} {_w(lim.current_w):>8} "
+                       f"{_w(lim.enforced_w):>9} {_w(lim.default_w):>8} {_w(lim.min_w):>6} "
+                       f"{_w(lim.max_w):>6}")
+    path = journal_path(site, None)
+    if path.exists():
+        click.echo(f"note: a power journal exists at {path}: "
+                   "run `hpcai-launch power restore` if no run is active")
+
+
+def _w(value) -> str:
+    return "-" if value is None else f"{value:.0f} W"
+
+
+def restore_power(site_selector: str | None, method: str | None, journal: str | None) -> None:
+    from hpcai.launcher.power import restore_from_journal
+
+    site = sites.load(site_selector)
+    node = Node.detect(site["gpu"]["vendor"])
+    path = journal_path(site, journal)
+    if not path.exists():
+        click.echo(f"no power journal at {path}: nothing to restore")
+        return
+    with _backend(site, method, node.vendor) as backend:
+        done = restore_from_journal(backend, path)
+    for gpu in done["gpus"]:
+        click.echo(f"GPU {gpu['index']}: restored to {gpu['limit_w']:g} W "
+                   f"(reads {gpu['read_back_w']:g} W)")
+    click.echo(f"journal {path} removed")

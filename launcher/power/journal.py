@@ -1,0 +1,115 @@
+"""The power journal: what to restore if a capped run dies without cleaning up.
+
+It is written (atomically, fsynced) before any limit changes and removed only
+after every GPU is back, so a SIGKILL or a node crash leaves a record that
+`hpcai-launch power restore` can act on. One file per host, because home
+directories are shared between nodes.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+import time
+from pathlib import Path
+
+from hpcai.errors import ConfigError, PowerError
+
+FORMAT = 1
+STATE_DIR_HINT = "set HPCAI_STATE_DIR to a writable directory on this node"
+
+
+def default_journal_path(hostname: str | None = None) -> Path:
+    """$HPCAI_STATE_DIR, else $XDG_STATE_HOME/hpcai, else ~/.local/state/hpcai."""
+    hostname = hostname or socket.gethostname()
+    base = os.environ.get("HPCAI_STATE_DIR")
+    if base:
+        directory = Path(base)
+    else:
+        xdg = os.environ.get("XDG_STATE_HOME")
+        directory = Path(xdg) / "hpcai" if xdg else Path.home() / ".local" / "state" / "hpcai"
+    return directory / f"power-journal-{hostname}.json"
+
+
+def write_journal(path, method: str, snapshot: dict[int, dict]) -> dict:
+    """Record the limits to restore. snapshot: {index: {"uuid": str, "limit_w": float}}."""
+    record = {
+        "format": FORMAT,
+        "hostname": socket.gethostname(),
+        "pid": os.getpid(),
+        "method": method,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "created_unix": time.time(),
+        "gpus": [
+            {"index": int(i), "uuid": s.get("uuid"), "limit_w": float(s["limit_w"])}
+            for i, s in sorted(snapshot.items())
+        ],
+    }
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise PowerError(f"cannot write the power journal {path}: {exc}", STATE_DIR_HINT) from exc
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(record, f, indent=2)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise PowerError(f"cannot write the power journal {path}: {exc}", STATE_DIR_HINT) from exc
+        raise
+    _fsync_dir(path.parent)  # make the rename itself survive a crash
+    return record
+
+
+def load_journal(path) -> dict | None:
+    """The journal record, None when there is none; ConfigError when unreadable."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ConfigError(f"cannot read the power journal {path}: {exc}") from exc
+    try:
+        record = json.loads(text)
+        gpus = record["gpus"]
+        for g in gpus:
+            int(g["index"]), float(g["limit_w"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(
+            f"the power journal {path} is unreadable ({exc})",
+            "restore the limits by hand (e.g. nvidia-smi -i N -pl WATTS), then delete the file",
+        ) from exc
+    return record
+
+
+def remove_journal(path) -> None:
+    path = Path(path)
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as exc:
+        raise PowerError(
+            f"power limits are restored but the journal {path} could not be removed: {exc}",
+            "delete it by hand, or the next capped run will refuse to start",
+        ) from exc
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems refuse fsync on a directory
+    finally:
+        os.close(fd)

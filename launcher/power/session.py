@@ -1,0 +1,304 @@
+"""CapSession: set a power cap for the length of a `with` block, and always undo it.
+
+Order of operations on entry: check the cap against every GPU's range,
+snapshot the current limits, write the journal, set, read back. Any failure
+on the way rolls back what changed. On exit (normal, exception, Ctrl-C,
+SIGTERM/SIGHUP via hpcai.signals) every GPU goes back to its snapshot;
+the journal is removed only when all of them did, so a crash or a failed
+restore leaves a record for `hpcai-launch power restore`.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import signal
+import socket
+from pathlib import Path
+
+from hpcai.errors import (
+    CapNotAppliedError,
+    CapOutOfRangeError,
+    ConfigError,
+    HpcaiError,
+    Interrupted,
+    PowerError,
+    StaleJournalError,
+    UsageError,
+)
+from hpcai.launcher.power.backends import PowerBackend
+from hpcai.launcher.power.journal import default_journal_path, load_journal, remove_journal, write_journal
+from hpcai.signals import deferred_signals, install_signal_handlers
+
+log = logging.getLogger(__name__)
+
+RESTORE_HINT = "run `hpcai-launch power restore` (as root, or with the site's power command)"
+
+__all__ = ["CapSession", "check_cap_range", "install_signal_handlers", "restore_from_journal"]
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, HpcaiError):
+        return exc.one_line()
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def _fmt(value: float | None) -> str:
+    return "?" if value is None else f"{value:g}"
+
+
+def _pid_alive(pid) -> bool:
+    if not isinstance(pid, int) or pid <= 0 or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by someone else
+    return True
+
+
+def check_cap_range(cap_w: float, limits: dict) -> None:
+    """CapOutOfRangeError unless cap_w lies in every GPU's [min, max] (limits: index -> PowerLimits)."""
+    lows = [lim.min_w for lim in limits.values() if lim.min_w is not None]
+    highs = [lim.max_w for lim in limits.values() if lim.max_w is not None]
+    lo, hi = (max(lows) if lows else None), (min(highs) if highs else None)
+    for i, lim in limits.items():
+        if (lim.min_w is not None and cap_w < lim.min_w) or (
+            lim.max_w is not None and cap_w > lim.max_w
+        ):
+            raise CapOutOfRangeError(
+                f"cap {cap_w:g} W is outside GPU {i}'s range {_fmt(lim.min_w)}-{_fmt(lim.max_w)} W",
+                f"pick a cap between {_fmt(lo)} and {_fmt(hi)} W",
+            )
+
+
+class CapSession:
+    """Context manager holding a power cap on some GPUs; see the module docstring.
+
+    cap_w None: only record the limits in force (no journal, nothing set).
+    """
+
+    def __init__(
+        self,
+        backend: PowerBackend,
+        cap_w: float | None,
+        gpu_indices: list[int] | None = None,
+        journal_path=None,
+        tolerance_w: float = 1.0,
+    ):
+        self.backend = backend
+        self.cap_w = None if cap_w is None else float(cap_w)
+        self.gpu_indices = None if gpu_indices is None else list(dict.fromkeys(gpu_indices))
+        self.journal_path = Path(journal_path) if journal_path is not None else default_journal_path()
+        self.tolerance_w = tolerance_w
+        self.indices: list[int] = []
+        self.gpus: dict[int, dict] = {}  # per GPU index, for the result record
+        self._snapshot: dict[int, float] = {}
+        self._received: list[int] = []  # signals deferred while restoring
+        self._active = False
+
+    # -- entry --------------------------------------------------------------------
+    def __enter__(self) -> CapSession:
+        infos = {g.index: g for g in self.backend.gpus()}
+        indices = sorted(infos) if self.gpu_indices is None else self.gpu_indices
+        unknown = [i for i in indices if i not in infos]
+        if unknown:
+            known = ", ".join(map(str, sorted(infos))) or "none"
+            raise UsageError(f"no GPU with index {unknown[0]}", f"visible GPU indices: {known}")
+        self.indices = list(indices)
+        limits = {i: self.backend.limits(i) for i in self.indices}
+        for i in self.indices:
+            lim = limits[i]
+            self.gpus[i] = {
+                "uuid": infos[i].uuid,
+                "name": infos[i].name,
+                "default_w": lim.default_w,
+                "min_w": lim.min_w,
+                "max_w": lim.max_w,
+                "initial_w": lim.current_w,
+                "requested_w": self.cap_w,
+                "applied_w": lim.current_w,
+                "enforced_w": lim.enforced_w,
+                "restored_w": None,
+            }
+        if self.cap_w is None:
+            return self
+        if not self.indices:
+            raise UsageError("a power cap was requested but no GPU is visible")
+        if not math.isfinite(self.cap_w) or self.cap_w <= 0:
+            raise UsageError(f"invalid power cap {self.cap_w:g} W", "give a positive number of watts")
+        self._refuse_stale_journal()
+        self._check_range(limits)
+
+        self._snapshot = {i: limits[i].current_w for i in self.indices}
+        write_journal(
+            self.journal_path,
+            self.backend.name,
+            {i: {"uuid": self.gpus[i]["uuid"], "limit_w": w} for i, w in self._snapshot.items()},
+        )
+        try:
+            for i in self.indices:
+                self.backend.set_limit_w(i, self.cap_w)
+            self._read_back()
+            self._active = True
+        except BaseException as exc:
+            self._roll_back(exc)
+            raise
+        return self
+
+    def _refuse_stale_journal(self) -> None:
+        if not self.journal_path.exists():
+            return
+        try:
+            record = load_journal(self.journal_path) or {}
+        except ConfigError:
+            record = {}
+        pid = record.get("pid", "unknown")
+        running = ", still running" if _pid_alive(record.get("pid")) else ""
+        raise StaleJournalError(
+            f"a power journal from an earlier run exists at {self.journal_path} (pid {pid}{running})",
+            "run `hpcai-launch power restore` first",
+        )
+
+    def _check_range(self, limits) -> None:
+        check_cap_range(self.cap_w, {i: limits[i] for i in self.indices})
+
+    def _read_back(self) -> None:
+        wrong = []
+        for i in self.indices:
+            lim = self.backend.limits(i)
+            self.gpus[i]["applied_w"] = lim.current_w
+            self.gpus[i]["enforced_w"] = lim.enforced_w
+            if abs(lim.current_w - self.cap_w) > self.tolerance_w:
+                wrong.append(f"GPU {i} reads {lim.current_w:g} W")
+        if wrong:
+            raise CapNotAppliedError(
+                f"the cap of {self.cap_w:g} W did not take effect: {'; '.join(wrong)}",
+                "the driver or a site agent overrides power limits; ask the site admins",
+            )
+
+    def _roll_back(self, exc: BaseException) -> None:
+        failures = self._restore_all()
+        if not failures:
+            remove_journal(self.journal_path)
+            return
+        error = PowerError(
+            f"setting the cap failed ({_describe(exc)}) and restoring failed: {'; '.join(failures)}",
+            RESTORE_HINT,
+        )
+        if isinstance(exc, Exception):
+            raise error from exc
+        log.error(error.one_line())  # keep KeyboardInterrupt as what propagates
+
+    # -- restore --------------------------------------------------------------------
+    def _restore_all(self) -> list[str]:
+        """Put every GPU back to its snapshot; return one message per failure."""
+        while True:
+            try:
+                # A second Ctrl-C or SIGTERM must not cut the restore short.
+                with deferred_signals() as received:
+                    failures = []
+                    for i, want in self._snapshot.items():
+                        try:
+                            self.gpus[i]["restored_w"] = self._restore_one(i, want)
+                        except Exception as exc:
+                            failures.append(f"GPU {i}: {_describe(exc)}")
+                self._received.extend(received)
+                return failures
+            except (Interrupted, KeyboardInterrupt) as exc:
+                # Arrived before the deferring handlers were in place: note it and
+                # start over (restoring is idempotent).
+                self._received.append(getattr(exc, "signum", signal.SIGINT))
+
+    def _restore_one(self, index: int, want: float) -> float:
+        try:
+            current = self.backend.limits(index).current_w
+            if abs(current - want) <= self.tolerance_w:
+                return current  # never changed (or the set was ignored)
+        except HpcaiError:
+            pass  # cannot read: try setting anyway
+        self.backend.set_limit_w(index, want)
+        got = self.backend.limits(index).current_w
+        if abs(got - want) > self.tolerance_w:
+            raise PowerError(f"reads {got:g} W after restoring {want:g} W")
+        return got
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if not self._active:
+            return False
+        self._active = False
+        failures = self._restore_all()
+        if failures:
+            error = PowerError(f"could not restore power limits: {'; '.join(failures)}", RESTORE_HINT)
+            if exc is None or isinstance(exc, Exception):
+                raise error from exc
+            log.error(error.one_line())
+            return False
+        remove_journal(self.journal_path)
+        if exc is None and self._received:
+            # A signal arrived while restoring: act on it now that GPUs are safe.
+            signum = self._received[0]
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            raise Interrupted(signum)
+        return False
+
+    def to_dict(self) -> dict:
+        """What the result record needs: method, cap, and per-GPU limits."""
+        return {
+            "method": self.backend.name,
+            "cap_w": self.cap_w,
+            "gpus": {str(i): dict(g, index=i) for i, g in self.gpus.items()},
+        }
+
+
+def restore_from_journal(backend: PowerBackend, journal_path=None, force: bool = False) -> dict:
+    """Restore the limits a dead run left in its journal; remove it when all are back.
+
+    Returns {"journal", "found", "message", "gpus": [...]}. No journal is not an
+    error. Raises PowerError (journal kept) when any GPU could not be restored.
+    """
+    path = Path(journal_path) if journal_path is not None else default_journal_path()
+    record = load_journal(path)
+    if record is None:
+        return {"journal": str(path), "found": False, "message": f"no power journal at {path}: nothing to restore", "gpus": []}
+    host = socket.gethostname()
+    if record.get("hostname") not in (None, host):
+        raise PowerError(
+            f"the power journal {path} was written on {record['hostname']}, not on this host ({host})",
+            "run `hpcai-launch power restore` on that node",
+        )
+    if not force and _pid_alive(record.get("pid")):
+        raise PowerError(
+            f"the run that wrote {path} (pid {record['pid']}) is still running",
+            "stop it first (it restores the limits when it exits), or pass --force",
+        )
+    by_uuid = {g.uuid: g.index for g in backend.gpus()}
+    results, failures = [], []
+    for entry in record["gpus"]:
+        uuid, want = entry.get("uuid"), float(entry["limit_w"])
+        index = by_uuid.get(uuid) if uuid else int(entry["index"])
+        result = {"index": index, "uuid": uuid, "limit_w": want, "read_back_w": None, "ok": False, "error": None}
+        results.append(result)
+        try:
+            if index is None:
+                raise PowerError(f"no visible GPU has UUID {uuid}")
+            backend.set_limit_w(index, want)
+            got = backend.limits(index).current_w
+            result["read_back_w"] = got
+            if abs(got - want) > 1.0:
+                raise PowerError(f"reads {got:g} W after restoring {want:g} W")
+            result["ok"] = True
+        except HpcaiError as exc:
+            result["error"] = exc.one_line()
+            failures.append(f"GPU {entry['index']} ({uuid}): {exc.one_line()}")
+    summary = {"journal": str(path), "found": True, "gpus": results}
+    if failures:
+        error = PowerError(f"could not restore power limits from {path}: {'; '.join(failures)}", RESTORE_HINT)
+        error.result = dict(summary, message=error.message)
+        raise error
+    remove_journal(path)
+    summary["message"] = f"restored {len(results)} GPU(s) from {path}"
+    return summary

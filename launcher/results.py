@@ -1,0 +1,86 @@
+"""The launcher's part of a result: cap limits and read-backs, the check that
+the cap held, and validation against the versioned schema before success.
+"""
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+
+from hpcai.errors import ResultError
+
+SCHEMA_FILE = "schema/result-v1.schema.json"
+# The median is robust to the short spikes a cap lets through by design.
+CAP_STATISTIC = "median"
+
+
+def schema() -> dict:
+    return json.loads(resources.files("hpcai").joinpath(SCHEMA_FILE).read_text())
+
+
+def validation_errors(doc: dict) -> list[str]:
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(schema())
+    return [f"{e.json_path}: {e.message}" for e in
+            sorted(validator.iter_errors(doc), key=lambda e: list(e.path))]
+
+
+def validate(doc: dict, path: Path | str = "result") -> None:
+    errors = validation_errors(doc)
+    if errors:
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise ResultError(f"{path} does not match the result schema: {errors[0]}{more}",
+                          "this is a bug in hpcai; please report it with the file")
+
+
+def load(path: Path) -> dict | None:
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        return None
+    except ValueError as exc:
+        raise ResultError(f"{path} is not valid JSON ({exc})", "the run did not finish writing it")
+
+
+def mark_crashed(doc: dict, exit_code: int) -> None:
+    """A result left 'running' means the workload died without finishing it."""
+    from hpcai.workloads.result import now_iso
+
+    doc["status"] = "failed"
+    doc["error"] = {"type": "WorkloadCrashed",
+                    "message": f"the workload exited with code {exit_code} while running"}
+    doc["timestamps"]["finished"] = now_iso()
+
+
+def apply_limits(doc: dict, limits: dict[int, dict], cap_w: float | None,
+                 tolerance_frac: float) -> None:
+    """Per GPU: default/min/max/requested/applied limits and whether the cap held."""
+    enforced_all = []
+    for gpu in doc.get("gpus", []):
+        lim = limits.get(gpu["index"])
+        if lim is None:
+            gpu["limits"] = {"default_w": None, "min_w": None, "max_w": None,
+                             "requested_w": None, "applied_w": gpu.get("power_limit_w")}
+            gpu["cap_held"] = None
+            continue
+        gpu["limits"] = {k: lim.get(k) for k in
+                         ("default_w", "min_w", "max_w", "requested_w", "applied_w")}
+        gpu["cap_held"] = None
+        if cap_w is not None and gpu.get("used") and lim.get("requested_w") is not None:
+            gpu["cap_held"] = cap_held(gpu.get("power_w"), cap_w, tolerance_frac)
+            enforced_all.append(gpu["cap_held"])
+    known = [e for e in enforced_all if e is not None]
+    doc["power"]["cap"] = {
+        "requested_w": cap_w,
+        "tolerance_frac": tolerance_frac,
+        "statistic": CAP_STATISTIC,
+        "enforced": (all(known) if known else None) if cap_w is not None else None,
+    }
+
+
+def cap_held(power_w: dict | None, cap_w: float, tolerance_frac: float) -> bool | None:
+    """False when the GPU drew more than the cap allows: the cap was not enforced."""
+    if not power_w or power_w.get(CAP_STATISTIC) is None:
+        return None
+    return power_w[CAP_STATISTIC] <= cap_w * (1 + tolerance_frac)

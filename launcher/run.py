@@ -1,0 +1,297 @@
+"""One benchmark run on this node: site, spec, cap, entrypoint, result.
+
+Order matters for safety: everything that can be checked is checked before
+the first limit changes, and the limits come back as soon as the workload
+has exited, on every path.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hpcai.errors import Interrupted, UsageError, WorkloadError
+from hpcai.launcher import results, runtime, sites
+from hpcai.launcher.spec import build_spec
+from hpcai.signals import install_signal_handlers
+from hpcai.workloads.catalog import get_workload
+
+CHILD_GRACE_S = 30  # after a forwarded signal, before the workload is killed
+
+
+@dataclass
+class Options:
+    workload: str
+    preset: str | None = None
+    cap_w: float | None = None
+    power_method: str | None = None
+    site: str | None = None
+    device: str = "auto"
+    gpus: int | None = None
+    nproc: int | None = None
+    output: str | None = None
+    dry_run: bool = False
+    telemetry: bool = True
+    params: dict = field(default_factory=dict)
+    protocol: dict = field(default_factory=dict)
+    journal: str | None = None
+
+
+def log(message: str) -> None:
+    print(f"hpcai: {message}", file=sys.stderr, flush=True)
+
+
+def check_output_dir(path: Path) -> Path:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".hpcai-write-test-"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"cannot write to output folder {path} ({exc.strerror})",
+                         "choose another with --output") from None
+    return path
+
+
+def journal_path(site: dict, override: str | None) -> Path:
+    from hpcai.launcher.power.journal import default_journal_path
+
+    if override:
+        return Path(override)
+    if site["paths"].get("state_dir"):
+        import socket
+
+        return Path(site["paths"]["state_dir"]) / f"power-journal-{socket.gethostname()}.json"
+    return default_journal_path()
+
+
+@dataclass
+class Node:
+    """The GPUs this launcher can see, through the vendor's library."""
+
+    vendor: str | None
+    gpus: list  # GpuInfo
+
+    @classmethod
+    def detect(cls, vendor: str) -> "Node":
+        from hpcai.gpu import open_library
+
+        library = open_library(vendor)
+        if library is None:
+            return cls(None, [])
+        with library:
+            return cls(library.vendor, [d.info() for d in library.devices()])
+
+
+def select_gpus(node: Node, requested: int | None) -> list[int]:
+    """The first N GPUs this job may use (respecting CUDA_VISIBLE_DEVICES)."""
+    allowed = [g for g in node.gpus if _visible(g)]
+    count = requested if requested is not None else len(allowed)
+    if count < 1:
+        raise UsageError("--gpus must be at least 1", f"got {count}")
+    if count > len(allowed):
+        raise UsageError(f"--gpus {count} asked for, but this node has {len(allowed)} usable",
+                         f"use --gpus {len(allowed)} or fewer")
+    return [g.index for g in allowed[:count]]
+
+
+def _visible(gpu) -> bool:
+    var = "ROCR_VISIBLE_DEVICES" if gpu.vendor == "amd" else "CUDA_VISIBLE_DEVICES"
+    value = os.environ.get(var)
+    if value is None:
+        return True
+    entries = {v.strip() for v in value.split(",") if v.strip()}
+    return str(gpu.index) in entries or gpu.uuid in entries
+
+
+def plan(opts: Options) -> tuple[dict, list[str], dict, Node]:
+    """Everything decided and checked; nothing changed yet."""
+    site = sites.load(opts.site)
+    workload = get_workload(opts.workload)
+    node = Node.detect(site["gpu"]["vendor"])
+    device = opts.device
+    if device == "auto":
+        device = "cuda" if node.gpus else "cpu"
+    if device == "cuda" and not node.gpus:
+        raise UsageError("--device cuda asked for, but no GPU was found",
+                         "check the driver (nvidia-smi / amd-smi), or use --device cpu")
+    if opts.cap_w is not None and not node.gpus:
+        raise UsageError("--cap needs GPUs, and no GPU management library sees one here",
+                         "drop --cap, or install nvidia-ml-py / amdsmi on a GPU node")
+    if device == "cuda":
+        if opts.nproc is not None:
+            raise UsageError("--nproc is for CPU runs", "use --gpus N to choose GPUs")
+        gpu_indices = select_gpus(node, opts.gpus)
+        nproc = len(gpu_indices)
+    else:
+        if opts.gpus is not None:
+            raise UsageError("--gpus needs GPUs, and this run is on the CPU",
+                             "use --nproc N to choose the number of CPU processes")
+        nproc = opts.nproc if opts.nproc is not None else 2  # exercises the same DDP path
+        if nproc < 1:
+            raise UsageError("--nproc must be at least 1", f"got {nproc}")
+        # Telemetry and caps still cover the node's GPUs, if it has any.
+        gpu_indices = [g.index for g in node.gpus if _visible(g)] or None
+    preset = opts.preset or (workload.gpu_default_preset if device == "cuda"
+                             else workload.cpu_default_preset)
+    method = opts.power_method or site["power"]["method"]
+    output = Path(opts.output or site["paths"]["results"]).absolute()
+    spec = build_spec(
+        workload, preset, overrides=opts.params,
+        protocol_overrides={**opts.protocol, "telemetry": opts.telemetry},
+        device_type=device, vendor=node.vendor, nproc=nproc, gpu_indices=gpu_indices,
+        cap_w=opts.cap_w, power_method=method,
+        cap_tolerance_frac=float(site["power"]["cap_tolerance_frac"]),
+        node_overhead_w=float(site["power"]["node_overhead_w"]),
+        site={"name": site["name"], "path": site["path"]},
+        output_dir=str(output), runtime={"kind": "host", "image": None},
+    )
+    spec["output_dir"] = str(output / spec["run_id"])
+    command = runtime.entrypoint_command(str(Path(spec["output_dir"]) / "spec.json"), nproc)
+    return spec, command, site, node
+
+
+def check_cap(backend, cap_w: float, indices: list[int], site: dict) -> None:
+    """The site's allowed range, then each GPU's; CapSession checks again before setting."""
+    from hpcai.errors import CapOutOfRangeError
+    from hpcai.launcher.power.session import check_cap_range
+
+    allowed = site["power"].get("allowed_cap_range_w")
+    if allowed and not allowed[0] <= cap_w <= allowed[1]:
+        raise CapOutOfRangeError(
+            f"cap {cap_w:g} W is outside this site's allowed range {allowed[0]:g}-{allowed[1]:g} W",
+            "choose a cap inside it, or ask the site admins")
+    check_cap_range(cap_w, {i: backend.limits(i) for i in indices})
+
+
+def launch(opts: Options) -> int:
+    spec, command, site, node = plan(opts)
+    if opts.cap_w is not None:
+        from hpcai.launcher.power import make_backend
+
+        with make_backend(spec["power"]["method"], node.vendor, site["power"]["command"]) as backend:
+            check_cap(backend, opts.cap_w, spec["devices"]["gpu_indices"], site)
+    if opts.dry_run:
+        print(json.dumps(spec, indent=2))
+        print("command: " + shlex.join(command))
+        return 0
+    check_output_dir(Path(spec["output_dir"]).parent)
+    runtime.check_host_frameworks()
+    return execute(spec, command, site, node, opts)
+
+
+def execute(spec: dict, command: list[str], site: dict, node: Node, opts: Options) -> int:
+    from hpcai.launcher.power import CapSession, make_backend
+
+    run_dir = Path(spec["output_dir"])
+    cap_w = spec["power"]["cap_w"]
+    indices = spec["devices"]["gpu_indices"] or []
+    backend = make_backend(spec["power"]["method"], node.vendor, site["power"]["command"]) \
+        if node.gpus else None
+    env = runtime.child_environment(node.vendor, spec["devices"]["gpu_indices"],
+                                    spec["devices"]["type"], spec["devices"]["nproc"])
+    child = None
+    interrupted: Interrupted | None = None
+    limits: dict[int, dict] = {}
+
+    def forward(signum: int) -> None:
+        if child is not None and child.poll() is None:
+            child.send_signal(signum)
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(install_signal_handlers(forward))
+        if backend is not None:
+            stack.callback(backend.close)
+            # Entered last, so it exits first: limits come back before anything else.
+            session = stack.enter_context(
+                CapSession(backend, cap_w, indices, journal_path(site, opts.journal)))
+            limits = session.gpus
+            if cap_w is not None:
+                log(f"power limit set to {cap_w:g} W on GPU(s) {', '.join(map(str, indices))};"
+                    " it is restored when the run ends")
+        # Only now, with the cap in place, does the run leave anything on disk.
+        run_dir.mkdir(parents=True, exist_ok=False)
+        (run_dir / "spec.json").write_text(json.dumps(spec, indent=2) + "\n")
+        devices = spec["devices"]
+        log(f"run {spec['run_id']}: {spec['workload']} preset {spec['preset']} on "
+            f"{devices['nproc']} {'GPU' if devices['type'] == 'cuda' else 'CPU process'}(es); "
+            f"results in {run_dir}")
+        child = subprocess.Popen(command, env=env)
+        try:
+            child.wait()
+        except (Interrupted, KeyboardInterrupt) as exc:
+            interrupted = exc if isinstance(exc, Interrupted) else Interrupted(signal.SIGINT)
+            _stop_child(child, interrupted.signum)
+    if cap_w is not None and backend is not None:
+        log("power limits restored")
+    code = child.returncode if child is not None else None
+    doc = _finish_result(run_dir, spec, code, limits)
+    if interrupted is not None:
+        raise interrupted
+    return _summarize(doc, run_dir)
+
+
+def _stop_child(child: subprocess.Popen, signum: int) -> None:
+    """Give the workload time to write its partial result, then kill it.
+
+    Further signals meanwhile must not cut this short: the caps are
+    restored only after the workload has stopped using the GPUs.
+    """
+    if child.poll() is None:
+        child.send_signal(signum)
+    deadline = time.monotonic() + CHILD_GRACE_S
+    while child.poll() is None:
+        try:
+            child.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            child.kill()
+        except (Interrupted, KeyboardInterrupt):
+            continue
+
+
+def _finish_result(run_dir: Path, spec: dict, code: int | None, limits: dict) -> dict:
+    from hpcai.workloads.result import clean, write_json_atomic
+
+    path = run_dir / "result.json"
+    doc = results.load(path)
+    if doc is None:
+        raise WorkloadError(f"the workload exited with code {code} and wrote no result",
+                            f"see its output above; the run spec is {run_dir / 'spec.json'}")
+    if doc["status"] == "running":
+        results.mark_crashed(doc, code)
+    results.apply_limits(doc, limits, spec["power"]["cap_w"],
+                         float(spec["power"]["cap_tolerance_frac"]))
+    doc["launcher"] = {"command_exit_code": code}
+    doc = clean(doc)
+    write_json_atomic(path, doc)
+    results.validate(doc, path)
+    return doc
+
+
+def _summarize(doc: dict, run_dir: Path) -> int:
+    path = run_dir / "result.json"
+    if doc["status"] != "complete":
+        message = (doc.get("error") or {}).get("message", "no error recorded")
+        raise WorkloadError(f"run {doc['status']}: {message}",
+                            f"partial result (not complete) at {path}")
+    tp, power = doc["throughput"], doc["power"]
+    unit = doc["work"]["unit"]
+    parts = [f"{tp['node']:.1f} {tp['unit']} (node)",
+             f"{tp['per_gpu']:.1f} per {'GPU' if doc['config'].get('device_type') == 'cuda' else 'process'}"]
+    if power["available"]:
+        parts.append(f"mean power {power['mean_power_w']:.0f} W")
+        parts.append(f"{power['energy_per_unit_j']:.3g} J/{unit[:-1]}")
+    else:
+        parts.append("power not measured")
+    cap = power.get("cap") or {}
+    if cap.get("requested_w") is not None and cap.get("enforced") is False:
+        parts.append(f"cap {cap['requested_w']:g} W NOT enforced")
+    print(f"{doc['workload']} {doc['spec']['preset']}: " + ", ".join(parts) + f"; result: {path}")
+    return 0

@@ -1,0 +1,75 @@
+"""Builds the run spec: one JSON document that says everything needed to
+repeat a run. It travels to the entrypoint and is kept in the result.
+"""
+from __future__ import annotations
+
+import re
+import socket
+from datetime import datetime, timezone
+
+from hpcai.errors import UsageError
+from hpcai.workloads.catalog import PROTOCOL_DEFAULTS, Workload
+
+SPEC_VERSION = 1
+
+
+def make_run_id(workload: str, preset: str, cap_w: float | None) -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")[:-4]
+    host = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname().split(".")[0])
+    cap = f"-cap{cap_w:g}W" if cap_w is not None else ""
+    return f"{stamp}-{host}-{workload}-{preset}{cap}"
+
+
+def build_spec(
+    workload: Workload,
+    preset_name: str,
+    *,
+    overrides: dict,
+    protocol_overrides: dict,
+    device_type: str,
+    vendor: str | None,
+    nproc: int,
+    gpu_indices: list[int] | None,
+    cap_w: float | None,
+    power_method: str,
+    cap_tolerance_frac: float,
+    node_overhead_w: float,
+    site: dict,
+    output_dir: str,
+    runtime: dict,
+    seed: int = 0,
+) -> dict:
+    preset = workload.preset(preset_name)
+    params = {**preset.params, **{k: v for k, v in overrides.items() if v is not None}}
+    protocol = {**PROTOCOL_DEFAULTS, **preset.protocol,
+                **{k: v for k, v in protocol_overrides.items() if v is not None}}
+    protocol.setdefault("telemetry", True)
+    for key in ("warmup_epochs", "epochs", "steps_per_epoch"):
+        minimum = 0 if key == "warmup_epochs" else 1
+        if int(protocol[key]) < minimum:
+            raise UsageError(f"--{key.replace('_', '-')} must be at least {minimum}",
+                             f"got {protocol[key]}")
+    if int(params.get("batch_size", 1)) < 1:
+        raise UsageError("--batch-size must be at least 1", f"got {params['batch_size']}")
+    if not 0.01 <= float(protocol["sample_interval_s"]) <= 10:
+        raise UsageError("--sample-interval-ms must be between 10 and 10000",
+                         "100 ms is the protocol's default")
+    run_id = make_run_id(workload.name, preset.name, cap_w)
+    return {
+        "spec_version": SPEC_VERSION,
+        "run_id": run_id,
+        "workload": workload.name,
+        "impl": "pytorch",
+        "preset": preset.name,
+        "params": params,
+        "protocol": protocol,
+        "devices": {"type": device_type, "vendor": vendor or "auto", "nproc": nproc,
+                    "gpu_indices": gpu_indices},
+        "power": {"cap_w": cap_w, "method": power_method,
+                  "cap_tolerance_frac": cap_tolerance_frac,
+                  "node_overhead_w": node_overhead_w},
+        "site": site,
+        "runtime": runtime,
+        "output_dir": output_dir,
+        "seed": seed,
+    }

@@ -1,0 +1,1 @@
+"""Site configs shipped with hpcai (TOML files beside this module)."""

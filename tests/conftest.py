@@ -1,0 +1,98 @@
+"""Shared fixtures. GPU management libraries are FAKES (tests/fakes), put in
+front of the real ones at their module boundary; everything else is real.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FAKES = ROOT / "tests" / "fakes"
+sys.path.insert(0, str(FAKES.parent))  # `from fakes import fake_gpu_state`
+
+from fakes import fake_gpu_state  # noqa: E402
+
+LAUNCHER = [sys.executable, "-m", "hpcai.launcher.cli"]
+
+
+class FakeNode:
+    """A simulated GPU node: the fake pynvml/amdsmi state file plus the
+    environment a subprocess needs to see it instead of the real libraries."""
+
+    def __init__(self, tmp: Path, devices: list[dict] | None):
+        self.state = tmp / "fake-gpus.json"
+        self.state_dir = tmp / "state"
+        self.results = tmp / "results"
+        if devices is not None:
+            fake_gpu_state.write_state(self.state, devices)
+        self.env = dict(os.environ)
+        self.env.update({
+            "HPCAI_STATE_DIR": str(self.state_dir),
+            "PYTHONUNBUFFERED": "1",
+        })
+        if devices is not None:
+            self.env["PYTHONPATH"] = os.pathsep.join(
+                [str(FAKES), self.env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+            self.env["HPCAI_FAKE_GPU_STATE"] = str(self.state)
+        else:
+            # No GPU: make sure a real driver on a developer's machine is not seen either.
+            self.env["PYTHONPATH"] = os.pathsep.join(
+                [str(FAKES / "no_gpu"), self.env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+
+    def devices(self) -> list[dict]:
+        return fake_gpu_state.read_state(self.state)["devices"]
+
+    def limits(self) -> list[float]:
+        return [d["current_limit_w"] for d in self.devices()]
+
+    def update(self, index: int, **changes) -> None:
+        fake_gpu_state.update_device(self.state, index, **changes)
+
+    def journal_files(self) -> list[Path]:
+        return sorted(self.state_dir.glob("*.json")) if self.state_dir.exists() else []
+
+    def launch(self, *args, timeout=600, **kwargs) -> subprocess.CompletedProcess:
+        return subprocess.run([*LAUNCHER, *args], env=self.env, capture_output=True,
+                              text=True, timeout=timeout, cwd=ROOT, **kwargs)
+
+    def popen(self, *args) -> subprocess.Popen:
+        return subprocess.Popen([*LAUNCHER, *args], env=self.env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+
+    def result_paths(self) -> list[Path]:
+        return sorted(self.results.glob("*/result.json"))
+
+    def only_result(self) -> dict:
+        paths = self.result_paths()
+        assert len(paths) == 1, paths
+        return json.loads(paths[0].read_text())
+
+
+@pytest.fixture
+def fake_nvidia_node(tmp_path) -> FakeNode:
+    """Two FAKE H100s (min 200 W, max 700 W, default and current 700 W)."""
+    return FakeNode(tmp_path, fake_gpu_state.make_devices(2, "nvidia"))
+
+
+@pytest.fixture
+def cpu_node(tmp_path) -> FakeNode:
+    """A node without GPUs (the fake libraries report none)."""
+    return FakeNode(tmp_path, None)
+
+
+@pytest.fixture(scope="session")
+def result_schema() -> dict:
+    return json.loads((ROOT / "hpcai/schema/result-v1.schema.json").read_text())
+
+
+def assert_valid_result(doc: dict, schema: dict) -> None:
+    import jsonschema
+
+    errors = [f"{e.json_path}: {e.message}"
+              for e in jsonschema.Draft202012Validator(schema).iter_errors(doc)]
+    assert not errors, errors

@@ -1,0 +1,350 @@
+"""FAKE ``amdsmi`` (ROCm AMD SMI Python package) for tests: not AMD's library.
+
+It implements, under the real names, only the subset of the module that
+hpcai uses, so hpcai's AMD code runs unchanged against it. Device state lives
+in the JSON file named by ``HPCAI_FAKE_GPU_STATE`` (schema in
+``fake_gpu_state.py``); every call re-reads it. Units follow amdsmi: power
+in whole watts or the string "N/A", caps in µW, energy as a counter times a
+resolution in µJ, temperatures in °C, clocks in MHz.
+
+The real library is not thread-safe before ROCm 7.2: this fake raises
+``RuntimeError`` when two threads are inside it at once, so tests can check
+that callers serialise. Set ``CALL_DELAY_S`` on the module to widen the window.
+"""
+from __future__ import annotations
+
+import importlib.util
+import threading
+import time
+from enum import IntEnum
+from functools import wraps
+from pathlib import Path
+from types import SimpleNamespace
+
+_spec = importlib.util.spec_from_file_location(
+    "_hpcai_fake_gpu_state", Path(__file__).with_name("fake_gpu_state.py")
+)
+_fgs = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_fgs)
+
+CALL_DELAY_S = 0.0
+COUNTER_RESOLUTION_UJ = 15.259
+
+# Status codes; hpcai resolves them by name (values differ between releases).
+amdsmi_wrapper = SimpleNamespace(
+    AMDSMI_STATUS_SUCCESS=0,
+    AMDSMI_STATUS_INVAL=1,
+    AMDSMI_STATUS_NOT_SUPPORTED=2,
+    AMDSMI_STATUS_NOT_YET_IMPLEMENTED=3,
+    AMDSMI_STATUS_NO_PERM=10,
+    AMDSMI_STATUS_INPUT_OUT_OF_BOUNDS=17,
+    AMDSMI_STATUS_INIT_ERROR=18,
+    AMDSMI_STATUS_NOT_FOUND=31,
+    AMDSMI_STATUS_NO_DATA=40,
+)
+
+
+class AmdSmiRetCode(IntEnum):
+    SUCCESS = 0
+    STATUS_INVAL = 1
+    STATUS_NOT_SUPPORTED = 2
+    STATUS_NOT_YET_IMPLEMENTED = 3
+    STATUS_NO_PERM = 10
+    STATUS_INPUT_OUT_OF_BOUNDS = 17
+    STATUS_INIT_ERROR = 18
+    STATUS_NOT_FOUND = 31
+    STATUS_NO_DATA = 40
+
+
+class AmdSmiInitFlags(IntEnum):
+    INIT_ALL_PROCESSORS = 0xFFFFFFFF
+    INIT_AMD_GPUS = 1 << 1
+
+
+class AmdSmiClkType(IntEnum):
+    SYS = 0
+    GFX = 0
+    DF = 1
+    DCEF = 2
+    SOC = 3
+    MEM = 4
+
+
+class AmdSmiTemperatureType(IntEnum):
+    EDGE = 0
+    HOTSPOT = 1
+    JUNCTION = 1
+    VRAM = 2
+
+
+class AmdSmiTemperatureMetric(IntEnum):
+    CURRENT = 0
+    MAX = 1
+
+
+class AmdSmiMemoryType(IntEnum):
+    VRAM = 0
+    VIS_VRAM = 1
+    GTT = 2
+
+
+class AmdSmiException(Exception):
+    """Base of amdsmi errors."""
+
+
+class AmdSmiLibraryException(AmdSmiException):
+    def __init__(self, err_code):
+        err_code = abs(int(err_code))
+        super().__init__(err_code)
+        self.err_code = err_code
+        self.err_info = {
+            int(code): code.name for code in AmdSmiRetCode
+        }.get(err_code, "AMDSMI_STATUS_UNKNOWN_ERROR")
+
+    def __str__(self):
+        return f"An error occured with code: {self.err_code}({self.err_info})"
+
+    def get_error_code(self):
+        return self.err_code
+
+
+class AmdSmiParameterException(AmdSmiException):
+    pass
+
+
+# --- state access and the one-thread-at-a-time check ----------------------------
+_busy = threading.Lock()
+_initialised = 0
+
+
+class _Handle:
+    """Stands in for amdsmi_processor_handle; the position in the state file."""
+
+    def __init__(self, position: int):
+        self.position = position
+
+    def __repr__(self):
+        return f"<fake amdsmi processor {self.position}>"
+
+
+def _exclusive(fn):
+    @wraps(fn)
+    def wrapper(*args, **kwargs):
+        if not _busy.acquire(blocking=False):
+            raise RuntimeError(f"fake amdsmi: {fn.__name__} called while another thread is inside amdsmi")
+        try:
+            if CALL_DELAY_S:
+                time.sleep(CALL_DELAY_S)
+            return fn(*args, **kwargs)
+        finally:
+            _busy.release()
+
+    return wrapper
+
+
+def _path() -> str:
+    path = _fgs.state_path()
+    if not path or not Path(path).exists():
+        raise AmdSmiLibraryException(amdsmi_wrapper.AMDSMI_STATUS_INIT_ERROR)
+    return path
+
+
+def _amd(state: dict) -> list[dict]:
+    return [d for d in state["devices"] if d.get("vendor") == "amd"]
+
+
+def _state() -> dict:
+    if _initialised <= 0:
+        raise AmdSmiLibraryException(amdsmi_wrapper.AMDSMI_STATUS_INIT_ERROR)
+    return _fgs.read_state(_path())
+
+
+def _dev(handle, feature: str | None = None) -> dict:
+    if not isinstance(handle, _Handle):
+        raise AmdSmiParameterException(f"not a processor handle: {handle!r}")
+    dev = _amd(_state())[handle.position]
+    if feature and feature in dev.get("not_supported", []):
+        raise AmdSmiLibraryException(amdsmi_wrapper.AMDSMI_STATUS_NOT_SUPPORTED)
+    return dev
+
+
+def _uw(watts: float) -> int:
+    return int(round(watts * 1_000_000))
+
+
+# --- library ---------------------------------------------------------------------
+@_exclusive
+def amdsmi_init(flag=AmdSmiInitFlags.INIT_AMD_GPUS):
+    global _initialised
+    _fgs.read_state(_path())
+    _initialised += 1
+
+
+@_exclusive
+def amdsmi_shut_down():
+    global _initialised
+    _initialised = max(0, _initialised - 1)
+
+
+@_exclusive
+def amdsmi_get_lib_version():
+    major, minor, release = _state()["amdsmi_version"]
+    return {"major": major, "minor": minor, "release": release, "build": "fake"}
+
+
+@_exclusive
+def amdsmi_get_processor_handles():
+    return [_Handle(i) for i in range(len(_amd(_state())))]
+
+
+@_exclusive
+def amdsmi_get_gpu_enumeration_info(handle):
+    dev = _dev(handle)
+    if dev.get("hip_id") is None:
+        raise AmdSmiLibraryException(amdsmi_wrapper.AMDSMI_STATUS_NOT_SUPPORTED)
+    return {
+        "drm_render": 128 + handle.position,
+        "drm_card": handle.position,
+        "hsa_id": 10 + handle.position,
+        "hip_id": dev["hip_id"],
+        "hip_uuid": f"GPU-{dev['uuid'][:16]}",
+    }
+
+
+@_exclusive
+def amdsmi_get_gpu_asic_info(handle):
+    dev = _dev(handle)
+    return {
+        "market_name": dev["name"],
+        "vendor_id": "0x1002",
+        "vendor_name": "Advanced Micro Devices Inc. [AMD/ATI]",
+        "device_id": "0x74a1",
+        "rev_id": "0x00",
+        "asic_serial": f"0x{handle.position:016X}",
+        "oam_id": handle.position,
+        "num_compute_units": 304,
+        "target_graphics_version": "gfx942",
+    }
+
+
+@_exclusive
+def amdsmi_get_gpu_device_uuid(handle):
+    return _dev(handle)["uuid"]
+
+
+@_exclusive
+def amdsmi_get_gpu_device_bdf(handle):
+    return _dev(handle)["pci_bus_id"]
+
+
+@_exclusive
+def amdsmi_get_gpu_driver_info(handle):
+    return {"driver_name": "amdgpu", "driver_version": _state()["driver_version"], "driver_date": "N/A"}
+
+
+@_exclusive
+def amdsmi_get_gpu_memory_total(handle, mem_type):
+    return int(_dev(handle)["memory_total_bytes"])
+
+
+@_exclusive
+def amdsmi_get_gpu_memory_usage(handle, mem_type):
+    return int(_dev(handle, "memory_used")["memory_used_bytes"])
+
+
+# --- telemetry -----------------------------------------------------------------------
+@_exclusive
+def amdsmi_get_power_info(handle, sensor_ind=0):
+    dev = _dev(handle)
+    watts = int(round(_fgs.reported_power_w(dev)))
+    info = {
+        "current_socket_power": watts,
+        "average_socket_power": watts,
+        "gfx_voltage": 800,
+        "soc_voltage": 900,
+        "mem_voltage": 1100,
+        "power_limit": int(dev["current_limit_w"]),
+    }
+    for key in dev.get("na_fields", []):
+        info[key] = "N/A"
+    return info
+
+
+@_exclusive
+def amdsmi_get_energy_count(handle):
+    dev = _dev(handle, "energy")
+    ticks = int(_fgs.energy_mj(dev) * 1000.0 / COUNTER_RESOLUTION_UJ)
+    key = "power" if dev.get("legacy_energy_key") else "energy_accumulator"
+    return {key: ticks, "counter_resolution": COUNTER_RESOLUTION_UJ, "timestamp": time.time_ns()}
+
+
+@_exclusive
+def amdsmi_get_clock_info(handle, clock_type):
+    if clock_type == AmdSmiClkType.MEM:
+        mhz = _dev(handle, "memory_clock")["memory_clock_mhz"]
+    else:
+        mhz = _dev(handle, "sm_clock")["sm_clock_mhz"]
+    dev = _dev(handle)
+    key = "cur_clk" if dev.get("legacy_clock_key") else "clk"
+    return {key: int(mhz), "min_clk": 500, "max_clk": 2100, "clk_locked": False, "clk_deep_sleep": False}
+
+
+@_exclusive
+def amdsmi_get_temp_metric(handle, sensor_type, metric):
+    dev = _dev(handle, "temperature")
+    if sensor_type == AmdSmiTemperatureType.HOTSPOT:
+        if "temperature_hotspot" in dev.get("not_supported", []):
+            raise AmdSmiLibraryException(amdsmi_wrapper.AMDSMI_STATUS_NOT_SUPPORTED)
+        return int(dev["temperature_c"])
+    return int(dev["temperature_c"]) - 5  # edge runs cooler than the hotspot
+
+
+@_exclusive
+def amdsmi_get_gpu_activity(handle):
+    dev = _dev(handle, "utilization")
+    return {"gfx_activity": int(dev["utilization_pct"]), "umc_activity": 0, "mm_activity": "N/A"}
+
+
+# --- power caps (µW) --------------------------------------------------------------------
+@_exclusive
+def amdsmi_get_power_cap_info(handle, sensor_ind=0):
+    dev = _dev(handle, "power_cap_info")
+    return {
+        "power_cap": _uw(dev["current_limit_w"]),
+        "default_power_cap": _uw(dev["default_limit_w"]),
+        "dpm_cap": 0,
+        "min_power_cap": _uw(dev["min_limit_w"]),
+        "max_power_cap": _uw(dev["max_limit_w"]),
+    }
+
+
+@_exclusive
+def amdsmi_set_power_cap(handle, sensor_ind, cap):
+    if not isinstance(cap, int):
+        raise AmdSmiParameterException(f"cap must be int, got {type(cap).__name__}")
+    _dev(handle, "set_limit")
+    position = handle.position
+    watts = cap / 1_000_000
+
+    def apply(state):
+        dev = _amd(state)[position]
+        entry = {"watts": watts, "t": time.time()}
+        dev.setdefault("set_log", []).append(entry)
+        if dev.get("deny_set"):
+            entry["result"] = "denied"
+            return amdsmi_wrapper.AMDSMI_STATUS_NO_PERM
+        if not dev["min_limit_w"] <= watts <= dev["max_limit_w"]:
+            entry["result"] = "invalid"
+            return amdsmi_wrapper.AMDSMI_STATUS_INVAL
+        if dev.get("ignore_set"):
+            entry["result"] = "ignored"
+            return amdsmi_wrapper.AMDSMI_STATUS_SUCCESS
+        _fgs.fold_energy(dev)
+        dev["current_limit_w"] = watts
+        entry["result"] = "ok"
+        return amdsmi_wrapper.AMDSMI_STATUS_SUCCESS
+
+    _state()
+    status = _fgs.modify(_path(), apply)
+    if status != amdsmi_wrapper.AMDSMI_STATUS_SUCCESS:
+        raise AmdSmiLibraryException(status)

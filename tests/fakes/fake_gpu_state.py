@@ -1,0 +1,233 @@
+"""Shared state of the FAKE vendor libraries in this folder (tests only).
+
+The fakes (``pynvml.py``, ``amdsmi.py``) keep no device state in memory: every
+call reads, and every set writes, one JSON file named by the environment
+variable ``HPCAI_FAKE_GPU_STATE``. So the launcher, a workload subprocess and
+the test itself all see one simulated node, and a test can read back what
+limits were set.
+
+State file schema (format 1)::
+
+    {
+      "format": 1,
+      "driver_version": "550.54.15",        # nvmlSystemGetDriverVersion / amdsmi driver
+      "nvml_version": "12.550.54.15",
+      "cuda_driver_version": 12040,          # nvmlSystemGetCudaDriverVersion_v2
+      "amdsmi_version": [25, 3, 0],          # amdsmi_get_lib_version major/minor/release
+      "devices": [ {                          # one entry per GPU, in library order
+        "vendor": "nvidia" | "amd",          # pynvml sees only "nvidia", amdsmi only "amd"
+        "name": "NVIDIA H100 80GB HBM3",
+        "uuid": "GPU-...",
+        "pci_bus_id": "00000000:18:00.0",
+        "memory_total_bytes": int, "memory_used_bytes": int,
+        "power_draw_w": float,               # what the GPU would draw without a cap
+        "ignores_cap": false,                # true: reported power is draw even above the cap
+        "min_limit_w": float, "max_limit_w": float,
+        "default_limit_w": float, "current_limit_w": float,
+        "deny_set": false,                   # set -> NoPermission / AMDSMI_STATUS_NO_PERM
+        "ignore_set": false,                 # set returns OK but the limit does not change
+        "energy_mj": float, "energy_t": float,  # energy folded up to unix time energy_t
+        "sm_clock_mhz": float, "memory_clock_mhz": float,
+        "temperature_c": float, "utilization_pct": float,
+        "throttle_reasons": int,             # NVML clocks-event bitmask
+        "not_supported": [str],              # features that raise NotSupported, see below
+        "na_fields": [str],                  # amdsmi power_info keys reported as "N/A"
+        "legacy_energy_key": false,          # amdsmi < 6.2.1: counter under key "power"
+        "legacy_clock_key": false,           # older amdsmi: clock under "cur_clk", not "clk"
+        "hip_id": int | null,                # amdsmi enumeration hip_id (null: call fails)
+        "set_log": [{"watts": float, "t": float, "result": "ok"|"denied"|"ignored"|"invalid"}]
+      } ]
+    }
+
+Reported power is ``min(power_draw_w, current_limit_w)`` unless
+``ignores_cap``. The energy counter grows with wall time times reported
+power: ``energy_mj + (now - energy_t) * power * 1000``; every change that
+alters the reported power first folds the energy up to now.
+
+Feature names for ``not_supported``: "power_instant", "power_average",
+"energy", "sm_clock", "memory_clock", "temperature", "temperature_hotspot",
+"utilization", "memory_used", "throttle", "enforced_limit", "default_limit",
+"constraints", "current_limit", "set_limit", "cuda_version", "power_cap_info".
+
+Helpers: ``make_devices``, ``write_state``, ``read_state``, ``update_device``,
+``load_fake_module`` (load a fake under its real name without putting this
+folder on ``sys.path``) and ``install`` (all of it for an in-process test).
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ENV = "HPCAI_FAKE_GPU_STATE"
+HERE = Path(__file__).resolve().parent
+
+
+def make_devices(n: int = 2, vendor: str = "nvidia", **overrides) -> list[dict]:
+    """n default devices of one vendor; overrides apply to every device."""
+    devices = []
+    for i in range(n):
+        if vendor == "nvidia":
+            dev = {
+                "vendor": "nvidia",
+                "name": "NVIDIA H100 80GB HBM3",
+                "uuid": f"GPU-00000000-0000-4000-8000-{i:012d}",
+                "pci_bus_id": f"00000000:{0x18 + 0x10 * i:02X}:00.0",
+                "memory_total_bytes": 80 * 1024**3,
+                "memory_used_bytes": 1024**3,
+                "power_draw_w": 650.0,
+                "min_limit_w": 200.0,
+                "max_limit_w": 700.0,
+                "default_limit_w": 700.0,
+                "current_limit_w": 700.0,
+                "sm_clock_mhz": 1980.0,
+                "memory_clock_mhz": 2619.0,
+                "na_fields": [],
+            }
+        elif vendor == "amd":
+            dev = {
+                "vendor": "amd",
+                "name": "AMD Instinct MI300X",
+                "uuid": f"{i:02x}ff74a1-0000-1000-8000-0000000000{i:02x}",
+                "pci_bus_id": f"0000:{0x0C + 0x10 * i:02x}:00.0",
+                "memory_total_bytes": 192 * 1024**3,
+                "memory_used_bytes": 1024**3,
+                "power_draw_w": 700.0,
+                "min_limit_w": 200.0,
+                "max_limit_w": 750.0,
+                "default_limit_w": 750.0,
+                "current_limit_w": 750.0,
+                "sm_clock_mhz": 2100.0,
+                "memory_clock_mhz": 1300.0,
+                # MI300X reports no average socket power (facts.md).
+                "na_fields": ["average_socket_power"],
+                "hip_id": i,
+            }
+        else:
+            raise ValueError(f"unknown vendor {vendor!r}")
+        dev.update(
+            ignores_cap=False,
+            deny_set=False,
+            ignore_set=False,
+            energy_mj=0.0,
+            temperature_c=45.0,
+            utilization_pct=0.0,
+            throttle_reasons=0,
+            not_supported=[],
+            legacy_energy_key=False,
+            set_log=[],
+        )
+        dev.update(overrides)
+        devices.append(dev)
+    return devices
+
+
+def write_state(path, devices: list[dict], **top) -> dict:
+    """Write a fresh state file (atomically) and return it."""
+    now = time.time()
+    state = {
+        "format": 1,
+        "driver_version": "550.54.15",
+        "nvml_version": "12.550.54.15",
+        "cuda_driver_version": 12040,
+        "amdsmi_version": [25, 3, 0],
+        "devices": [dict(d, energy_t=d.get("energy_t", now)) for d in devices],
+    }
+    state.update(top)
+    with _locked(path):
+        _write(path, state)
+    return state
+
+
+def read_state(path) -> dict:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def reported_power_w(dev: dict) -> float:
+    if dev.get("ignores_cap"):
+        return float(dev["power_draw_w"])
+    return float(min(dev["power_draw_w"], dev["current_limit_w"]))
+
+
+def energy_mj(dev: dict, now: float | None = None) -> float:
+    now = time.time() if now is None else now
+    return dev["energy_mj"] + max(0.0, now - dev["energy_t"]) * reported_power_w(dev) * 1000.0
+
+
+def fold_energy(dev: dict, now: float | None = None) -> None:
+    """Bring the stored counter up to now before the reported power changes."""
+    now = time.time() if now is None else now
+    dev["energy_mj"] = energy_mj(dev, now)
+    dev["energy_t"] = now
+
+
+def update_device(path, index: int, **changes) -> dict:
+    """Change one device (e.g. power_draw_w=300) with the energy folded first."""
+
+    def apply(state):
+        dev = state["devices"][index]
+        fold_energy(dev)
+        dev.update(changes)
+        return dev
+
+    return modify(path, apply)
+
+
+def modify(path, fn):
+    """Read-modify-write under an exclusive lock; fn mutates the state in place."""
+    with _locked(path):
+        state = read_state(path)
+        result = fn(state)
+        _write(path, state)
+    return result
+
+
+def state_path() -> str | None:
+    return os.environ.get(ENV) or None
+
+
+def load_fake_module(name: str):
+    """A fresh instance of the fake ``pynvml`` or ``amdsmi`` module, not registered."""
+    spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def install(monkeypatch, path, devices: list[dict], **top) -> dict:
+    """In-process setup for a test: write the state, point the env at it, and
+    put fresh fake ``pynvml``/``amdsmi`` modules in sys.modules (undone by
+    monkeypatch). Returns {"pynvml": module, "amdsmi": module}."""
+    write_state(path, devices, **top)
+    monkeypatch.setenv(ENV, str(path))
+    modules = {name: load_fake_module(name) for name in ("pynvml", "amdsmi")}
+    for name, module in modules.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    return modules
+
+
+@contextlib.contextmanager
+def _locked(path):
+    # A sibling lock file, so readers of the state file itself never block.
+    with open(f"{path}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _write(path, state: dict) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".fake-gpu-", suffix=".json")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(state, f, indent=1)
+    os.replace(tmp, path)
+

@@ -1,0 +1,326 @@
+"""FAKE ``pynvml`` (nvidia-ml-py) for tests: not NVIDIA's library.
+
+It implements, under the real names, only the subset of the module that
+hpcai uses, so hpcai's NVML code runs unchanged against it. Device state lives
+in the JSON file named by ``HPCAI_FAKE_GPU_STATE`` (schema in
+``fake_gpu_state.py``); every call re-reads it, so several processes share one
+simulated node. Units follow NVML: power and limits in mW, energy in mJ.
+
+Put this folder first on ``PYTHONPATH`` (subprocesses) or install the module
+object with ``monkeypatch.setitem(sys.modules, "pynvml", ...)`` (in-process).
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+_spec = importlib.util.spec_from_file_location(
+    "_hpcai_fake_gpu_state", Path(__file__).with_name("fake_gpu_state.py")
+)
+_fgs = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_fgs)
+
+# --- constants (values as in nvidia-ml-py) ---------------------------------
+NVML_SUCCESS = 0
+NVML_ERROR_UNINITIALIZED = 1
+NVML_ERROR_INVALID_ARGUMENT = 2
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NO_PERMISSION = 4
+NVML_ERROR_ALREADY_INITIALIZED = 5
+NVML_ERROR_NOT_FOUND = 6
+NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_ERROR_LIBRARY_NOT_FOUND = 12
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
+NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_UNKNOWN = 999
+
+NVML_TEMPERATURE_GPU = 0
+NVML_CLOCK_GRAPHICS = 0
+NVML_CLOCK_SM = 1
+NVML_CLOCK_MEM = 2
+
+NVML_VALUE_TYPE_DOUBLE = 0
+NVML_VALUE_TYPE_UNSIGNED_INT = 1
+NVML_VALUE_TYPE_UNSIGNED_LONG = 2
+NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3
+NVML_VALUE_TYPE_SIGNED_LONG_LONG = 4
+
+NVML_FI_DEV_POWER_INSTANT = 186
+
+nvmlClocksEventReasonGpuIdle = 0x1
+nvmlClocksEventReasonApplicationsClocksSetting = 0x2
+nvmlClocksEventReasonSwPowerCap = 0x4
+nvmlClocksEventReasonHwSlowdown = 0x8
+nvmlClocksEventReasonSyncBoost = 0x10
+nvmlClocksEventReasonSwThermalSlowdown = 0x20
+nvmlClocksEventReasonHwThermalSlowdown = 0x40
+nvmlClocksEventReasonHwPowerBrakeSlowdown = 0x80
+
+
+# --- errors: NVMLError(value) returns the matching subclass, as in pynvml ---
+class NVMLError(Exception):
+    _valClassMapping: dict[int, type] = {}
+
+    def __new__(cls, value):
+        if cls is NVMLError:
+            cls = NVMLError._valClassMapping.get(value, cls)
+        obj = Exception.__new__(cls)
+        obj.value = value
+        return obj
+
+    def __init__(self, value):
+        super().__init__(value)
+        self.value = value
+
+    def __str__(self):
+        return _MESSAGES.get(self.value, f"NVML Error with code {self.value}")
+
+
+_MESSAGES = {
+    NVML_ERROR_UNINITIALIZED: "Uninitialized",
+    NVML_ERROR_INVALID_ARGUMENT: "Invalid Argument",
+    NVML_ERROR_NOT_SUPPORTED: "Not Supported",
+    NVML_ERROR_NO_PERMISSION: "Insufficient Permissions",
+    NVML_ERROR_DRIVER_NOT_LOADED: "Driver Not Loaded",
+    NVML_ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
+    NVML_ERROR_FUNCTION_NOT_FOUND: "Function Not Found",
+    NVML_ERROR_GPU_IS_LOST: "GPU is lost",
+    NVML_ERROR_UNKNOWN: "Unknown Error",
+}
+
+
+def _error_class(name: str, value: int) -> type:
+    # Like pynvml's generated subclasses: constructible with or without the code.
+    def __new__(cls, *args):
+        return NVMLError.__new__(cls, value)
+
+    def __init__(self, *args):
+        NVMLError.__init__(self, value)
+
+    cls = type(name, (NVMLError,), {"__new__": __new__, "__init__": __init__})
+    NVMLError._valClassMapping[value] = cls
+    return cls
+
+
+NVMLError_Uninitialized = _error_class("NVMLError_Uninitialized", NVML_ERROR_UNINITIALIZED)
+NVMLError_InvalidArgument = _error_class("NVMLError_InvalidArgument", NVML_ERROR_INVALID_ARGUMENT)
+NVMLError_NotSupported = _error_class("NVMLError_NotSupported", NVML_ERROR_NOT_SUPPORTED)
+NVMLError_NoPermission = _error_class("NVMLError_NoPermission", NVML_ERROR_NO_PERMISSION)
+NVMLError_DriverNotLoaded = _error_class("NVMLError_DriverNotLoaded", NVML_ERROR_DRIVER_NOT_LOADED)
+NVMLError_LibraryNotFound = _error_class("NVMLError_LibraryNotFound", NVML_ERROR_LIBRARY_NOT_FOUND)
+NVMLError_FunctionNotFound = _error_class("NVMLError_FunctionNotFound", NVML_ERROR_FUNCTION_NOT_FOUND)
+NVMLError_GpuIsLost = _error_class("NVMLError_GpuIsLost", NVML_ERROR_GPU_IS_LOST)
+NVMLError_Unknown = _error_class("NVMLError_Unknown", NVML_ERROR_UNKNOWN)
+
+
+# --- state access ------------------------------------------------------------
+_init_count = 0
+
+
+class _Handle:
+    """Stands in for c_nvmlDevice_t; the index selects the device in the state."""
+
+    def __init__(self, index: int):
+        self.index = index
+
+    def __repr__(self):
+        return f"<fake nvmlDevice {self.index}>"
+
+
+def _path() -> str:
+    path = _fgs.state_path()
+    if not path or not os.path.exists(path):
+        raise NVMLError(NVML_ERROR_LIBRARY_NOT_FOUND)
+    return path
+
+
+def _nvidia(state: dict) -> list[dict]:
+    return [d for d in state["devices"] if d.get("vendor", "nvidia") == "nvidia"]
+
+
+def _state() -> dict:
+    if _init_count <= 0:
+        raise NVMLError(NVML_ERROR_UNINITIALIZED)
+    return _fgs.read_state(_path())
+
+
+def _dev(handle: _Handle, feature: str | None = None) -> dict:
+    devices = _nvidia(_state())
+    if not isinstance(handle, _Handle) or handle.index >= len(devices):
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    dev = devices[handle.index]
+    if feature and feature in dev.get("not_supported", []):
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    return dev
+
+
+# --- library -------------------------------------------------------------------
+def nvmlInit():
+    global _init_count
+    state = _fgs.read_state(_path())
+    if not _nvidia(state):
+        raise NVMLError(NVML_ERROR_DRIVER_NOT_LOADED)  # an AMD node: no NVIDIA driver
+    _init_count += 1
+
+
+def nvmlShutdown():
+    global _init_count
+    if _init_count <= 0:
+        raise NVMLError(NVML_ERROR_UNINITIALIZED)
+    _init_count -= 1
+
+
+def nvmlSystemGetDriverVersion():
+    return _state()["driver_version"]
+
+
+def nvmlSystemGetNVMLVersion():
+    return _state()["nvml_version"]
+
+
+def nvmlSystemGetCudaDriverVersion():
+    return _state()["cuda_driver_version"]
+
+
+def nvmlSystemGetCudaDriverVersion_v2():
+    return _state()["cuda_driver_version"]
+
+
+def nvmlDeviceGetCount():
+    return len(_nvidia(_state()))
+
+
+def nvmlDeviceGetHandleByIndex(index):
+    if index < 0 or index >= nvmlDeviceGetCount():
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    return _Handle(index)
+
+
+# --- identity ------------------------------------------------------------------
+def nvmlDeviceGetName(handle):
+    return _dev(handle)["name"]
+
+
+def nvmlDeviceGetUUID(handle):
+    return _dev(handle)["uuid"]
+
+
+def nvmlDeviceGetPciInfo(handle):
+    return SimpleNamespace(busId=_dev(handle)["pci_bus_id"])
+
+
+def nvmlDeviceGetMemoryInfo(handle, version=None):
+    dev = _dev(handle)
+    total = dev["memory_total_bytes"]
+    used = dev["memory_used_bytes"]
+    if "memory_used" in dev.get("not_supported", []):
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    return SimpleNamespace(total=total, used=used, free=total - used)
+
+
+# --- telemetry -------------------------------------------------------------------
+def nvmlDeviceGetFieldValues(handle, fieldIds):
+    dev = _dev(handle)
+    out = []
+    for field in fieldIds:
+        value = SimpleNamespace(dVal=0.0, uiVal=0, ulVal=0, ullVal=0, sllVal=0, siVal=0, usVal=0)
+        entry = SimpleNamespace(
+            fieldId=field,
+            scopeId=0,
+            timestamp=int(time.time() * 1e6),
+            latencyUsec=0,
+            valueType=NVML_VALUE_TYPE_UNSIGNED_INT,
+            nvmlReturn=NVML_SUCCESS,
+            value=value,
+        )
+        if field != NVML_FI_DEV_POWER_INSTANT or "power_instant" in dev.get("not_supported", []):
+            entry.nvmlReturn = NVML_ERROR_NOT_SUPPORTED
+        else:
+            value.uiVal = int(round(_fgs.reported_power_w(dev) * 1000))
+        out.append(entry)
+    return out
+
+
+def nvmlDeviceGetPowerUsage(handle):
+    return int(round(_fgs.reported_power_w(_dev(handle, "power_average")) * 1000))
+
+
+def nvmlDeviceGetTotalEnergyConsumption(handle):
+    return int(_fgs.energy_mj(_dev(handle, "energy")))
+
+
+def nvmlDeviceGetClockInfo(handle, type):
+    if type == NVML_CLOCK_MEM:
+        return int(_dev(handle, "memory_clock")["memory_clock_mhz"])
+    return int(_dev(handle, "sm_clock")["sm_clock_mhz"])
+
+
+def nvmlDeviceGetTemperature(handle, sensor):
+    return int(_dev(handle, "temperature")["temperature_c"])
+
+
+def nvmlDeviceGetUtilizationRates(handle):
+    return SimpleNamespace(gpu=int(_dev(handle, "utilization")["utilization_pct"]), memory=0)
+
+
+def nvmlDeviceGetCurrentClocksEventReasons(handle):
+    return int(_dev(handle, "throttle")["throttle_reasons"])
+
+
+def nvmlDeviceGetCurrentClocksThrottleReasons(handle):
+    return int(_dev(handle, "throttle")["throttle_reasons"])
+
+
+# --- power limits (mW) -------------------------------------------------------------
+def _mw(watts: float) -> int:
+    return int(round(watts * 1000))
+
+
+def nvmlDeviceGetPowerManagementLimitConstraints(handle):
+    dev = _dev(handle, "constraints")
+    return [_mw(dev["min_limit_w"]), _mw(dev["max_limit_w"])]
+
+
+def nvmlDeviceGetPowerManagementDefaultLimit(handle):
+    return _mw(_dev(handle, "default_limit")["default_limit_w"])
+
+
+def nvmlDeviceGetPowerManagementLimit(handle):
+    return _mw(_dev(handle, "current_limit")["current_limit_w"])
+
+
+def nvmlDeviceGetEnforcedPowerLimit(handle):
+    return _mw(_dev(handle, "enforced_limit")["current_limit_w"])
+
+
+def nvmlDeviceSetPowerManagementLimit(handle, limit):
+    _dev(handle, "set_limit")  # index and NotSupported checks before touching the file
+    index = handle.index
+    watts = limit / 1000.0
+
+    def apply(state):
+        dev = _nvidia(state)[index]
+        entry = {"watts": watts, "t": time.time()}
+        dev.setdefault("set_log", []).append(entry)
+        if dev.get("deny_set"):
+            entry["result"] = "denied"
+            return NVML_ERROR_NO_PERMISSION
+        if not dev["min_limit_w"] <= watts <= dev["max_limit_w"]:
+            entry["result"] = "invalid"
+            return NVML_ERROR_INVALID_ARGUMENT
+        if dev.get("ignore_set"):
+            entry["result"] = "ignored"
+            return NVML_SUCCESS
+        _fgs.fold_energy(dev)
+        dev["current_limit_w"] = watts
+        entry["result"] = "ok"
+        return NVML_SUCCESS
+
+    if _init_count <= 0:
+        raise NVMLError(NVML_ERROR_UNINITIALIZED)
+    ret = _fgs.modify(_path(), apply)
+    if ret != NVML_SUCCESS:
+        raise NVMLError(ret)

@@ -1,0 +1,5 @@
+import sys
+
+from hpcai.workloads.entrypoint import main
+
+sys.exit(main())

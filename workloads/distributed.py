@@ -1,0 +1,114 @@
+"""Process placement: one process per GPU under torchrun (or one on CPU).
+
+torchrun sets RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE; without it
+this is a single process. On CPU the same path runs with gloo.
+"""
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+
+from hpcai.errors import WorkloadError
+from hpcai.provenance import usable_cpus
+
+
+@dataclass
+class Context:
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    device_type: str  # "cuda" | "cpu"
+    device: object  # torch.device
+    backend: str | None  # "nccl" | "gloo" | None when single process
+    threads: int
+    hostname: str
+
+    @property
+    def distributed(self) -> bool:
+        return self.backend is not None
+
+    @property
+    def is_node_leader(self) -> bool:
+        """Local rank 0 owns the node's telemetry and writes its result."""
+        return self.local_rank == 0
+
+
+def _env_int(name: str, default: int) -> int:
+    return int(os.environ.get(name, default))
+
+
+def init(device_request: str = "auto") -> Context:
+    import torch
+
+    rank = _env_int("RANK", 0)
+    world = _env_int("WORLD_SIZE", 1)
+    local_rank = _env_int("LOCAL_RANK", 0)
+    local_world = _env_int("LOCAL_WORLD_SIZE", world)
+
+    if device_request == "auto":
+        device_type = "cuda" if torch.cuda.is_available() else "cpu"
+    else:
+        device_type = device_request
+    if device_type == "cuda":
+        if not torch.cuda.is_available():
+            raise WorkloadError(
+                "--device cuda was asked for but PyTorch sees no GPU",
+                "check the driver and CUDA_VISIBLE_DEVICES, or run with --device cpu",
+            )
+        if local_rank >= torch.cuda.device_count():
+            raise WorkloadError(
+                f"local rank {local_rank} has no GPU ({torch.cuda.device_count()} visible)",
+                "ask for fewer GPUs with --gpus",
+            )
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    else:
+        device = torch.device("cpu")
+
+    # Share the cores out so ranks on one CPU node do not oversubscribe it.
+    threads = max(1, usable_cpus() // local_world)
+    if device_type == "cpu":
+        torch.set_num_threads(threads)
+
+    backend = None
+    if world > 1:
+        import torch.distributed as dist
+
+        backend = "nccl" if device_type == "cuda" else "gloo"
+        kwargs = {"device_id": device} if device_type == "cuda" else {}
+        dist.init_process_group(backend=backend, **kwargs)
+    return Context(
+        rank, world, local_rank, local_world, device_type, device, backend, threads,
+        socket.gethostname(),
+    )
+
+
+def barrier(ctx: Context) -> None:
+    if ctx.distributed:
+        import torch.distributed as dist
+
+        if ctx.device_type == "cuda":
+            dist.barrier(device_ids=[ctx.local_rank])
+        else:
+            dist.barrier()
+
+
+def gather(ctx: Context, obj) -> list:
+    """Every rank's object, in rank order, on every rank."""
+    if not ctx.distributed:
+        return [obj]
+    import torch.distributed as dist
+
+    out = [None] * ctx.world_size
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def shutdown(ctx: Context) -> None:
+    if ctx.distributed:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()

@@ -1,0 +1,265 @@
+"""The measurement entrypoint: one run spec in, one result (and a telemetry
+sidecar) out. The same code runs on the host and inside the images; under
+torchrun it runs once per process and local rank 0 writes the node's result.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import platform
+import sys
+import traceback
+from pathlib import Path
+
+from hpcai import provenance
+from hpcai.errors import HpcaiError, Interrupted
+from hpcai.signals import install_signal_handlers
+from hpcai.workloads import catalog, distributed
+from hpcai.workloads import result as R
+from hpcai.workloads.protocol import Progress, run_epochs
+
+SAMPLES_FILE = "samples.csv"
+RESULT_FILE = "result.json"
+
+
+def log(message: str) -> None:
+    print(f"[hpcai] {message}", file=sys.stderr, flush=True)
+
+
+def framework_versions(ctx) -> dict:
+    import torch
+
+    versions = {
+        "framework": "pytorch",
+        "framework_version": torch.__version__,
+        "cuda": torch.version.cuda,
+        "rocm": getattr(torch.version, "hip", None),
+        "cudnn": None,
+    }
+    try:
+        import torchvision
+
+        versions["torchvision"] = torchvision.__version__
+    except ImportError:
+        pass
+    if ctx.device_type == "cuda" and torch.backends.cudnn.is_available():
+        versions["cudnn"] = str(torch.backends.cudnn.version())
+    return versions
+
+
+def device_name(ctx) -> str:
+    if ctx.device_type == "cuda":
+        import torch
+
+        return torch.cuda.get_device_name(ctx.device)
+    return provenance.cpu_model()
+
+
+class Run:
+    def __init__(self, spec: dict, out_dir: Path):
+        self.spec = spec
+        self.out_dir = Path(out_dir)
+        self.workload_def = catalog.get_workload(spec["workload"])
+        self.started = R.now_iso()
+        self.progress = Progress()
+        self.status, self.error = "running", None
+        self.ctx = self.discovery = self.sampler = self.workload = None
+
+    # ---- the run --------------------------------------------------------
+    def execute(self) -> int:
+        with install_signal_handlers():
+            try:
+                self._setup()
+                self._measure()
+                self.status = "complete"
+            except (Interrupted, KeyboardInterrupt) as exc:
+                self.status = "interrupted"
+                self.error = {"type": "Interrupted", "message": str(exc) or "interrupted by SIGINT"}
+                log(f"{self.error['message']}: writing a result marked interrupted")
+            except HpcaiError as exc:
+                self.status, self.error = "failed", {"type": type(exc).__name__,
+                                                     "message": exc.one_line()}
+                log(f"error: {exc.one_line()}")
+            except Exception as exc:  # recorded in the result, traceback on stderr
+                self.status = "failed"
+                self.error = {"type": type(exc).__name__, "message": str(exc)}
+                traceback.print_exc()
+            finally:
+                if self.sampler is not None:
+                    self.sampler.stop()
+            self._finish()
+        return {"complete": 0, "interrupted": 130}.get(self.status, 1)
+
+    def _setup(self) -> None:
+        self.ctx = distributed.init(self.spec["devices"].get("type", "auto"))
+        protocol = self.spec["protocol"]
+        if self.ctx.is_node_leader:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            if protocol.get("telemetry", True):
+                from hpcai.workloads.power_sources import discover
+                from hpcai.workloads.telemetry import Sampler
+
+                self.discovery = discover(self.spec["devices"].get("vendor", "auto"))
+                sources = self.discovery.gpus or self.discovery.rapl
+                self.sampler = Sampler(sources, float(protocol["sample_interval_s"]))
+            self._write(self._document())  # status "running" until we know better
+        module = importlib.import_module(f"hpcai.workloads.{self.workload_def.module}")
+        self.workload = module.build(self.spec, self.ctx)
+
+    def _measure(self) -> None:
+        if self.sampler is not None:
+            self.sampler.start()
+        on_epoch = self._report_epoch if self.ctx.rank == 0 else None
+        run_epochs(self.workload, self.spec["protocol"], self.ctx, self.sampler, on_epoch,
+                   self.progress)
+
+    def _report_epoch(self, epoch, total: int) -> None:
+        kind = "warm-up" if epoch.warmup else "measured"
+        line = (f"epoch {epoch.index + 1}/{total} ({kind}): "
+                f"{epoch.throughput:.1f} {self.workload_def.unit}/s per process")
+        power = self._epoch_power(epoch)
+        if power is not None:
+            line += f", power {power:.0f} W"
+        if epoch.loss is not None:
+            line += f", loss {epoch.loss:.3f}"
+        log(line)
+
+    def _epoch_power(self, epoch) -> float | None:
+        if self.sampler is None:
+            return None
+        total, seen = 0.0, False
+        for i in range(len(self.sampler.sources)):
+            values = [r.power_w for _, r in self.sampler.series(i, epoch.start, epoch.end)
+                      if r.power_w is not None]
+            if values:
+                total += sum(values) / len(values)
+                seen = True
+        return total if seen else None
+
+    # ---- the result -----------------------------------------------------
+    def _rank_summary(self) -> dict:
+        ctx = self.ctx
+        summary = {"rank": ctx.rank if ctx else 0, "hostname": ctx.hostname if ctx else None,
+                   "epochs": [e.to_dict() for e in self.progress.epochs],
+                   "first_loss": self.progress.first_loss}
+        if ctx is not None:
+            summary["device"] = device_name(ctx)
+            summary["local_rank"] = ctx.local_rank
+        if self.workload is not None:
+            summary["peak_memory"] = self.workload.peak_memory()
+        return summary
+
+    def _finish(self) -> None:
+        mine = self._rank_summary()
+        ranks = [mine]
+        if self.status == "complete" and self.ctx is not None and self.ctx.distributed:
+            ranks = distributed.gather(self.ctx, mine)
+            ranks = [r for r in ranks if r["hostname"] == self.ctx.hostname]
+        if self.ctx is None or self.ctx.is_node_leader:
+            self._write(self._document(ranks))
+        if self.ctx is not None:
+            distributed.shutdown(self.ctx)
+
+    def _write(self, doc: dict) -> None:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        R.write_json_atomic(self.out_dir / RESULT_FILE, R.clean(doc))
+
+    def _document(self, ranks: list[dict] | None = None) -> dict:
+        spec, ctx = self.spec, self.ctx
+        ranks = ranks or [self._rank_summary()]
+        leader = ranks[0]
+        epochs = leader["epochs"]
+        throughput = R.node_throughput(ranks)
+        window = R.measured_window(epochs)
+        units = throughput["measured_units"]
+        gpus, packages, power = R.power_section(spec, self.discovery, self.sampler, window, units)
+        config = self.workload.describe() if self.workload is not None else {}
+        if ctx is not None:
+            config.update({"device_type": ctx.device_type, "processes": ctx.world_size,
+                           "backend": ctx.backend, "threads_per_process": ctx.threads})
+        flops = config.get("flops_per_unit")
+        software = provenance.hpcai_versions()
+        if ctx is not None:
+            software.update(framework_versions(ctx))
+        if self.discovery is not None and self.discovery.library is not None:
+            software["gpu_library"] = self.discovery.library.versions()
+        peaks = [r.get("peak_memory") for r in ranks if r.get("peak_memory")]
+        doc = {
+            "schema_version": R.RESULT_SCHEMA_VERSION,
+            "kind": "hpcai.result",
+            "status": self.status,
+            "error": self.error,
+            "run_id": spec["run_id"],
+            "workload": spec["workload"],
+            "spec": spec,
+            "timestamps": {"started": self.started,
+                           "finished": None if self.status == "running" else R.now_iso(),
+                           "measured_start": window[0] if window else None,
+                           "measured_end": window[1] if window else None},
+            "host": provenance.host_info(),
+            "software": software,
+            "runtime": spec.get("runtime", {"kind": "host"}),
+            "config": config,
+            "protocol": {
+                **{k: spec["protocol"][k] for k in ("warmup_epochs", "epochs", "steps_per_epoch")},
+                "sample_interval_s": spec["protocol"]["sample_interval_s"],
+                "sample_interval_achieved_s": self.sampler.achieved_intervals() if self.sampler else None,
+                "samples": len(self.sampler.times) if self.sampler else 0,
+                "sampler_overhead": self.sampler.overhead() if self.sampler else None,
+                "epochs_completed": len(epochs),
+                "measured_epochs_completed": sum(1 for e in epochs if not e["warmup"]),
+            },
+            "epochs": epochs,
+            "ranks": [{"rank": r["rank"], "device": r.get("device"),
+                       "throughput": t, "peak_memory": r.get("peak_memory")}
+                      for r, t in zip(ranks, throughput["per_rank"])],
+            "throughput": {
+                "unit": f"{self.workload_def.unit}/s",
+                "node": throughput["node"],
+                "per_gpu": throughput["per_gpu"],
+                "per_epoch_node": throughput["per_epoch_node"],
+                "stats_node": throughput["stats_node"],
+                "achieved_tflops_node": (throughput["node"] * flops / 1e12
+                                         if flops and throughput["node"] else None),
+            },
+            "work": {"unit": self.workload_def.unit, "measured_units": units,
+                     "measured_seconds": throughput["measured_seconds"],
+                     "first_loss": leader.get("first_loss"),
+                     "last_loss": epochs[-1]["loss"] if epochs else None},
+            "gpus": gpus,
+            "cpu_packages": packages,
+            "power": power,
+            "memory": {"peak_bytes": max(p["bytes"] for p in peaks),
+                       "kind": peaks[0]["kind"]} if peaks else None,
+            "sidecar": {"samples": SAMPLES_FILE if self.sampler and self.status != "running" else None},
+        }
+        if self.sampler is not None and self.status != "running":
+            names = ([f"gpu{g.info().index}" for g in self.discovery.gpus]
+                     or [d.name for d in self.discovery.rapl])
+            self.sampler.write_csv(self.out_dir / SAMPLES_FILE, names)
+        return doc
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m hpcai.workloads",
+        description="hpcai measurement entrypoint: run one spec, write one result.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run a run spec (JSON) and write result.json")
+    run.add_argument("--spec", required=True, help="path to the run spec JSON")
+    run.add_argument("--output", help="result folder (default: the spec's output_dir)")
+    sub.add_parser("version", help="print versions and exit")
+    args = parser.parse_args(argv)
+    if args.command == "version":
+        print(json.dumps({**provenance.hpcai_versions(), "platform": platform.platform()}))
+        return 0
+    try:
+        spec = json.loads(Path(args.spec).read_text())
+    except (OSError, ValueError) as exc:
+        print(f"hpcai: error: cannot read run spec {args.spec}: {exc}", file=sys.stderr)
+        return 2
+    out = Path(args.output or spec["output_dir"])
+    return Run(spec, out).execute()

@@ -1,0 +1,77 @@
+"""The seed paper's protocol: warm-up epochs discarded, measured epochs timed
+between device synchronisations, telemetry marked at every epoch boundary.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+
+from hpcai.workloads import distributed
+
+
+@dataclass
+class Epoch:
+    index: int
+    warmup: bool
+    steps: int
+    units: int
+    start: float  # wall-clock seconds (time.time), comparable with samples
+    end: float
+    duration_s: float  # from perf_counter, between synchronisations
+    loss: float | None
+
+    @property
+    def throughput(self) -> float:
+        return self.units / self.duration_s if self.duration_s > 0 else 0.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Progress:
+    """What has completed so far; survives an exception in the loop."""
+
+    epochs: list[Epoch] = field(default_factory=list)
+    first_loss: float | None = None
+
+    @property
+    def measured(self) -> list[Epoch]:
+        return [e for e in self.epochs if not e.warmup]
+
+
+def synchronize(ctx) -> None:
+    if ctx.device_type == "cuda":
+        import torch
+
+        torch.cuda.synchronize(ctx.device)
+
+
+def run_epochs(workload, protocol: dict, ctx, sampler=None, on_epoch=None,
+               progress: Progress | None = None) -> Progress:
+    progress = progress if progress is not None else Progress()
+    warmup = int(protocol["warmup_epochs"])
+    total = warmup + int(protocol["epochs"])
+    steps = int(protocol["steps_per_epoch"])
+    for index in range(total):
+        distributed.barrier(ctx)
+        synchronize(ctx)
+        if sampler is not None:
+            sampler.mark(f"epoch{index}.start")
+        start_wall, start = time.time(), time.perf_counter()
+        units = 0
+        for _ in range(steps):
+            units += workload.step()
+            if progress.first_loss is None:
+                progress.first_loss = workload.latest_loss()  # one sync, in warm-up
+        synchronize(ctx)
+        duration = time.perf_counter() - start
+        end_wall = time.time()
+        if sampler is not None:
+            sampler.mark(f"epoch{index}.end")
+        epoch = Epoch(index, index < warmup, steps, units, start_wall, end_wall, duration,
+                      workload.latest_loss())
+        progress.epochs.append(epoch)
+        if on_epoch is not None:
+            on_epoch(epoch, total)
+    return progress

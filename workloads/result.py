@@ -1,0 +1,225 @@
+"""Turns what a run measured into the result document (schema v1), and
+writes it atomically.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+from hpcai.workloads.telemetry import integrate_power_j, window_stats
+
+RESULT_SCHEMA_VERSION = "1.0"
+# Counter and integrated energy further apart than this: trust neither blindly.
+ENERGY_AGREEMENT_FRAC = 0.25
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def write_json_atomic(path: Path, doc: dict) -> None:
+    """Readers see the old file or the new one, never half of one."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(doc, fh, indent=2, allow_nan=False, default=_json_default)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _json_default(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def _clean(value):
+    """NaN and infinities become null: JSON has no place for them."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    return value
+
+
+def throughput_stats(values: list[float]) -> dict:
+    """Mean, standard deviation and a 95% confidence interval over epochs."""
+    n = len(values)
+    mean = statistics.fmean(values) if values else None
+    std = statistics.stdev(values) if n > 1 else None
+    half = None
+    if std is not None:
+        half = _t95(n - 1) * std / math.sqrt(n)
+    return {
+        "epochs": n,
+        "mean": mean,
+        "std": std,
+        "ci95": [mean - half, mean + half] if half is not None else None,
+        "cv": std / mean if std is not None and mean else None,
+    }
+
+
+def _t95(dof: int) -> float:
+    """Two-sided 95% Student t quantile (table, then the normal limit)."""
+    table = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+             2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086]
+    return table[dof - 1] if dof <= len(table) else 1.96
+
+
+def node_throughput(ranks: list[dict]) -> dict:
+    """Per epoch: units of all ranks over the slowest rank's time."""
+    measured = [[e for e in r["epochs"] if not e["warmup"]] for r in ranks]
+    n_epochs = min((len(m) for m in measured), default=0)
+    per_epoch, units_total, time_total = [], 0, 0.0
+    for i in range(n_epochs):
+        units = sum(m[i]["units"] for m in measured)
+        seconds = max(m[i]["duration_s"] for m in measured)
+        per_epoch.append(units / seconds if seconds > 0 else 0.0)
+        units_total += units
+        time_total += seconds
+    per_rank = []
+    for r, m in zip(ranks, measured):
+        secs = sum(e["duration_s"] for e in m[:n_epochs])
+        per_rank.append(sum(e["units"] for e in m[:n_epochs]) / secs if secs > 0 else None)
+    node = units_total / time_total if time_total > 0 else None
+    return {
+        "node": node,
+        "per_gpu": node / len(ranks) if node is not None else None,
+        "per_rank": per_rank,
+        "per_epoch_node": per_epoch,
+        "stats_node": throughput_stats(per_epoch),
+        "measured_units": units_total,
+        "measured_seconds": time_total,
+    }
+
+
+def source_energy(sampler, index: int, t0: float, t1: float) -> dict:
+    """Energy over [t0, t1] from the counter marks and from the samples."""
+    # The protocol marks just before an epoch starts and just after it ends.
+    start = next((m for m in reversed(sampler.marks) if m.t <= t0), None)
+    end = next((m for m in sampler.marks if m.t >= t1), None)
+    counter = None
+    if start and end and start.energy_j[index] is not None and end.energy_j[index] is not None:
+        counter = end.energy_j[index] - start.energy_j[index]
+    series = sampler.series(index, t0, t1)
+    integrated = None
+    if len(series) >= 2:
+        span = series[-1][0] - series[0][0]
+        trapz = integrate_power_j(series)
+        if trapz is not None and span > 0:
+            # Mean power over the samples, stretched to the whole window.
+            integrated = trapz / span * (t1 - t0)
+    used, note = None, None
+    if counter is not None and (integrated is None or _agree(counter, integrated)):
+        used = "counter"
+    elif integrated is not None:
+        used = "integrated"
+        if counter is not None:
+            note = (f"energy counter ({counter:.1f} J) and integrated power "
+                    f"({integrated:.1f} J) disagree; using integrated power")
+    elif counter is not None:
+        used = "counter"
+    value = {"counter": counter, "integrated": integrated}.get(used)
+    return {"counter": counter, "integrated": integrated, "used": used, "value": value,
+            "note": note}
+
+
+def _agree(a: float, b: float) -> bool:
+    return abs(a - b) <= ENERGY_AGREEMENT_FRAC * max(abs(b), 1e-9)
+
+
+def power_section(spec: dict, discovery, sampler, window, units: int) -> tuple[list, list, dict]:
+    """Per-GPU (or per-CPU-package) figures and the node's energy efficiency."""
+    overhead_w = float(spec["power"].get("node_overhead_w", 100.0))
+    used_indices = spec["devices"].get("gpu_indices")
+    gpus, packages = [], []
+    scope, energies, reasons = None, [], []
+    if discovery is not None and sampler is not None and window is not None:
+        t0, t1 = window
+        if discovery.kind == "gpu":
+            scope = "gpus"
+            for i, device in enumerate(discovery.gpus):
+                info = device.info()
+                used = used_indices is None or info.index in used_indices
+                stats = window_stats(sampler.series(i, t0, t1))
+                energy = source_energy(sampler, i, t0, t1)
+                gpus.append({**info.to_dict(), "used": used, **stats, "energy_j": energy})
+                if used:
+                    energies.append(energy["value"])
+                    if energy["note"]:
+                        reasons.append(f"GPU {info.index}: {energy['note']}")
+        elif discovery.kind == "rapl":
+            scope = "cpu_packages"
+            for i, domain in enumerate(discovery.rapl):
+                stats = window_stats(sampler.series(i, t0, t1))
+                energy = source_energy(sampler, i, t0, t1)
+                packages.append({"name": domain.name, "path": str(domain.path), **stats,
+                                 "energy_j": energy})
+                energies.append(energy["value"])
+    available = bool(energies) and all(e is not None for e in energies)
+    window_s = (window[1] - window[0]) if window else None
+    energy = sum(energies) if available else None
+    reason = None
+    if not available:
+        if discovery is None:
+            reason = ("telemetry was turned off for this run"
+                      if not spec["protocol"].get("telemetry", True)
+                      else "telemetry did not start (see the run's error)")
+        elif discovery.kind is None:
+            reason = discovery.reason
+        elif window is None:
+            reason = "no measured epoch completed"
+        else:
+            reason = "too few power samples in the measured window"
+    overhead_j = overhead_w * window_s if window_s else None
+    power = {
+        "available": available,
+        "reason": reason,
+        "source": (discovery.vendor if discovery and discovery.kind == "gpu"
+                   else "rapl" if discovery and discovery.kind == "rapl" else None),
+        "energy_scope": scope,
+        "energy_source": _energy_source([g["energy_j"] for g in gpus if g["used"]] or
+                                        [p["energy_j"] for p in packages]),
+        "notes": reasons,
+        "window_s": window_s,
+        "energy_j": energy,
+        "mean_power_w": energy / window_s if available and window_s else None,
+        "node_overhead_w": overhead_w,
+        "energy_with_overhead_j": energy + overhead_j if available and overhead_j else None,
+        "energy_per_unit_j": energy / units if available and units else None,
+        "units_per_joule": units / energy if available and energy else None,
+        "units_per_joule_with_overhead": (units / (energy + overhead_j)
+                                          if available and overhead_j else None),
+    }
+    return gpus, packages, power
+
+
+def _energy_source(entries: list[dict]) -> str | None:
+    used = {e["used"] for e in entries if e["used"]}
+    if not used:
+        return None
+    return used.pop() if len(used) == 1 else "mixed"
+
+
+def measured_window(progress_epochs: list[dict]) -> tuple[float, float] | None:
+    measured = [e for e in progress_epochs if not e["warmup"]]
+    if not measured:
+        return None
+    return measured[0]["start"], measured[-1]["end"]
+
+
+def clean(doc: dict) -> dict:
+    return _clean(doc)

@@ -1,0 +1,211 @@
+"""The telemetry sampler: one thread reads every power source at a fixed
+interval; the protocol marks epoch boundaries, where energy counters are read
+directly so energy per window does not depend on the sampling grid.
+"""
+from __future__ import annotations
+
+import csv
+import statistics
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+
+from hpcai.gpu.base import GpuReading
+
+SAMPLE_COLUMNS = [
+    "t", "source", "power_w", "energy_j", "sm_clock_mhz", "memory_clock_mhz",
+    "temperature_c", "utilization_pct", "memory_used_bytes", "power_limit_w",
+    "throttle_reasons",
+]
+
+
+@dataclass
+class Mark:
+    label: str
+    t: float
+    energy_j: list  # per source, None where no counter
+
+
+@dataclass
+class Sampler:
+    sources: list  # objects with read() -> GpuReading and energy_j()
+    interval_s: float = 0.1
+    times: list = field(default_factory=list)  # one entry per tick
+    readings: list = field(default_factory=list)  # per tick: list[GpuReading | None]
+    marks: list = field(default_factory=list)
+    read_cost_s: list = field(default_factory=list)  # wall time of each tick's reads
+    errors: int = 0
+
+    def __post_init__(self):
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._cpu_start = self._cpu_end = None
+
+    # The thread keeps its own deadline grid so slow reads do not make it drift.
+    def _loop(self) -> None:
+        self._cpu_start = time.thread_time()
+        deadline = time.monotonic()
+        while not self._stop.is_set():
+            self._tick()
+            deadline += self.interval_s
+            delay = deadline - time.monotonic()
+            if delay < 0:  # overran: skip the missed slots instead of bursting
+                deadline = time.monotonic()
+                delay = 0
+            self._stop.wait(delay)
+        self._cpu_end = time.thread_time()
+
+    def _tick(self) -> None:
+        start = time.perf_counter()
+        with self._lock:
+            t = time.time()
+            row = []
+            for source in self.sources:
+                try:
+                    row.append(source.read())
+                except Exception:  # a failed read is a gap, not a failed run
+                    self.errors += 1
+                    row.append(None)
+        self.times.append(t)
+        self.readings.append(row)
+        self.read_cost_s.append(time.perf_counter() - start)
+
+    def start(self) -> None:
+        if not self.sources or self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._loop, name="hpcai-telemetry", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def mark(self, label: str) -> Mark:
+        with self._lock:
+            energies = []
+            for source in self.sources:
+                try:
+                    energies.append(source.energy_j())
+                except Exception:
+                    energies.append(None)
+            mark = Mark(label, time.time(), energies)
+        self.marks.append(mark)
+        return mark
+
+    # ---- what the result needs -------------------------------------------
+    def achieved_intervals(self) -> dict | None:
+        gaps = [b - a for a, b in zip(self.times, self.times[1:])]
+        if not gaps:
+            return None
+        return {
+            "mean": statistics.fmean(gaps),
+            "median": statistics.median(gaps),
+            "p95": percentile(gaps, 95),
+            "max": max(gaps),
+        }
+
+    def overhead(self) -> dict | None:
+        """The sampler's own cost: per tick, and its share of one CPU core."""
+        if not self.read_cost_s or self._cpu_start is None or self._cpu_end is None:
+            return None
+        span = self.times[-1] - self.times[0] if len(self.times) > 1 else 0.0
+        cpu = self._cpu_end - self._cpu_start
+        return {
+            "ticks": len(self.read_cost_s),
+            "mean_tick_s": statistics.fmean(self.read_cost_s),
+            "cpu_s": cpu,
+            "cpu_share_of_core": cpu / span if span > 0 else None,
+        }
+
+    def series(self, index: int, t0: float, t1: float) -> list[tuple[float, GpuReading]]:
+        return [
+            (t, row[index])
+            for t, row in zip(self.times, self.readings)
+            if t0 <= t <= t1 and row[index] is not None
+        ]
+
+    def write_csv(self, path, source_names: list[str]) -> int:
+        rows = 0
+        with open(path, "w", newline="") as fh:
+            writer = csv.writer(fh)
+            writer.writerow(SAMPLE_COLUMNS)
+            for t, row in zip(self.times, self.readings):
+                for name, reading in zip(source_names, row):
+                    if reading is None:
+                        continue
+                    r = asdict(reading)
+                    writer.writerow(
+                        [f"{t:.4f}", name]
+                        + [_fmt(r[c]) for c in SAMPLE_COLUMNS[2:-1]]
+                        + ["|".join(r["throttle_reasons"])]
+                    )
+                    rows += 1
+        return rows
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return str(value)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear-interpolated percentile (numpy's default), without numpy."""
+    data = sorted(values)
+    if len(data) == 1:
+        return data[0]
+    pos = (len(data) - 1) * q / 100
+    lo = int(pos)
+    hi = min(lo + 1, len(data) - 1)
+    return data[lo] + (data[hi] - data[lo]) * (pos - lo)
+
+
+def integrate_power_j(series: list[tuple[float, GpuReading]]) -> float | None:
+    """Trapezoidal energy over the samples' span."""
+    points = [(t, r.power_w) for t, r in series if r.power_w is not None]
+    if len(points) < 2:
+        return None
+    return sum((t1 - t0) * (p0 + p1) / 2 for (t0, p0), (t1, p1) in zip(points, points[1:]))
+
+
+def summarize(values: list[float]) -> dict | None:
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    return {
+        "mean": statistics.fmean(values),
+        "median": statistics.median(values),
+        "p95": percentile(values, 95),
+        "max": max(values),
+    }
+
+
+def _mean(values):
+    values = [v for v in values if v is not None]
+    return statistics.fmean(values) if values else None
+
+
+def window_stats(series: list[tuple[float, GpuReading]]) -> dict:
+    """Power, clocks, temperature, utilisation and throttling over a window."""
+    readings = [r for _, r in series]
+    throttle: dict[str, float] = {}
+    for r in readings:
+        for reason in r.throttle_reasons:
+            throttle[reason] = throttle.get(reason, 0) + 1
+    n = len(readings)
+    return {
+        "samples": n,
+        "power_w": summarize([r.power_w for r in readings]),
+        "power_source": next((r.power_source for r in readings if r.power_source), None),
+        "sm_clock_mhz_mean": _mean([r.sm_clock_mhz for r in readings]),
+        "memory_clock_mhz_mean": _mean([r.memory_clock_mhz for r in readings]),
+        "temperature_c": summarize([r.temperature_c for r in readings]),
+        "utilization_pct_mean": _mean([r.utilization_pct for r in readings]),
+        "power_limit_w": _mean([r.power_limit_w for r in readings]),
+        "throttle_reasons": {k: v / n for k, v in sorted(throttle.items())} if n else {},
+    }
