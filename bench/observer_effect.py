@@ -74,6 +74,7 @@ def observer_effect(env: dict, out: Path, rounds: int, workload_args: list[str])
             print(f"  round {i + 1} sampler {name:<3}: {doc['throughput']['node']:.2f} images/s",
                   flush=True)
     return {
+        "ratio_per_round": [a / b for a, b in zip(on, off)],
         "throughput_on": on,
         "throughput_off": off,
         "ratio_on_off": statistics.median(on) / statistics.median(off),
@@ -130,7 +131,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="A/B pairs for the observer effect")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--image-size", type=int, default=112)
-    parser.add_argument("--steps", type=int, default=6, help="steps per epoch")
+    parser.add_argument("--steps", type=int, default=20, help="steps per epoch")
     parser.add_argument("--out", default=str(ROOT / "bench" / "out"))
     args = parser.parse_args()
     out = Path(args.out)
@@ -166,6 +167,8 @@ def main() -> None:
     print()
     print(f"{'measure':<48} {'value':>12}  target")
     print(f"{'throughput, sampler 100 ms / sampler off':<48} {observer['ratio_on_off']:>12.4f}  >= 0.99")
+    spread = observer["ratio_per_round"]
+    print(f"{'  per round, min .. max':<48} {min(spread):>5.3f} .. {max(spread):.3f}")
     print(f"{'sampler cost per tick (ms)':<48} {observer['mean_tick_s'] * 1e3:>12.3f}")
     print(f"{'sampler share of one CPU core':<48} {observer['cpu_share_of_core']:>12.2%}  < 1%")
     print(f"{'hpcai-launch --help (s)':<48} {startup['help_s']:>12.3f}  < 0.5")

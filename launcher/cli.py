@@ -101,55 +101,97 @@ def main():
     """
 
 
-def _workload_command(name: str, summary: str, presets: list[str]):
-    @main.command(name=name, help=f"{summary}.\n\nPresets: {', '.join(presets)}.")
-    @click.option("--preset", type=click.Choice(presets),
-                  help="default: paper on GPUs, short on CPU")
-    @click.option("--cap", "cap_w", type=Cap(), help="power cap per GPU in watts, restored afterwards")
-    @click.option("--power-method", type=click.Choice(POWER_METHODS),
-                  help="how caps are set (default: the site's)")
-    @click.option("--site", help="site name or .toml path (default: matched by hostname)")
-    @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto",
-                  show_default=True, help="cuda covers ROCm GPUs too")
-    @click.option("--gpus", type=int, help="number of GPUs (default: all)")
-    @click.option("--nproc", type=int, help="CPU runs: processes (default: 2)")
-    @click.option("--batch-size", type=click.IntRange(min=1), help="per process")
-    @click.option("--epochs", type=click.IntRange(min=1), help="measured epochs")
-    @click.option("--warmup-epochs", type=click.IntRange(min=0), help="discarded epochs")
-    @click.option("--steps-per-epoch", type=click.IntRange(min=1))
-    @click.option("--precision", type=click.Choice(PRECISIONS),
-                  help="default auto: bf16-mixed where supported")
-    @click.option("--channels-last/--no-channels-last", default=None,
-                  help="memory format (default: on)")
-    @click.option("--compile/--no-compile", "compile_", default=None, help="torch.compile the model")
-    @click.option("--sample-interval-ms", type=click.FloatRange(min=10, max=10000),
-                  help="telemetry interval (default: 100)")
-    @click.option("--no-telemetry", is_flag=True, help="do not sample power (for overhead tests)")
-    @click.option("--output", "-o", help="results folder (default: the site's, ./results)")
-    @click.option("--journal", help="power journal path (default: ~/.local/state/hpcai)")
-    @click.option("--dry-run", is_flag=True, help="print the run spec and command; run nothing")
-    def command(preset, cap_w, power_method, site, device, gpus, nproc, batch_size, epochs,
-                warmup_epochs, steps_per_epoch, precision, channels_last, compile_,
-                sample_interval_ms, no_telemetry, output, journal, dry_run):
+class BatchSize(click.ParamType):
+    """A batch size per process, or "auto": the largest that runs a full step."""
+
+    name = "N|auto"
+
+    def convert(self, value, param, ctx):
+        if value == "auto" or isinstance(value, int) and value >= 1:
+            return value
+        try:
+            number = int(value)
+        except (TypeError, ValueError):
+            number = 0
+        if number < 1:
+            self.fail(f"{value!r} is not a positive whole number or 'auto'", param, ctx)
+        return number
+
+
+_OPTION_TYPES = {"str": str, "int": int, "float": float}
+
+
+def _workload_option(option):
+    """A click option from a catalog Option (the catalog imports no click)."""
+    if option.type == "flag":
+        return click.option(option.flag, option.param, is_flag=True, default=None,
+                            help=option.help)
+    kind = click.Choice(option.choices) if option.choices else _OPTION_TYPES[option.type]
+    return click.option(option.flag, option.param, type=kind, default=None, help=option.help)
+
+
+def _workload_command(workload):
+    presets = list(workload.presets)
+
+    def command(preset, impl, cap_w, power_method, site, device, gpus, nproc, batch_size,
+                epochs, warmup_epochs, steps_per_epoch, precision, channels_last, compile_,
+                sample_interval_ms, no_telemetry, output, journal, dry_run, **extra):
         from hpcai.launcher.run import Options, launch
 
         opts = Options(
-            workload=name, preset=preset, cap_w=cap_w, power_method=power_method, site=site,
-            device=device, gpus=gpus, nproc=nproc, output=output, dry_run=dry_run,
-            telemetry=not no_telemetry, journal=journal,
+            workload=workload.name, impl=impl, preset=preset, cap_w=cap_w,
+            power_method=power_method, site=site, device=device, gpus=gpus, nproc=nproc,
+            output=output, dry_run=dry_run, telemetry=not no_telemetry, journal=journal,
             params={"batch_size": batch_size, "precision": precision,
-                    "channels_last": channels_last, "compile": compile_},
+                    "channels_last": channels_last, "compile": compile_, **extra},
             protocol={"epochs": epochs, "warmup_epochs": warmup_epochs,
                       "steps_per_epoch": steps_per_epoch,
                       "sample_interval_s": sample_interval_ms / 1000 if sample_interval_ms else None},
         )
         return _run_guarded(launch, opts)
 
-    return command
+    decorators = [
+        click.option("--preset", type=click.Choice(presets),
+                     help=f"default: {workload.gpu_default_preset} on GPUs, "
+                          f"{workload.cpu_default_preset} on CPU"),
+        click.option("--impl", type=click.Choice(list(workload.impls)),
+                     help=f"implementation (default: {workload.default_impl})"),
+        click.option("--cap", "cap_w", type=Cap(),
+                     help="power cap per GPU in watts, restored afterwards"),
+        click.option("--power-method", type=click.Choice(POWER_METHODS),
+                     help="how caps are set (default: the site's)"),
+        click.option("--site", help="site name or .toml path (default: matched by hostname)"),
+        click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto",
+                     show_default=True, help="cuda covers ROCm GPUs too"),
+        click.option("--gpus", type=int, help="number of GPUs (default: all)"),
+        click.option("--nproc", type=int, help="CPU runs: processes (default: 2)"),
+        click.option("--batch-size", type=BatchSize(),
+                     help="per process; 'auto' finds the largest that fits"),
+        click.option("--epochs", type=click.IntRange(min=1), help="measured epochs"),
+        click.option("--warmup-epochs", type=click.IntRange(min=0), help="discarded epochs"),
+        click.option("--steps-per-epoch", type=click.IntRange(min=1)),
+        click.option("--precision", type=click.Choice(PRECISIONS),
+                     help="default auto: bf16-mixed where supported"),
+        click.option("--channels-last/--no-channels-last", default=None,
+                     help="memory format (default: on)"),
+        click.option("--compile/--no-compile", "compile_", default=None,
+                     help="torch.compile the model"),
+        click.option("--sample-interval-ms", type=click.FloatRange(min=10, max=10000),
+                     help="telemetry interval (default: 100)"),
+        click.option("--no-telemetry", is_flag=True, help="do not sample power (for overhead tests)"),
+        click.option("--output", "-o", help="results folder (default: the site's, ./results)"),
+        click.option("--journal", help="power journal path (default: ~/.local/state/hpcai)"),
+        click.option("--dry-run", is_flag=True, help="print the run spec and command; run nothing"),
+        *(_workload_option(o) for o in workload.options),
+    ]
+    for decorate in reversed(decorators):
+        command = decorate(command)
+    help_text = f"{workload.summary}.\n\nPresets: {', '.join(presets)}."
+    return main.command(name=workload.name, help=help_text)(command)
 
 
 for _w in WORKLOADS.values():
-    _workload_command(_w.name, _w.summary, list(_w.presets))
+    _workload_command(_w)
 
 
 @main.command(name="list")

@@ -30,6 +30,7 @@ CHILD_GRACE_S = 30  # after a forwarded signal, before the workload is killed
 @dataclass
 class Options:
     workload: str
+    impl: str | None = None
     preset: str | None = None
     cap_w: float | None = None
     power_method: str | None = None
@@ -115,6 +116,7 @@ def plan(opts: Options) -> tuple[dict, list[str], dict, Node]:
     """Everything decided and checked; nothing changed yet."""
     site = sites.load(opts.site)
     workload = get_workload(opts.workload)
+    impl = workload.impl(opts.impl)
     node = Node.detect(site["gpu"]["vendor"])
     device = opts.device
     if device == "auto":
@@ -129,7 +131,7 @@ def plan(opts: Options) -> tuple[dict, list[str], dict, Node]:
         if opts.nproc is not None:
             raise UsageError("--nproc is for CPU runs", "use --gpus N to choose GPUs")
         gpu_indices = select_gpus(node, opts.gpus)
-        nproc = len(gpu_indices)
+        nproc = len(gpu_indices) if impl.process_model == "torchrun" else 1
     else:
         if opts.gpus is not None:
             raise UsageError("--gpus needs GPUs, and this run is on the CPU",
@@ -137,6 +139,11 @@ def plan(opts: Options) -> tuple[dict, list[str], dict, Node]:
         nproc = opts.nproc if opts.nproc is not None else 2  # exercises the same DDP path
         if nproc < 1:
             raise UsageError("--nproc must be at least 1", f"got {nproc}")
+        if impl.process_model != "torchrun":
+            if opts.nproc not in (None, 1):
+                raise UsageError(f"{workload.name} ({opts.impl or workload.default_impl}) "
+                                 "runs as one process", "drop --nproc")
+            nproc = 1
         # Telemetry and caps still cover the node's GPUs, if it has any.
         gpu_indices = [g.index for g in node.gpus if _visible(g)] or None
     preset = opts.preset or (workload.gpu_default_preset if device == "cuda"
@@ -144,7 +151,7 @@ def plan(opts: Options) -> tuple[dict, list[str], dict, Node]:
     method = opts.power_method or site["power"]["method"]
     output = Path(opts.output or site["paths"]["results"]).absolute()
     spec = build_spec(
-        workload, preset, overrides=opts.params,
+        workload, preset, impl=opts.impl or workload.default_impl, overrides=opts.params,
         protocol_overrides={**opts.protocol, "telemetry": opts.telemetry},
         device_type=device, vendor=node.vendor, nproc=nproc, gpu_indices=gpu_indices,
         cap_w=opts.cap_w, power_method=method,
@@ -183,7 +190,7 @@ def launch(opts: Options) -> int:
         print("command: " + shlex.join(command))
         return 0
     check_output_dir(Path(spec["output_dir"]).parent)
-    runtime.check_host_frameworks()
+    runtime.check_host_frameworks(get_workload(spec["workload"]).impl(spec["impl"]).framework)
     return execute(spec, command, site, node, opts)
 
 

@@ -16,12 +16,17 @@ from hpcai.provenance import usable_cpus
 ENTRYPOINT = ["-m", "hpcai.workloads", "run"]
 
 
+EXTRAS = {"torch": "cv", "torchvision": "cv", "tensorflow": "tf", "litgpt": "llm",
+          "sglang": "serve"}
+
+
 def check_host_frameworks(framework: str = "torch") -> None:
     """Fail before any cap is set when this Python cannot run the workload."""
     if importlib.util.find_spec(framework) is None:
+        extra = EXTRAS.get(framework, "cv")
         raise RuntimeNotFoundError(
             f"{framework} is not installed for {sys.executable}",
-            "install the workload stack with `pip install 'hpcai[cv]'` (or `make setup`)",
+            f"install the workload stack with `pip install 'hpcai[{extra}]'`",
         )
 
 

@@ -24,6 +24,7 @@ def build_spec(
     workload: Workload,
     preset_name: str,
     *,
+    impl: str,
     overrides: dict,
     protocol_overrides: dict,
     device_type: str,
@@ -49,7 +50,7 @@ def build_spec(
         if int(protocol[key]) < minimum:
             raise UsageError(f"--{key.replace('_', '-')} must be at least {minimum}",
                              f"got {protocol[key]}")
-    if int(params.get("batch_size", 1)) < 1:
+    if params.get("batch_size") != "auto" and int(params.get("batch_size", 1)) < 1:
         raise UsageError("--batch-size must be at least 1", f"got {params['batch_size']}")
     if not 0.01 <= float(protocol["sample_interval_s"]) <= 10:
         raise UsageError("--sample-interval-ms must be between 10 and 10000",
@@ -59,7 +60,7 @@ def build_spec(
         "spec_version": SPEC_VERSION,
         "run_id": run_id,
         "workload": workload.name,
-        "impl": "pytorch",
+        "impl": impl,
         "preset": preset.name,
         "params": params,
         "protocol": protocol,

@@ -25,14 +25,54 @@ class Preset:
 
 
 @dataclass(frozen=True)
+class Option:
+    """A workload-specific command-line option, declared here so the launcher
+    can offer it without importing the workload. Its value lands in the run
+    spec's params under `param` (None: keep the preset's)."""
+
+    flag: str  # "--weights"
+    param: str  # "weights"
+    help: str
+    type: str = "str"  # "str" | "int" | "float" | "flag"
+    choices: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Impl:
+    """One implementation of a workload: which module runs it and how."""
+
+    module: str  # hpcai.workloads.<module> has build(spec, ctx)
+    framework: str  # import name the host runtime must have: "torch", "tensorflow", ...
+    # "torchrun": one process per GPU, launched by torchrun (DDP, FSDP).
+    # "single": one process that drives every GPU itself (MirroredStrategy,
+    # an inference server with tensor parallelism, an engine with its own launcher).
+    process_model: str = "torchrun"
+
+
+@dataclass(frozen=True)
 class Workload:
     name: str
     summary: str
     unit: str  # unit of work: "images" or "tokens"
-    module: str  # hpcai.workloads.<module> implements it
+    impls: dict[str, Impl]
     presets: dict[str, Preset] = field(default_factory=dict)
+    options: tuple[Option, ...] = ()
     cpu_default_preset: str = "short"
     gpu_default_preset: str = "paper"
+
+    @property
+    def default_impl(self) -> str:
+        return next(iter(self.impls))
+
+    def impl(self, name: str | None) -> Impl:
+        name = name or self.default_impl
+        try:
+            return self.impls[name]
+        except KeyError:
+            raise UsageError(
+                f"{self.name} has no implementation {name!r}",
+                f"choose one of: {', '.join(self.impls)}",
+            ) from None
 
     def preset(self, name: str) -> Preset:
         try:
@@ -49,7 +89,7 @@ RESNET50 = Workload(
     name="resnet50",
     summary="ResNet-50 training (torchvision), synthetic 224x224 images on the device, SGD",
     unit="images",
-    module="resnet50",
+    impls={"pytorch": Impl("resnet50", "torch")},
     presets={
         "paper": Preset(
             "paper",

@@ -85,6 +85,16 @@ def init(device_request: str = "auto") -> Context:
     )
 
 
+def single(device_request: str = "auto") -> Context:
+    """One process that drives every GPU itself; imports no framework."""
+    device_type = device_request
+    if device_request == "auto":
+        from hpcai.gpu import detect_vendor
+
+        device_type = "cuda" if detect_vendor() else "cpu"
+    return Context(0, 1, 0, 1, device_type, None, None, usable_cpus(), socket.gethostname())
+
+
 def barrier(ctx: Context) -> None:
     if ctx.distributed:
         import torch.distributed as dist

@@ -16,6 +16,7 @@ from hpcai.errors import HpcaiError, Interrupted
 from hpcai.signals import install_signal_handlers
 from hpcai.workloads import catalog, distributed
 from hpcai.workloads import result as R
+from hpcai.workloads.base import EngineWorkload
 from hpcai.workloads.protocol import Progress, run_epochs
 
 SAMPLES_FILE = "samples.csv"
@@ -26,7 +27,10 @@ def log(message: str) -> None:
     print(f"[hpcai] {message}", file=sys.stderr, flush=True)
 
 
-def framework_versions(ctx) -> dict:
+def framework_versions(ctx, framework: str) -> dict:
+    if framework != "torch":
+        module = importlib.import_module(framework)
+        return {"framework": framework, "framework_version": getattr(module, "__version__", None)}
     import torch
 
     versions = {
@@ -48,7 +52,7 @@ def framework_versions(ctx) -> dict:
 
 
 def device_name(ctx) -> str:
-    if ctx.device_type == "cuda":
+    if ctx.device_type == "cuda" and ctx.device is not None:
         import torch
 
         return torch.cuda.get_device_name(ctx.device)
@@ -60,6 +64,7 @@ class Run:
         self.spec = spec
         self.out_dir = Path(out_dir)
         self.workload_def = catalog.get_workload(spec["workload"])
+        self.impl = self.workload_def.impl(spec.get("impl"))
         self.started = R.now_iso()
         self.progress = Progress()
         self.status, self.error = "running", None
@@ -91,7 +96,11 @@ class Run:
         return {"complete": 0, "interrupted": 130}.get(self.status, 1)
 
     def _setup(self) -> None:
-        self.ctx = distributed.init(self.spec["devices"].get("type", "auto"))
+        device = self.spec["devices"].get("type", "auto")
+        if self.impl.process_model == "torchrun":
+            self.ctx = distributed.init(device)
+        else:
+            self.ctx = distributed.single(device)
         protocol = self.spec["protocol"]
         if self.ctx.is_node_leader:
             self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -103,15 +112,18 @@ class Run:
                 sources = self.discovery.gpus or self.discovery.rapl
                 self.sampler = Sampler(sources, float(protocol["sample_interval_s"]))
             self._write(self._document())  # status "running" until we know better
-        module = importlib.import_module(f"hpcai.workloads.{self.workload_def.module}")
+        module = importlib.import_module(f"hpcai.workloads.{self.impl.module}")
         self.workload = module.build(self.spec, self.ctx)
 
     def _measure(self) -> None:
         if self.sampler is not None:
             self.sampler.start()
         on_epoch = self._report_epoch if self.ctx.rank == 0 else None
-        run_epochs(self.workload, self.spec["protocol"], self.ctx, self.sampler, on_epoch,
-                   self.progress)
+        if isinstance(self.workload, EngineWorkload):
+            self.workload.run(self.spec["protocol"], self.progress, on_epoch)
+        else:
+            run_epochs(self.workload, self.spec["protocol"], self.ctx, self.sampler, on_epoch,
+                       self.progress)
 
     def _report_epoch(self, epoch, total: int) -> None:
         kind = "warm-up" if epoch.warmup else "measured"
@@ -180,7 +192,7 @@ class Run:
         flops = config.get("flops_per_unit")
         software = provenance.hpcai_versions()
         if ctx is not None:
-            software.update(framework_versions(ctx))
+            software.update(framework_versions(ctx, self.impl.framework))
         if self.discovery is not None and self.discovery.library is not None:
             software["gpu_library"] = self.discovery.library.versions()
         peaks = [r.get("peak_memory") for r in ranks if r.get("peak_memory")]
@@ -231,6 +243,7 @@ class Run:
             "power": power,
             "memory": {"peak_bytes": max(p["bytes"] for p in peaks),
                        "kind": peaks[0]["kind"]} if peaks else None,
+            "workload_metrics": self.workload.metrics() if self.workload is not None else None,
             "sidecar": {"samples": SAMPLES_FILE if self.sampler and self.status != "running" else None},
         }
         if self.sampler is not None and self.status != "running":

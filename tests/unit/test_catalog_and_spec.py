@@ -6,7 +6,7 @@ from hpcai.workloads.catalog import get_workload
 
 
 def spec(**kw):
-    args = dict(overrides={}, protocol_overrides={}, device_type="cpu", vendor=None, nproc=2,
+    args = dict(impl="pytorch", overrides={}, protocol_overrides={}, device_type="cpu", vendor=None, nproc=2,
                 gpu_indices=None, cap_w=None, power_method="auto", cap_tolerance_frac=0.05,
                 node_overhead_w=100.0, site={"name": "default"}, output_dir="/tmp/x",
                 runtime={"kind": "host"})

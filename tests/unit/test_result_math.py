@@ -70,6 +70,16 @@ def test_energy_falls_back_to_integrated_power_when_the_counter_is_off():
     assert "disagree" in energy["note"]
 
 
+def test_without_marks_the_counter_is_read_from_the_samples():
+    # An engine-driven workload: no epoch marks, the counter comes with each tick.
+    s = Sampler(sources=[object()], interval_s=0.1)
+    s.times = [0.0, 1.0, 2.0, 3.0]
+    s.readings = [[GpuReading(power_w=100, energy_j=e)] for e in (0.0, 100.0, 200.0, 300.0)]
+    energy = R.source_energy(s, 0, 0.5, 2.5)
+    assert energy["counter"] == pytest.approx(200.0)  # interpolated at both edges
+    assert energy["used"] == "counter"
+
+
 def test_integrated_energy_is_stretched_to_the_whole_window():
     # Samples span 1 s of a 2 s window at 50 W mean: 100 J, not 50 J.
     s = sampler_with([0.5, 1.5], [50, 50], [])
