@@ -13,7 +13,8 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml constraints/dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints/dev.txt -e '.[cv,nvidia,test]'
+	# tensorflow-cpu stands in for the tf extra's tensorflow: same module, no CUDA.
+	$(BIN)/python -m pip install --quiet -c constraints/dev.txt -e '.[cv,llm,report,nvidia,test]' tensorflow-cpu
 	touch $(STAMP)
 
 # The main job on the embedded default: host runtime, whatever device is here
