@@ -168,7 +168,13 @@ class Run:
             ranks = distributed.gather(self.ctx, mine)
             ranks = [r for r in ranks if r["hostname"] == self.ctx.hostname]
         if self.ctx is None or self.ctx.is_node_leader:
+            if self.sampler is not None:
+                names = ([f"gpu{g.info().index}" for g in self.discovery.gpus]
+                         or [d.name for d in self.discovery.rapl])
+                self.sampler.write_csv(self.out_dir / SAMPLES_FILE, names)
             self._write(self._document(ranks))
+        if self.discovery is not None:
+            self.discovery.close()
         if self.ctx is not None:
             distributed.shutdown(self.ctx)
 
@@ -246,10 +252,6 @@ class Run:
             "workload_metrics": self.workload.metrics() if self.workload is not None else None,
             "sidecar": {"samples": SAMPLES_FILE if self.sampler and self.status != "running" else None},
         }
-        if self.sampler is not None and self.status != "running":
-            names = ([f"gpu{g.info().index}" for g in self.discovery.gpus]
-                     or [d.name for d in self.discovery.rapl])
-            self.sampler.write_csv(self.out_dir / SAMPLES_FILE, names)
         return doc
 
 
