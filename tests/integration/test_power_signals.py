@@ -3,7 +3,6 @@ the limits must come back and the journal go, or stay for `power restore`
 after SIGKILL."""
 from __future__ import annotations
 
-import importlib.util
 import os
 import queue
 import signal
@@ -22,9 +21,7 @@ TESTS = Path(__file__).resolve().parents[1]
 FAKES = TESTS / "fakes"
 CHILD = Path(__file__).with_name("cap_child.py")
 
-_spec = importlib.util.spec_from_file_location("fake_gpu_state", FAKES / "fake_gpu_state.py")
-fgs = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fgs)
+from fakes import fake_gpu_state as fgs  # noqa: E402 (tests/ is on sys.path via conftest)
 
 
 class Child:

@@ -1,11 +1,9 @@
 """hpcai.gpu.amd against the fake amdsmi (tests/fakes/amdsmi.py)."""
 from __future__ import annotations
 
-import importlib.util
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -13,11 +11,7 @@ from hpcai.errors import CapOutOfRangeError, DeviceError, PowerPermissionError
 from hpcai.gpu import open_library
 from hpcai.gpu.amd import AmdLibrary
 
-_spec = importlib.util.spec_from_file_location(
-    "fake_gpu_state", Path(__file__).resolve().parents[1] / "fakes" / "fake_gpu_state.py"
-)
-fgs = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fgs)
+from fakes import fake_gpu_state as fgs  # noqa: E402 (tests/ is on sys.path via conftest)
 
 
 @pytest.fixture

@@ -1,11 +1,9 @@
 """hpcai.gpu.nvidia against the fake pynvml (tests/fakes/pynvml.py)."""
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -13,11 +11,7 @@ from hpcai.errors import CapOutOfRangeError, DeviceError, PowerError, PowerPermi
 from hpcai.gpu import detect_vendor, open_library
 from hpcai.gpu.nvidia import NvidiaLibrary, decode_throttle_reasons
 
-_spec = importlib.util.spec_from_file_location(
-    "fake_gpu_state", Path(__file__).resolve().parents[1] / "fakes" / "fake_gpu_state.py"
-)
-fgs = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fgs)
+from fakes import fake_gpu_state as fgs  # noqa: E402 (tests/ is on sys.path via conftest)
 
 
 @pytest.fixture

@@ -1,7 +1,6 @@
 """Power backends (launcher/power/backends.py) over the fake vendor libraries."""
 from __future__ import annotations
 
-import importlib.util
 import shlex
 import sys
 from pathlib import Path
@@ -13,9 +12,7 @@ from hpcai.launcher.power import backends
 from hpcai.launcher.power.backends import CommandBackend, NoneBackend, make_backend
 
 FAKES = Path(__file__).resolve().parents[1] / "fakes"
-_spec = importlib.util.spec_from_file_location("fake_gpu_state", FAKES / "fake_gpu_state.py")
-fgs = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fgs)
+from fakes import fake_gpu_state as fgs  # noqa: E402 (tests/ is on sys.path via conftest)
 
 PY = shlex.quote(sys.executable)
 # A stand-in for `sudo -n nvidia-smi -i {index} -pl {watts}`: changes the fake node.

@@ -1,7 +1,6 @@
 """CapSession, the journal, restore_from_journal and the signal helpers."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -26,11 +25,7 @@ from hpcai.launcher.power.journal import default_journal_path, load_journal, wri
 from hpcai.launcher.power.session import CapSession, restore_from_journal
 from hpcai.signals import deferred_signals, install_signal_handlers
 
-_spec = importlib.util.spec_from_file_location(
-    "fake_gpu_state", Path(__file__).resolve().parents[1] / "fakes" / "fake_gpu_state.py"
-)
-fgs = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fgs)
+from fakes import fake_gpu_state as fgs  # noqa: E402 (tests/ is on sys.path via conftest)
 
 
 class Node:
