@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.hpcai-installed
 ARGS   ?=
 
-.PHONY: setup run test test-fast bench lint clean
+.PHONY: setup setup-system run test test-fast bench lint clean
 
 setup: $(STAMP)
 
@@ -22,10 +22,20 @@ $(STAMP): pyproject.toml constraints/dev.txt
 run: setup
 	$(BIN)/hpcai-launch resnet50 $(ARGS)
 
-test: setup
+# System packages the tests need: Chromium for the HTML report's browser test
+# (Debian's package; installed when missing and this is root, else a clear error).
+setup-system:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
+	  else \
+	    echo "make: chromium is missing: install Debian's chromium package as root (apt-get install chromium); the HTML report test needs it" >&2; exit 1; \
+	  fi; }
+
+test: setup setup-system
 	$(BIN)/python -m pytest -q $(ARGS)
 
-test-fast: setup
+test-fast: setup setup-system
 	$(BIN)/python -m pytest -q -m "not slow" $(ARGS)
 
 # The observer effect and start-up costs, reported as ratios from one run.

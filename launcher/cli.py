@@ -15,23 +15,21 @@ PRECISIONS = ("auto", "fp32", "tf32", "bf16-mixed", "fp16-mixed")
 POWER_METHODS = ("auto", "nvml", "amdsmi", "command", "none")
 
 
-class Cap(click.ParamType):
-    """A positive number of watts, with a one-line error otherwise."""
+class Caps(click.ParamType):
+    """Watts per GPU: one cap, a list (200,300,400) or a range (200:700:100, stop
+    included), as a sorted list; a one-line error otherwise."""
 
-    name = "WATTS"
+    name = "WATTS|LIST|START:STOP:STEP"
 
     def convert(self, value, param, ctx):
-        if isinstance(value, (int, float)):
-            number = float(value)
-        else:
-            text = str(value).strip().lower().removesuffix("w").strip()
-            try:
-                number = float(text)
-            except ValueError:
-                self.fail(f"{value!r} is not a number of watts (example: --cap 300)", param, ctx)
-        if not number > 0 or number != number or number == float("inf"):
-            self.fail(f"{value!r} must be a positive number of watts", param, ctx)
-        return number
+        if isinstance(value, list):
+            return value
+        from hpcai.launcher.sweep import parse_caps
+
+        try:
+            return parse_caps(value)
+        except HpcaiError as exc:
+            self.fail(exc.one_line(), param, ctx)
 
 
 def _run_guarded(fn, *args, **kwargs):
@@ -79,7 +77,7 @@ class OneLineErrors(click.Group):
             known = ", ".join(sorted(WORKLOADS))
             raise click.UsageError(
                 f"unknown workload or command {name!r} (workloads: {known}; "
-                f"commands: list, info, power)", ctx)
+                f"commands: list, info, power, report)", ctx)
         return super().resolve_command(ctx, args)
 
 
@@ -95,9 +93,11 @@ def main():
       hpcai-launch info                       GPUs, power method, site
       hpcai-launch resnet50                   run on every GPU (or the CPU)
       hpcai-launch resnet50 --cap 300         the same under a 300 W cap per GPU
+      hpcai-launch resnet50 --cap 200:700:100 --repeat 3   a cap sweep
       hpcai-launch resnet50 --preset tiny --dry-run
       hpcai-launch power show                 current power limits
       hpcai-launch power restore              undo a cap left by a killed run
+      hpcai-launch report results/            tables, plots and the best cap
     """
 
 
@@ -133,13 +133,19 @@ def _workload_option(option):
 def _workload_command(workload):
     presets = list(workload.presets)
 
-    def command(preset, impl, cap_w, power_method, site, device, gpus, nproc, batch_size,
-                epochs, warmup_epochs, steps_per_epoch, precision, channels_last, compile_,
-                sample_interval_ms, no_telemetry, output, journal, dry_run, **extra):
+    def command(preset, impl, caps, repeat, seed, order, idle_s, power_method, site, device,
+                gpus, nproc, batch_size, epochs, warmup_epochs, steps_per_epoch, precision,
+                channels_last, compile_, sample_interval_ms, no_telemetry, output, journal,
+                dry_run, **extra):
         from hpcai.launcher.run import Options, launch
 
+        # One cap and one repeat is a plain run, exactly as without sweeps.
+        sweep = repeat > 1 or (caps is not None and len(caps) > 1)
         opts = Options(
-            workload=workload.name, impl=impl, preset=preset, cap_w=cap_w,
+            workload=workload.name, impl=impl, preset=preset,
+            cap_w=caps[0] if caps and not sweep else None,
+            caps=(caps or [None]) if sweep else None, repeat=repeat, seed=seed, order=order,
+            idle_s=idle_s,
             power_method=power_method, site=site, device=device, gpus=gpus, nproc=nproc,
             output=output, dry_run=dry_run, telemetry=not no_telemetry, journal=journal,
             params={"batch_size": batch_size, "precision": precision,
@@ -156,8 +162,19 @@ def _workload_command(workload):
                           f"{workload.cpu_default_preset} on CPU"),
         click.option("--impl", type=click.Choice(list(workload.impls)),
                      help=f"implementation (default: {workload.default_impl})"),
-        click.option("--cap", "cap_w", type=Cap(),
-                     help="power cap per GPU in watts, restored afterwards"),
+        click.option("--cap", "caps", type=Caps(),
+                     help="power cap per GPU in watts, restored after each run; a list "
+                          "(200,300,400) or range (200:700:100) runs a sweep"),
+        click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
+                     help="runs per cap (a sweep when above 1)"),
+        click.option("--seed", type=click.IntRange(min=0),
+                     help="sweeps: seed of the shuffled cap order (default: random, recorded)"),
+        click.option("--order", type=click.Choice(["shuffle", "alternate", "ascending"]),
+                     default="shuffle", show_default=True,
+                     help="sweeps: order of the caps in each round"),
+        click.option("--idle-s", type=click.FloatRange(min=0, max=600), default=5.0,
+                     show_default=True,
+                     help="sweeps: seconds of idle power measured before the first run (0: skip)"),
         click.option("--power-method", type=click.Choice(POWER_METHODS),
                      help="how caps are set (default: the site's)"),
         click.option("--site", help="site name or .toml path (default: matched by hostname)"),
@@ -240,6 +257,42 @@ def power_restore(site, power_method, journal):
     from hpcai.launcher.info import restore_power
 
     _run_guarded(restore_power, site, power_method, journal)
+
+
+@main.command()
+@click.argument("results", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("--output", "-o", default="report", show_default=True,
+              help="folder for report.md/.html/.json, the CSV files and plots/")
+@click.option("--node-overhead-w", type=click.FloatRange(min=0),
+              help="node overhead in efficiency (default: each result's, 100 W per node)")
+@click.option("--max-slowdown", type=click.FloatRange(min=0, max=1, max_open=True),
+              default=0.10, show_default=True,
+              help="recommend the least-energy cap within this fraction of the best throughput")
+@click.option("--work", type=click.FloatRange(min=0, min_open=True),
+              help="units of work for energy x time (default: 1e6 images, 1e9 tokens)")
+@click.option("--noisy-cv", type=click.FloatRange(min=0, min_open=True), default=0.05,
+              show_default=True, help="flag cells whose coefficient of variation exceeds this")
+@click.option("--reference/--no-reference", default=False,
+              help="overlay the seed paper's published throughput")
+@click.option("--reference-file", type=click.Path(exists=True, dir_okay=False),
+              help="another reference CSV (same columns); implies --reference")
+@click.option("--power-run", help="run id whose power time series is plotted "
+                                  "(default: the most efficient run)")
+@click.option("--title", default="hpcai report", show_default=True)
+def report(results, output, node_overhead_w, max_slowdown, work, noisy_cv, reference,
+           reference_file, power_run, title):
+    """Tables, efficiency, the best cap and plots from result files or folders.
+
+    RESULTS are result.json files, run folders, sweep folders or results
+    folders (searched recursively); several GPUs and sites may be mixed.
+    """
+    from hpcai.launcher.report import ReportOptions, build_report
+
+    opts = ReportOptions(output=output, node_overhead_w=node_overhead_w,
+                         max_slowdown=max_slowdown, work=work, noisy_cv=noisy_cv,
+                         reference=reference or reference_file is not None,
+                         reference_file=reference_file, power_run=power_run, title=title)
+    _run_guarded(build_report, list(results), opts)
 
 
 if __name__ == "__main__":

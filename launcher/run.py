@@ -44,6 +44,16 @@ class Options:
     params: dict = field(default_factory=dict)
     protocol: dict = field(default_factory=dict)
     journal: str | None = None
+    # A sweep (several caps, or --repeat N) when caps is set; cap_w is then unused.
+    caps: list | None = None
+    repeat: int = 1
+    seed: int | None = None
+    order: str = "shuffle"
+    idle_s: float = 5.0
+
+    @property
+    def is_sweep(self) -> bool:
+        return self.caps is not None
 
 
 def log(message: str) -> None:
@@ -179,6 +189,10 @@ def check_cap(backend, cap_w: float, indices: list[int], site: dict) -> None:
 
 
 def launch(opts: Options) -> int:
+    if opts.is_sweep:
+        from hpcai.launcher.sweep import run_sweep
+
+        return run_sweep(opts)
     spec, command, site, node = plan(opts)
     if opts.cap_w is not None:
         from hpcai.launcher.power import make_backend
@@ -239,7 +253,12 @@ def execute(spec: dict, command: list[str], site: dict, node: Node, opts: Option
     if cap_w is not None and backend is not None:
         log("power limits restored")
     code = child.returncode if child is not None else None
-    doc = _finish_result(run_dir, spec, code, limits)
+    try:
+        doc = _finish_result(run_dir, spec, code, limits)
+    except WorkloadError:
+        if interrupted is not None:  # stopped before it could write a result
+            raise interrupted from None
+        raise
     if interrupted is not None:
         raise interrupted
     return _summarize(doc, run_dir)

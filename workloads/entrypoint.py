@@ -17,6 +17,7 @@ from hpcai.signals import install_signal_handlers
 from hpcai.workloads import catalog, distributed
 from hpcai.workloads import result as R
 from hpcai.workloads.base import EngineWorkload
+from hpcai.workloads.flops import fraction_of_peak
 from hpcai.workloads.protocol import Progress, run_epochs
 
 SAMPLES_FILE = "samples.csv"
@@ -27,35 +28,52 @@ def log(message: str) -> None:
     print(f"[hpcai] {message}", file=sys.stderr, flush=True)
 
 
+# Distributions that provide a framework's module, for its version without importing it.
+_DISTRIBUTIONS = {"tensorflow": ("tensorflow", "tensorflow-cpu"), "sglang": ("sglang",),
+                  "litgpt": ("litgpt",)}
+
+
+def distribution_version(module: str) -> str | None:
+    from importlib import metadata
+
+    for dist in _DISTRIBUTIONS.get(module, (module,)):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+# Libraries whose versions shape the figures, recorded when installed.
+_LIBRARIES = ("torch", "torchvision", "diffusers", "transformers", "litgpt", "lightning",
+              "tensorflow", "keras", "sglang")
+
+
 def framework_versions(ctx, framework: str) -> dict:
-    if framework != "torch":
-        module = importlib.import_module(framework)
-        return {"framework": framework, "framework_version": getattr(module, "__version__", None)}
-    import torch
-
     versions = {
-        "framework": "pytorch",
-        "framework_version": torch.__version__,
-        "cuda": torch.version.cuda,
-        "rocm": getattr(torch.version, "hip", None),
-        "cudnn": None,
+        "framework": "pytorch" if framework == "torch" else framework,
+        "framework_version": distribution_version(framework),
+        "libraries": {name: v for name in _LIBRARIES if (v := distribution_version(name))},
     }
-    try:
-        import torchvision
-
-        versions["torchvision"] = torchvision.__version__
-    except ImportError:
-        pass
-    if ctx.device_type == "cuda" and torch.backends.cudnn.is_available():
-        versions["cudnn"] = str(torch.backends.cudnn.version())
+    # Only a process that already runs PyTorch reports its CUDA/ROCm build.
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        versions.update(cuda=torch.version.cuda, rocm=getattr(torch.version, "hip", None),
+                        cudnn=None)
+        if framework == "torch":
+            versions["framework_version"] = torch.__version__
+        if ctx.device_type == "cuda" and torch.backends.cudnn.is_available():
+            versions["cudnn"] = str(torch.backends.cudnn.version())
     return versions
 
 
-def device_name(ctx) -> str:
+def device_name(ctx, discovery=None) -> str:
     if ctx.device_type == "cuda" and ctx.device is not None:
         import torch
 
         return torch.cuda.get_device_name(ctx.device)
+    if ctx.device_type == "cuda" and discovery is not None and discovery.gpus:
+        return discovery.gpus[0].info().name  # one process drives the node's GPUs
     return provenance.cpu_model()
 
 
@@ -155,7 +173,7 @@ class Run:
                    "epochs": [e.to_dict() for e in self.progress.epochs],
                    "first_loss": self.progress.first_loss}
         if ctx is not None:
-            summary["device"] = device_name(ctx)
+            summary["device"] = device_name(ctx, self.discovery)
             summary["local_rank"] = ctx.local_rank
         if self.workload is not None:
             summary["peak_memory"] = self.workload.peak_memory()
@@ -196,6 +214,12 @@ class Run:
             config.update({"device_type": ctx.device_type, "processes": ctx.world_size,
                            "backend": ctx.backend, "threads_per_process": ctx.threads})
         flops = config.get("flops_per_unit")
+        achieved = throughput["node"] * flops / 1e12 if flops and throughput["node"] else None
+        peak = config.get("peak_tflops") or {}
+        # One process may drive several GPUs (MirroredStrategy): per GPU means per device.
+        per_gpu = throughput["per_gpu"]
+        if per_gpu is not None:
+            per_gpu /= int(config.get("devices_per_process") or 1)
         software = provenance.hpcai_versions()
         if ctx is not None:
             software.update(framework_versions(ctx, self.impl.framework))
@@ -234,11 +258,12 @@ class Run:
             "throughput": {
                 "unit": f"{self.workload_def.unit}/s",
                 "node": throughput["node"],
-                "per_gpu": throughput["per_gpu"],
+                "per_gpu": per_gpu,
                 "per_epoch_node": throughput["per_epoch_node"],
                 "stats_node": throughput["stats_node"],
-                "achieved_tflops_node": (throughput["node"] * flops / 1e12
-                                         if flops and throughput["node"] else None),
+                "achieved_tflops_node": achieved,
+                "peak_tflops_node": peak.get("tflops_node"),
+                "fraction_of_peak": fraction_of_peak(achieved, peak),
             },
             "work": {"unit": self.workload_def.unit, "measured_units": units,
                      "measured_seconds": throughput["measured_seconds"],

@@ -40,8 +40,13 @@ class Progress:
         return [e for e in self.epochs if not e.warmup]
 
 
-def synchronize(ctx) -> None:
-    if ctx.device_type == "cuda":
+def synchronize(ctx, workload=None) -> None:
+    """Wait for the device. A workload of another framework (TensorFlow)
+    brings its own synchronize(); PyTorch is then never imported."""
+    own = getattr(workload, "synchronize", None)
+    if own is not None:
+        own()
+    elif ctx.device_type == "cuda":
         import torch
 
         torch.cuda.synchronize(ctx.device)
@@ -55,7 +60,7 @@ def run_epochs(workload, protocol: dict, ctx, sampler=None, on_epoch=None,
     steps = int(protocol["steps_per_epoch"])
     for index in range(total):
         distributed.barrier(ctx)
-        synchronize(ctx)
+        synchronize(ctx, workload)
         if sampler is not None:
             sampler.mark(f"epoch{index}.start")
         start_wall, start = time.time(), time.perf_counter()
@@ -64,7 +69,7 @@ def run_epochs(workload, protocol: dict, ctx, sampler=None, on_epoch=None,
             units += workload.step()
             if progress.first_loss is None:
                 progress.first_loss = workload.latest_loss()  # one sync, in warm-up
-        synchronize(ctx)
+        synchronize(ctx, workload)
         duration = time.perf_counter() - start
         end_wall = time.time()
         if sampler is not None:

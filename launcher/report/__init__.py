@@ -1,0 +1,164 @@
+"""`hpcai-launch report`: from result files to tables, efficiency, the best
+cap and plots, written as Markdown, CSV, JSON and one offline HTML page.
+
+load -> stats (cells) -> efficiency (best cap, Pareto, recommendation) ->
+tables -> plots -> outputs/html. Nothing here imports matplotlib until the
+plots are drawn.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from hpcai.errors import UsageError
+
+__all__ = ["ReportOptions", "build_report", "make_report"]
+
+
+@dataclass
+class ReportOptions:
+    output: str | Path = "report"
+    node_overhead_w: float | None = None  # None: each result's stated overhead
+    max_slowdown: float = 0.10
+    work: float | None = None  # None: DEFAULT_WORK per unit
+    noisy_cv: float = 0.05
+    reference: bool = False
+    reference_file: str | Path | None = None
+    power_run: str | None = None
+    title: str = "hpcai report"
+
+
+def build_report(paths: list, opts: ReportOptions) -> int:
+    """The CLI's entry: make the report and say where it is."""
+    written = make_report(paths, opts)
+    out = Path(opts.output)
+    print(f"report of {written['runs']} run(s) ({written['usable']} complete and valid) "
+          f"in {out}:")
+    for name in ("markdown", "html", "json"):
+        print(f"  {written[name]}")
+    print(f"  {len(written['csv'])} CSV file(s), {len(written['plots'])} plot(s) in {out / 'plots'}")
+    for line in written["skipped_plots"]:
+        print(f"  no plot: {line}")
+    return 0
+
+
+def make_report(paths: list, opts: ReportOptions) -> dict:
+    from hpcai.launcher.report import html, outputs, tables
+    from hpcai.launcher.report.efficiency import DEFAULT_WORK, analyse
+    from hpcai.launcher.report.load import load_reference, load_results
+    from hpcai.launcher.report.plots import make_plots
+    from hpcai.launcher.report.stats import aggregate
+
+    runs, sweeps = load_results(paths)
+    reference = load_reference(opts.reference_file) if opts.reference else None
+    if opts.power_run and all(r.run_id != opts.power_run for r in runs):
+        raise UsageError(f"--power-run {opts.power_run!r} is not among the results read",
+                         "give a run id from the report's runs table")
+    out = Path(opts.output)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create report folder {out} ({exc.strerror})",
+                         "choose another with --output") from None
+    cells = aggregate(runs, opts.node_overhead_w, opts.noisy_cv)
+    analyses = analyse(cells, opts.max_slowdown)
+    work = {unit: opts.work or amount for unit, amount in DEFAULT_WORK.items()}
+    overhead = overhead_note(runs, opts.node_overhead_w)
+
+    throughput = tables.throughput_tables(cells, analyses, reference)
+    efficiency = tables.efficiency_tables(cells, analyses, overhead)
+    recommendations = tables.recommendation_table(analyses, opts.max_slowdown) if analyses else None
+    fixed = tables.fixed_work_table(analyses, work)
+    statistics = tables.stats_table(cells) if cells else None
+    excluded = tables.excluded_table(runs)
+    sweeps_table = tables.idle_table(sweeps)
+    runs_table = tables.runs_table(runs)
+    all_tables = [t for t in (*throughput, *efficiency, recommendations, fixed, statistics,
+                              excluded, sweeps_table, runs_table) if t is not None]
+
+    plots, skipped = make_plots(out / "plots", cells, analyses, runs, reference, opts.power_run)
+    usable = sum(r.usable for r in runs)
+    generated = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    meta = [(f"Generated {generated} from {len(runs)} result file(s): {usable} complete and "
+            f"valid, {len(runs) - usable} listed but not included."),
+            overhead,
+            (f"Recommended cap: least energy per unit of work within {opts.max_slowdown:.0%} of "
+            f"the fastest enforced cap; noisy: coefficient of variation above "
+            f"{opts.noisy_cv:.0%}."),
+            "Devices: " + "; ".join(sorted({f"{r.device} = {r.device_full}" for r in runs
+                                            if r.usable})) if usable else "No usable runs."]
+    if reference:
+        meta.append("Reference: the seed paper's published throughput (Tables 3 and 4).")
+    if not cells:
+        meta.append("No complete, valid result: nothing to tabulate.")
+
+    sections = [("Best cap", [t for t in (recommendations,) if t]),
+                ("Throughput per GPU", throughput),
+                ("Energy efficiency", efficiency),
+                ("Energy and time for a fixed amount of work", [t for t in (fixed,) if t]),
+                ("Figures", plots + [f"Not drawn: {s}." for s in skipped]),
+                ("Statistics", [t for t in (statistics,) if t]),
+                ("Runs not included", [t for t in (excluded,) if t]),
+                ("Sweeps", [t for t in (sweeps_table,) if t]),
+                ("All runs", [runs_table])]
+
+    md = [f"# {opts.title}", "", *[f"{m}  " for m in meta], ""]
+    for heading, items in sections:
+        if not items:
+            continue
+        md += [f"## {heading}", ""]
+        for item in items:
+            if isinstance(item, tables.Table):
+                md.append(outputs.table_markdown(item))
+            elif isinstance(item, str):
+                md += [item, ""]
+            else:
+                md += [f"![{item.title}](plots/{item.png.name})", "",
+                       f"*{item.title}.* {item.caption} ([SVG](plots/{item.svg.name}))", ""]
+    md_path = out / "report.md"
+    md_path.write_text("\n".join(md))
+    html_path = out / "report.html"
+    html_path.write_text(html.page(opts.title, meta, sections))
+    csv_paths = [outputs.write_table_csv(t, out) for t in all_tables]
+    by_group = {a.group: a for a in analyses}
+    records = [outputs.cell_record(c, by_group.get(c.group)) for c in cells]
+    csv_paths.append(outputs.write_cells_csv(records, out))
+    json_path = outputs.write_json({
+        "kind": "hpcai.report", "report_version": 1, "generated": generated,
+        "title": opts.title, "inputs": [str(p) for p in paths],
+        "options": {"node_overhead_w": opts.node_overhead_w, "max_slowdown": opts.max_slowdown,
+                    "work": work, "noisy_cv": opts.noisy_cv, "reference": opts.reference},
+        "node_overhead": overhead,
+        "cells": records,
+        "best_caps": [outputs.analysis_record(a, work) for a in analyses],
+        "excluded_runs": [{"run_id": r.run_id, "status": r.status, "problems": r.problems,
+                           "path": str(r.path)} for r in runs if not r.usable],
+        "sweeps": [{"path": str(s.path), "sweep_id": s.doc.get("sweep_id"),
+                    "status": s.doc.get("status"), "counts": s.doc.get("counts"),
+                    "idle_baseline": s.doc.get("idle_baseline")} for s in sweeps],
+        "tables": {t.key: {"title": t.title, "header": t.header,
+                           "rows": [[c.text for c in row] for row in t.rows], "notes": t.notes}
+                   for t in all_tables},
+        "plots": [{"name": p.name, "png": str(p.png.relative_to(out)),
+                   "svg": str(p.svg.relative_to(out))} for p in plots],
+        "plots_not_drawn": skipped,
+    }, out)
+    return {"markdown": md_path, "html": html_path, "json": json_path, "csv": csv_paths,
+            "plots": plots, "skipped_plots": skipped, "runs": len(runs), "usable": usable}
+
+
+def overhead_note(runs, override: float | None) -> str:
+    if override is not None:
+        return (f"Node overhead in efficiency: {override:g} W per node (set with "
+                "--node-overhead-w; the results stated "
+                f"{_stated(runs)}).")
+    return (f"Node overhead in efficiency: {_stated(runs)}, as stated in the results "
+            "(change it with --node-overhead-w).")
+
+
+def _stated(runs) -> str:
+    values = sorted({r.node_overhead_w for r in runs if r.usable and r.node_overhead_w is not None})
+    if not values:
+        return "none stated"
+    return " / ".join(f"{v:g} W" for v in values) + " per node"

@@ -1,0 +1,108 @@
+"""Per workload and device: the most efficient cap, the Pareto front of
+throughput against efficiency, a recommended cap under a throughput
+constraint, and energy and time for a fixed amount of work.
+
+Efficiency is work per joule with the node overhead included (the seed
+paper's measure). Caps that were not enforced are shown but never
+recommended: the GPU drew more than the cap, so the cap did not do what its
+number says.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hpcai.launcher.report.stats import Cell, Group, cap_sort_key
+
+DEFAULT_WORK = {"images/s": 1e6, "tokens/s": 1e9}
+
+
+@dataclass
+class FixedWork:
+    units: float
+    energy_j: float
+    time_s: float
+
+    @property
+    def energy_x_time_js(self) -> float:
+        return self.energy_j * self.time_s
+
+
+def fixed_work(cell: Cell, units: float) -> FixedWork | None:
+    """Node energy and time to do `units` of work at this cell's rates."""
+    eff, node = cell.efficiency.mean, cell.node_throughput
+    if not eff or not node:
+        return None
+    return FixedWork(units, units / eff, units / node)
+
+
+def edp_per_unit(cell: Cell) -> float | None:
+    """Energy-delay product per unit of work: (J per unit) x (s per unit)."""
+    eff, node = cell.efficiency.mean, cell.node_throughput
+    if not eff or not node:
+        return None
+    return (1 / eff) * (1 / node)
+
+
+def pareto_front(cells: list[Cell]) -> list[Cell]:
+    """Cells no other cell beats on both throughput and efficiency."""
+    front = []
+    for c in cells:
+        dominated = any(
+            d is not c and d.throughput >= c.throughput
+            and d.efficiency.mean >= c.efficiency.mean
+            and (d.throughput > c.throughput or d.efficiency.mean > c.efficiency.mean)
+            for d in cells)
+        if not dominated:
+            front.append(c)
+    return sorted(front, key=lambda c: c.throughput)
+
+
+def recommend(cells: list[Cell], max_slowdown: float) -> Cell | None:
+    """The least energy per unit among caps within max_slowdown of the best throughput."""
+    if not cells:
+        return None
+    best = max(c.throughput for c in cells)
+    allowed = [c for c in cells if c.throughput >= (1 - max_slowdown) * best]
+    return max(allowed, key=lambda c: c.efficiency.mean)
+
+
+@dataclass
+class Analysis:
+    group: Group
+    cells: list[Cell]
+    candidates: list[Cell] = field(default_factory=list)  # power measured, cap not disproved
+    best: Cell | None = None
+    fastest: Cell | None = None
+    recommended: Cell | None = None
+    min_edp: Cell | None = None
+    pareto: list[Cell] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def is_pareto(self, cell: Cell) -> bool:
+        return any(c is cell for c in self.pareto)
+
+
+def analyse(cells: list[Cell], max_slowdown: float) -> list[Analysis]:
+    groups: dict[Group, list[Cell]] = {}
+    for cell in cells:
+        groups.setdefault(cell.group, []).append(cell)
+    out = []
+    for group, members in groups.items():
+        members = sorted(members, key=lambda c: cap_sort_key(c.cap_w))
+        a = Analysis(group, members)
+        a.candidates = [c for c in members if c.power_available and c.enforced is not False]
+        unenforced = [c.cap_label for c in members if c.enforced is False]
+        if unenforced:
+            a.notes.append(f"not enforced, so not recommended: {', '.join(unenforced)}")
+        if not any(c.power_available for c in members):
+            reasons = {r.power_reason for c in members for r in c.runs if r.power_reason}
+            why = f": {min(reasons)}" if reasons else ""
+            a.notes.append(f"power was not measured{why}")
+        if a.candidates:
+            a.best = max(a.candidates, key=lambda c: c.efficiency.mean)
+            a.fastest = max(a.candidates, key=lambda c: c.throughput)
+            a.recommended = recommend(a.candidates, max_slowdown)
+            a.min_edp = min(a.candidates, key=lambda c: edp_per_unit(c) or float("inf"))
+            a.pareto = pareto_front(a.candidates)
+        out.append(a)
+    return out

@@ -1,0 +1,83 @@
+"""The report as one self-contained HTML page: styles inline, figures embedded
+as data URIs, nothing fetched, so it opens offline and can be mailed around.
+"""
+from __future__ import annotations
+
+import base64
+from html import escape
+
+from hpcai.launcher.report.tables import Table
+
+STYLE = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto;
+       max-width: 1200px; padding: 0 1em; color: #1d1d1f; }
+h1 { margin-bottom: 0.2em; } h2 { margin-top: 2em; border-bottom: 1px solid #ccc; }
+.meta { color: #555; font-size: 0.9em; }
+table { border-collapse: collapse; margin: 0.6em 0; font-size: 0.88em; }
+th, td { border: 1px solid #bbb; padding: 0.25em 0.55em; text-align: right; }
+th { background: #eef2f7; } td:first-child, td:nth-child(2), th:first-child { text-align: left; }
+td.best { font-weight: bold; background: #e4f6e4; } td.unenforced { color: #9a5b00; }
+td.noisy { background: #fff4d6; } tr.reference td { color: #555; font-style: italic; }
+.notes { color: #444; font-size: 0.85em; margin-top: 0; }
+figure { margin: 1.5em 0; } figure img { max-width: 100%; border: 1px solid #ddd; }
+figcaption { font-size: 0.85em; color: #444; }
+.scroll { overflow-x: auto; }
+"""
+
+# Records whether every embedded figure decoded: a headless browser can read it back.
+CHECK_SCRIPT = """
+window.addEventListener("load", function () {
+  var images = document.images, decoded = 0;
+  for (var i = 0; i < images.length; i++) {
+    if (images[i].complete && images[i].naturalWidth > 0) { decoded++; }
+  }
+  document.body.setAttribute("data-images-decoded", decoded + "/" + images.length);
+});
+"""
+
+
+def table_html(table: Table) -> str:
+    head = "".join(f"<th>{escape(h)}</th>" for h in table.header)
+    rows = []
+    for row in table.rows:
+        reference = any(c.reference for c in row)
+        cells = []
+        for c in row:
+            classes = [name for name, on in (("best", c.best), ("unenforced", c.unenforced),
+                                             ("noisy", c.noisy)) if on]
+            attr = f' class="{" ".join(classes)}"' if classes else ""
+            cells.append(f"<td{attr}>{escape(c.text)}</td>")
+        cls = ' class="reference"' if reference else ""
+        rows.append(f"<tr{cls}>{''.join(cells)}</tr>")
+    notes = "".join(f"<li>{escape(n)}</li>" for n in table.notes)
+    return (f'<h3>{escape(table.title)}</h3>\n<div class="scroll"><table data-table="{table.key}">'
+            f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>\n"
+            + (f'<ul class="notes">{notes}</ul>\n' if notes else ""))
+
+
+def figure_html(plot) -> str:
+    data = base64.b64encode(plot.png.read_bytes()).decode("ascii")
+    return (f'<figure data-plot="{escape(plot.name)}"><img alt="{escape(plot.title)}" '
+            f'src="data:image/png;base64,{data}">'
+            f"<figcaption><b>{escape(plot.title)}.</b> {escape(plot.caption)}</figcaption></figure>\n")
+
+
+def page(title: str, meta: list[str], sections: list[tuple[str, list]]) -> str:
+    """sections: (heading, [Table | Plot | str paragraph])."""
+    body = [f"<h1>{escape(title)}</h1>",
+            '<div class="meta">' + "<br>".join(escape(m) for m in meta) + "</div>"]
+    for heading, items in sections:
+        if not items:
+            continue
+        body.append(f"<h2>{escape(heading)}</h2>")
+        for item in items:
+            if isinstance(item, Table):
+                body.append(table_html(item))
+            elif isinstance(item, str):
+                body.append(f"<p>{escape(item)}</p>")
+            else:
+                body.append(figure_html(item))
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{escape(title)}</title><style>{STYLE}</style>"
+            f"<script>{CHECK_SCRIPT}</script></head>\n<body>\n" + "\n".join(body)
+            + "\n</body></html>\n")

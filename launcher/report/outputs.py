@@ -1,0 +1,111 @@
+"""Markdown, CSV and JSON renderings of the report's tables and numbers."""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from hpcai.launcher.report.efficiency import Analysis, edp_per_unit, fixed_work
+from hpcai.launcher.report.stats import Cell
+from hpcai.launcher.report.tables import Table
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def table_markdown(table: Table) -> str:
+    lines = [f"### {table.title}", "",
+             "| " + " | ".join(_md_escape(h) for h in table.header) + " |",
+             "|" + "|".join("---" for _ in table.header) + "|"]
+    for row in table.rows:
+        cells = []
+        for cell in row:
+            text = _md_escape(cell.text)
+            cells.append(f"**{text}**" if cell.best and text != "–" else text)
+        lines.append("| " + " | ".join(cells) + " |")
+    if table.notes:
+        lines.append("")
+        lines.extend(f"- {_md_escape(n)}" for n in table.notes)
+    return "\n".join(lines) + "\n"
+
+
+def write_table_csv(table: Table, folder: Path) -> Path:
+    path = folder / f"{table.key}.csv"
+    with open(path, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(table.header)
+        for row in table.rows:
+            writer.writerow([c.text for c in row])
+    return path
+
+
+CELL_COLUMNS = [
+    "workload", "preset", "device", "device_full", "device_type", "site", "gpus", "unit",
+    "cap_w", "enforced", "repeats", "epochs", "throughput_per_gpu", "std", "ci95_low",
+    "ci95_high", "ci_from", "cv", "noisy", "node_throughput", "mean_power_w",
+    "units_per_joule_gpus", "units_per_joule_with_overhead", "energy_per_unit_j",
+    "edp_per_unit_js", "sm_clock_mhz", "memory_clock_mhz", "most_efficient", "pareto",
+    "recommended", "run_ids",
+]
+
+
+def cell_record(cell: Cell, analysis: Analysis | None) -> dict:
+    s = cell.spread
+    return {
+        "workload": cell.group.workload, "preset": cell.group.preset,
+        "device": cell.group.device, "device_full": cell.group.device_full,
+        "device_type": cell.group.device_type, "site": cell.group.site,
+        "gpus": cell.group.processes, "unit": cell.group.unit, "cap_w": cell.cap_w,
+        "enforced": cell.enforced, "repeats": cell.repeats.n, "epochs": cell.epochs.n,
+        "throughput_per_gpu": cell.throughput, "std": s.std,
+        "ci95_low": s.ci95[0] if s.ci95 else None, "ci95_high": s.ci95[1] if s.ci95 else None,
+        "ci_from": cell.basis, "cv": s.cv, "noisy": cell.noisy, "noise": cell.noise,
+        "node_throughput": cell.node_throughput, "mean_power_w": cell.mean_power_w,
+        "units_per_joule_gpus": cell.gpu_efficiency,
+        "units_per_joule_with_overhead": cell.efficiency.mean,
+        "energy_per_unit_j": cell.energy_per_unit_j, "edp_per_unit_js": edp_per_unit(cell),
+        "sm_clock_mhz": cell.sm_clock_mhz, "memory_clock_mhz": cell.memory_clock_mhz,
+        "most_efficient": analysis is not None and analysis.best is cell,
+        "pareto": analysis is not None and analysis.is_pareto(cell),
+        "recommended": analysis is not None and analysis.recommended is cell,
+        "run_ids": [r.run_id for r in cell.runs],
+    }
+
+
+def write_cells_csv(records: list[dict], folder: Path) -> Path:
+    path = folder / "cells.csv"
+    with open(path, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(CELL_COLUMNS)
+        for rec in records:
+            writer.writerow(["" if rec[k] is None else
+                             " ".join(rec[k]) if isinstance(rec[k], list) else rec[k]
+                             for k in CELL_COLUMNS])
+    return path
+
+
+def analysis_record(a: Analysis, work: dict[str, float]) -> dict:
+    def cap(cell):
+        return None if cell is None else cell.cap_w
+
+    rec = {"workload": a.group.workload, "preset": a.group.preset, "device": a.group.device,
+           "device_full": a.group.device_full, "site": a.group.site, "gpus": a.group.processes,
+           "unit": a.group.unit, "most_efficient_cap_w": cap(a.best),
+           "fastest_cap_w": cap(a.fastest), "recommended_cap_w": cap(a.recommended),
+           "least_energy_x_time_cap_w": cap(a.min_edp),
+           "pareto_caps_w": [c.cap_w for c in a.pareto],
+           "has_power": bool(a.candidates), "notes": a.notes, "fixed_work": []}
+    for cell in a.candidates:
+        fw = fixed_work(cell, work[a.group.unit])
+        if fw is not None:
+            rec["fixed_work"].append({"cap_w": cell.cap_w, "units": fw.units,
+                                      "energy_j": fw.energy_j, "time_s": fw.time_s,
+                                      "energy_x_time_js": fw.energy_x_time_js})
+    return rec
+
+
+def write_json(doc: dict, folder: Path) -> Path:
+    path = folder / "report.json"
+    path.write_text(json.dumps(doc, indent=2, default=str, allow_nan=False) + "\n")
+    return path

@@ -1,0 +1,249 @@
+"""The report's figures, as PNG and SVG, with matplotlib's Agg backend
+(imported here only, when a report is made: `hpcai-launch --help` stays light).
+
+Throughput against cap; efficiency against throughput with the caps labelled
+(the seed paper's Figure 1); SM and memory clocks against cap (its Figure 2);
+the power time series of one run.
+"""
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+from hpcai.launcher.report.efficiency import Analysis
+from hpcai.launcher.report.load import RefPoint, Run, workload_key
+from hpcai.launcher.report.stats import Cell, cap_label, cap_sort_key
+
+
+@dataclass
+class Plot:
+    name: str
+    title: str
+    caption: str
+    png: Path
+    svg: Path
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, folder: Path, name: str, title: str, caption: str) -> Plot:
+    folder.mkdir(parents=True, exist_ok=True)
+    png, svg = folder / f"{name}.png", folder / f"{name}.svg"
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    fig.savefig(svg)
+    _pyplot().close(fig)
+    return Plot(name, title, caption, png, svg)
+
+
+def _slug(text: str) -> str:
+    return "".join(ch if ch.isalnum() else "-" for ch in text.lower()).strip("-")
+
+
+def make_plots(folder: Path, cells: list[Cell], analyses: list[Analysis], runs: list[Run],
+               reference: list[RefPoint] | None, power_run: str | None) -> tuple[list[Plot], list[str]]:
+    """Every figure there is data for; and a line for each one left out, with why."""
+    plots, skipped = [], []
+    sites = len({c.group.site for c in cells}) > 1
+    by_workload: dict[str, list[Cell]] = {}
+    for cell in cells:
+        by_workload.setdefault(cell.group.workload, []).append(cell)
+    for workload, mine in by_workload.items():
+        refs = [p for p in reference or [] if workload_key(p.workload) == workload_key(workload)]
+        plots.append(throughput_plot(folder, workload, mine, refs, sites))
+        group_analyses = [a for a in analyses if a.group.workload == workload]
+        if any(c.power_available for c in mine):
+            plots.append(efficiency_plot(folder, workload, mine, group_analyses, sites))
+        else:
+            skipped.append(f"efficiency of {workload}: power was not measured")
+        if any(c.sm_clock_mhz is not None or c.memory_clock_mhz is not None for c in mine):
+            plots.append(clocks_plot(folder, workload, mine, sites))
+        else:
+            skipped.append(f"clocks of {workload}: no GPU clocks were sampled")
+    run = pick_power_run(runs, analyses, power_run)
+    if run is not None:
+        plot = power_plot(folder, run)
+        if plot is not None:
+            plots.append(plot)
+        else:
+            skipped.append(f"power time series: run {run.run_id} has no power samples")
+    else:
+        skipped.append("power time series: no run has power samples")
+    return plots, skipped
+
+
+MARKERS = ("o", "s", "^", "D", "v", "P")
+
+
+def _styles(cells: list[Cell], refs: list[RefPoint] = ()) -> dict:
+    """One colour per device model, so our H100 and the paper's H100 match;
+    another marker for each further row of the same model (other site, GPU count)."""
+    import matplotlib
+
+    palette = matplotlib.colormaps["tab10"].colors
+    devices = sorted({c.group.device for c in cells} | {p.gpu for p in refs})
+    colour = {d: palette[i % len(palette)] for i, d in enumerate(devices)}
+    styles, seen = {}, {}
+    for group in dict.fromkeys(c.group for c in cells):
+        n = seen.get(group.device, 0)
+        seen[group.device] = n + 1
+        styles[group] = {"color": colour[group.device], "marker": MARKERS[n % len(MARKERS)]}
+    for gpu in {p.gpu for p in refs}:
+        styles[gpu] = {"color": colour[gpu], "marker": "x"}
+    return styles
+
+
+def _legend(ax) -> None:
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+
+
+def _positions(caps: list) -> dict:
+    return {cap: i for i, cap in enumerate(sorted(set(caps), key=cap_sort_key))}
+
+
+def throughput_plot(folder: Path, workload: str, cells: list[Cell], refs: list[RefPoint],
+                    sites: bool) -> Plot:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    pos = _positions([c.cap_w for c in cells] + [p.cap_w for p in refs])
+    styles = _styles(cells, refs)
+    for group in dict.fromkeys(c.group for c in cells):
+        mine = sorted((c for c in cells if c.group == group), key=lambda c: cap_sort_key(c.cap_w))
+        xs = [pos[c.cap_w] for c in mine]
+        ys = [c.throughput for c in mine]
+        errs = [c.spread.half_width or 0.0 for c in mine]
+        style = styles[group]
+        ax.errorbar(xs, ys, yerr=errs, capsize=3, label=group.device_label(sites), **style)
+        hollow = [(x, y) for x, y, c in zip(xs, ys, mine) if c.enforced is False]
+        if hollow:
+            ax.scatter(*zip(*hollow), s=90, facecolors="white", edgecolors=style["color"],
+                       marker=style["marker"], zorder=3,
+                       label=f"{group.device_label(sites)}: cap not enforced")
+    for gpu in dict.fromkeys(p.gpu for p in refs):
+        mine = sorted((p for p in refs if p.gpu == gpu), key=lambda p: p.cap_w)
+        ax.plot([pos[p.cap_w] for p in mine], [p.throughput for p in mine], linestyle="--",
+                alpha=0.6, label=f"{gpu} (paper)", **styles[gpu])
+    ax.set_xticks(list(pos.values()), [cap_label(c) for c in pos])
+    ax.set_xlabel("power cap per GPU")
+    ax.set_ylabel(f"throughput per GPU ({cells[0].group.unit})")
+    ax.set_title(f"{workload}: throughput against power cap")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    _legend(ax)
+    return _save(fig, folder, f"throughput-{_slug(workload)}", f"{workload}: throughput against cap",
+                 "Mean per-GPU throughput with its 95% confidence interval; hollow markers: "
+                 "the cap was not enforced; dashed: the seed paper's figures.")
+
+
+def efficiency_plot(folder: Path, workload: str, cells: list[Cell], analyses: list[Analysis],
+                    sites: bool) -> Plot:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(9, 5))
+    unit = cells[0].group.unit
+    styles = _styles(cells)
+    for a in analyses:
+        mine = [c for c in a.cells if c.power_available]
+        if not mine:
+            continue
+        line = ax.plot([c.throughput for c in mine], [c.efficiency.mean for c in mine],
+                       label=a.group.device_label(sites), **styles[a.group])[0]
+        for c in mine:
+            text = c.cap_label if c.enforced is not False else f"({c.cap_label})"
+            ax.annotate(text, (c.throughput, c.efficiency.mean), textcoords="offset points",
+                        xytext=(4, 4), fontsize=7)
+        if a.pareto:
+            ax.plot([c.throughput for c in a.pareto], [c.efficiency.mean for c in a.pareto],
+                    linewidth=6, alpha=0.2, color=line.get_color())
+        if a.best is not None:
+            ax.scatter([a.best.throughput], [a.best.efficiency.mean], marker="*", s=220,
+                       color=line.get_color(), edgecolors="black", zorder=4)
+    ax.set_xlabel(f"throughput per GPU ({unit})")
+    ax.set_ylabel(f"{unit.split('/')[0]} per joule (node overhead included)")
+    ax.set_title(f"{workload}: efficiency against throughput")
+    ax.grid(alpha=0.3)
+    _legend(ax)
+    return _save(fig, folder, f"efficiency-{_slug(workload)}",
+                 f"{workload}: efficiency against throughput",
+                 "Each point is a cap (labelled); star: the most efficient enforced cap; "
+                 "shaded: the Pareto front; caps in parentheses were not enforced.")
+
+
+def clocks_plot(folder: Path, workload: str, cells: list[Cell], sites: bool) -> Plot:
+    plt = _pyplot()
+    fig, (sm, mem) = plt.subplots(1, 2, figsize=(10, 4))
+    pos = _positions([c.cap_w for c in cells])
+    styles = _styles(cells)
+    for group in dict.fromkeys(c.group for c in cells):
+        mine = sorted((c for c in cells if c.group == group), key=lambda c: cap_sort_key(c.cap_w))
+        for ax, attr in ((sm, "sm_clock_mhz"), (mem, "memory_clock_mhz")):
+            points = [(pos[c.cap_w], getattr(c, attr)) for c in mine if getattr(c, attr) is not None]
+            if points:
+                ax.plot(*zip(*points), label=group.device_label(sites), **styles[group])
+    for ax, name in ((sm, "SM clock"), (mem, "memory clock")):
+        ax.set_xticks(list(pos.values()), [cap_label(c) for c in pos], fontsize=8)
+        ax.set_xlabel("power cap per GPU")
+        ax.set_ylabel(f"mean {name} (MHz)")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"{workload}: clocks against power cap")
+    return _save(fig, folder, f"clocks-{_slug(workload)}", f"{workload}: clocks against cap",
+                 "Mean SM and memory clocks over the measured epochs, averaged over the GPUs "
+                 "used and the repeats.")
+
+
+def pick_power_run(runs: list[Run], analyses: list[Analysis], wanted: str | None) -> Run | None:
+    """The run asked for, else the first run of the most efficient cap, else any with samples."""
+    if wanted:  # checked to exist before the report started
+        return next(r for r in runs if r.run_id == wanted)
+    for a in analyses:
+        if a.best is not None:
+            for run in a.best.runs:
+                if run.samples_path is not None:
+                    return run
+    return next((r for r in runs if r.usable and r.power_available and r.samples_path), None)
+
+
+def read_power_samples(path: Path) -> dict[str, list[tuple[float, float]]]:
+    series: dict[str, list[tuple[float, float]]] = {}
+    with open(path, newline="") as fh:
+        for row in csv.DictReader(fh):
+            if row.get("power_w"):
+                series.setdefault(row["source"], []).append((float(row["t"]), float(row["power_w"])))
+    return series
+
+
+def power_plot(folder: Path, run: Run) -> Plot | None:
+    series = read_power_samples(run.samples_path) if run.samples_path else {}
+    if not series:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(9, 4))
+    t0 = min(points[0][0] for points in series.values())
+    for source, points in series.items():
+        ax.plot([t - t0 for t, _ in points], [p for _, p in points], linewidth=1.5,
+                label=source, zorder=3)
+    if run.measured_start is not None and run.measured_end is not None:
+        ax.axvspan(run.measured_start - t0, run.measured_end - t0, alpha=0.12, color="green",
+                   label="measured epochs")
+    if run.cap_w is not None:
+        ax.axhline(run.cap_w, linestyle=":", color="red", linewidth=1, zorder=2,
+                   label=f"cap {run.cap_w:g} W")
+    top = max([p for points in series.values() for _, p in points] + [run.cap_w or 0])
+    ax.set_xlabel("time since the first sample (s)")
+    ax.set_ylabel("power (W)")
+    ax.set_ylim(0, top * 1.15 if top > 0 else 1)
+    ax.set_title(f"power of run {run.run_id}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, folder, "power-timeseries", f"Power time series of {run.run_id}",
+                 f"{run.workload} on {run.device} at {cap_label(run.cap_w)}: instant power per "
+                 "source; shaded: the measured window.")

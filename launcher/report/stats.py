@@ -1,0 +1,162 @@
+"""Grouping runs into table cells (workload and device x cap) and the
+statistics over their repeats and measured epochs.
+
+A cell's throughput is the mean of its repeats' per-GPU throughput; its
+confidence interval comes from the repeats when there are at least two, else
+from the single run's measured epochs. Only usable (schema-valid, complete)
+runs enter a cell.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hpcai.launcher.report.load import Run
+from hpcai.workloads.result import throughput_stats
+
+
+@dataclass(frozen=True)
+class Group:
+    """A table row: one workload on one kind of device at one site."""
+
+    workload: str
+    preset: str
+    device: str
+    device_full: str
+    device_type: str
+    site: str
+    processes: int
+    unit: str
+
+    def device_label(self, with_site: bool = False) -> str:
+        label = f"{self.device} ×{self.processes}"
+        return f"{label} @ {self.site}" if with_site else label
+
+    def workload_label(self) -> str:
+        return self.workload if self.preset in ("paper", "?") else f"{self.workload} ({self.preset})"
+
+    @property
+    def power_measured(self) -> bool:
+        return self.device_type == "cuda"
+
+
+def group_of(run: Run) -> Group:
+    return Group(run.workload, run.preset, run.device, run.device_full, run.device_type,
+                 run.site, run.processes, run.unit)
+
+
+@dataclass
+class Stats:
+    n: int
+    mean: float | None
+    std: float | None
+    ci95: tuple[float, float] | None
+    cv: float | None
+
+    @property
+    def half_width(self) -> float | None:
+        return None if self.ci95 is None else (self.ci95[1] - self.ci95[0]) / 2
+
+
+def describe(values: list[float]) -> Stats:
+    values = [v for v in values if v is not None]
+    raw = throughput_stats(values)
+    ci = tuple(raw["ci95"]) if raw["ci95"] is not None else None
+    return Stats(raw["epochs"], raw["mean"], raw["std"], ci, raw["cv"])
+
+
+@dataclass
+class Cell:
+    group: Group
+    cap_w: float | None
+    runs: list[Run]
+    repeats: Stats = None
+    epochs: Stats = None
+    efficiency: Stats = None  # units per joule, node overhead included
+    gpu_efficiency: float | None = None  # units per joule, GPUs only
+    node_throughput: float | None = None
+    mean_power_w: float | None = None
+    sm_clock_mhz: float | None = None
+    memory_clock_mhz: float | None = None
+    enforced: bool | None = None
+    noise: list[str] = field(default_factory=list)
+
+    @property
+    def throughput(self) -> float | None:
+        return self.repeats.mean
+
+    @property
+    def basis(self) -> str:
+        return "repeats" if self.repeats.n >= 2 else "epochs"
+
+    @property
+    def spread(self) -> Stats:
+        return self.repeats if self.repeats.n >= 2 else self.epochs
+
+    @property
+    def noisy(self) -> bool:
+        return bool(self.noise)
+
+    @property
+    def power_available(self) -> bool:
+        return self.efficiency.mean is not None
+
+    @property
+    def cap_label(self) -> str:
+        return cap_label(self.cap_w)
+
+    @property
+    def energy_per_unit_j(self) -> float | None:
+        eff = self.efficiency.mean
+        return 1 / eff if eff else None
+
+
+def cap_label(cap_w: float | None) -> str:
+    return "uncapped" if cap_w is None else f"{cap_w:g} W"
+
+
+def cap_sort_key(cap_w: float | None):
+    return (cap_w is None, cap_w or 0.0)
+
+
+def aggregate(runs: list[Run], overhead_w: float | None, noisy_cv: float) -> list[Cell]:
+    """One cell per group and cap, from usable runs only."""
+    buckets: dict[tuple[Group, float | None], list[Run]] = {}
+    for run in runs:
+        if run.usable:
+            buckets.setdefault((group_of(run), run.cap_w), []).append(run)
+    cells = [_cell(group, cap, members, overhead_w, noisy_cv)
+             for (group, cap), members in buckets.items()]
+    return sorted(cells, key=lambda c: (c.group.unit, c.group.workload, c.group.preset,
+                                        c.group.device, c.group.site, c.group.processes,
+                                        cap_sort_key(c.cap_w)))
+
+
+def _cell(group: Group, cap: float | None, runs: list[Run], overhead_w, noisy_cv) -> Cell:
+    runs = sorted(runs, key=lambda r: (r.repeat if r.repeat is not None else 0, r.started or ""))
+    cell = Cell(group, cap, runs)
+    cell.repeats = describe([r.per_gpu for r in runs])
+    cell.epochs = describe([v for r in runs for v in r.per_epoch_per_gpu])
+    effs = [r.efficiency(overhead_w) for r in runs]
+    # Efficiency only when every repeat measured power: a partial mean would mislead.
+    cell.efficiency = describe(effs) if all(e is not None for e in effs) else describe([])
+    gpu_effs = [r.gpu_efficiency() for r in runs]
+    cell.gpu_efficiency = _mean(gpu_effs) if all(e is not None for e in gpu_effs) else None
+    cell.node_throughput = _mean([r.node for r in runs])
+    cell.mean_power_w = _mean([r.mean_power_w for r in runs])
+    cell.sm_clock_mhz = _mean([r.sm_clock_mhz for r in runs])
+    cell.memory_clock_mhz = _mean([r.memory_clock_mhz for r in runs])
+    flags = [r.enforced for r in runs]
+    cell.enforced = (False if False in flags else True if flags and all(flags) else None) \
+        if cap is not None else None
+    if cell.repeats.n >= 2 and cell.repeats.cv is not None and cell.repeats.cv > noisy_cv:
+        cell.noise.append(f"repeats vary by {cell.repeats.cv:.1%} (CV)")
+    for run in runs:
+        epoch = describe(run.per_epoch_per_gpu)
+        if epoch.cv is not None and epoch.cv > noisy_cv:
+            cell.noise.append(f"run {run.run_id}: epochs vary by {epoch.cv:.1%} (CV)")
+    return cell
+
+
+def _mean(values):
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None

@@ -1,0 +1,283 @@
+"""The report's tables, as plain data that the Markdown, CSV and HTML writers
+render. The throughput tables follow the seed paper's Tables 3 and 4:
+workload and GPU as rows, caps as columns, throughput per GPU, and values
+whose cap was not enforced in parentheses.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hpcai.launcher.report.efficiency import Analysis, edp_per_unit, fixed_work
+from hpcai.launcher.report.load import RefPoint, Run, workload_key
+from hpcai.launcher.report.stats import Cell, cap_label, cap_sort_key
+
+NOISY_MARK = "†"
+UNIT_TITLES = {"images/s": "Vision workloads (images/s per GPU)",
+               "tokens/s": "Language workloads (tokens/s per GPU)"}
+
+
+@dataclass
+class TCell:
+    text: str
+    value: float | None = None
+    best: bool = False  # the most efficient cap of its row
+    unenforced: bool = False
+    noisy: bool = False
+    reference: bool = False
+
+
+@dataclass
+class Table:
+    key: str  # file name stem of its CSV
+    title: str
+    header: list[str]
+    rows: list[list[TCell]]
+    notes: list[str] = field(default_factory=list)
+
+
+def fmt(value: float | None, digits: int = 5) -> str:
+    """Five significant figures, as the paper prints them; never exponents above 1."""
+    if value is None:
+        return "–"
+    if abs(value) >= 10 ** digits:
+        return f"{value:.0f}"
+    text = f"{value:.{digits}g}"
+    if "e" in text:
+        text = f"{value:.3e}"
+    return text
+
+
+def _t(text: str) -> TCell:
+    return TCell(text)
+
+
+def _value_cell(value: float | None, *, enforced: bool | None, noisy: bool = False,
+                best: bool = False, reference: bool = False) -> TCell:
+    text = fmt(value)
+    if value is not None and enforced is False:
+        text = f"({text})"
+    if noisy and value is not None:
+        text += NOISY_MARK
+    return TCell(text, value, best=best, unenforced=enforced is False, noisy=noisy,
+                 reference=reference)
+
+
+def _with_site(cells: list[Cell]) -> bool:
+    return len({c.group.site for c in cells}) > 1
+
+
+def throughput_tables(cells: list[Cell], analyses: list[Analysis],
+                      reference: list[RefPoint] | None) -> list[Table]:
+    """One table per unit (images/s, tokens/s), as the paper's Tables 3 and 4."""
+    tables = []
+    best = {a.group: a.best for a in analyses}
+    sites = _with_site(cells)
+    units = sorted({c.group.unit for c in cells})
+    workloads = {workload_key(c.group.workload) for c in cells}
+    for unit in units:
+        mine = [c for c in cells if c.group.unit == unit]
+        # The paper's rows only beside workloads measured here.
+        refs = [p for p in reference or [] if p.unit == unit
+                and workload_key(p.workload) in workloads]
+        caps = sorted({c.cap_w for c in mine} | {p.cap_w for p in refs}, key=cap_sort_key)
+        header = ["Workload", "GPU", *[cap_label(c) for c in caps]]
+        rows = []
+        groups = list(dict.fromkeys(c.group for c in mine))
+        for group in groups:
+            by_cap = {c.cap_w: c for c in mine if c.group == group}
+            row = [_t(group.workload_label()), _t(group.device_label(sites))]
+            for cap in caps:
+                cell = by_cap.get(cap)
+                row.append(_value_cell(cell.throughput, enforced=cell.enforced, noisy=cell.noisy,
+                                       best=cell is best.get(group)) if cell else _t("–"))
+            rows.append(row)
+        for (workload, gpu) in dict.fromkeys((p.workload, p.gpu) for p in refs):
+            by_cap = {p.cap_w: p for p in refs if p.workload == workload and p.gpu == gpu}
+            row = [_t(workload), _t(f"{gpu} (paper)")]
+            for cap in caps:
+                p = by_cap.get(cap)
+                row.append(_value_cell(p.throughput, enforced=p.enforced, reference=True)
+                           if p else _t("–"))
+            rows.append(row)
+        if not rows:
+            continue
+        notes = [("Values in parentheses: the cap was not enforced (median power above the "
+                 "cap plus its tolerance), as the seed paper prints them."),
+                 ("On CPU runs the throughput is per process and power was not measured unless "
+                 "RAPL was readable.")]
+        if any(c.noisy for c in mine):
+            notes.append(f"{NOISY_MARK}: noisy (coefficient of variation above the threshold; see the "
+                         "statistics table).")
+        if refs:
+            notes.append("Rows marked (paper): the seed paper's published per-GPU throughput "
+                         "(4 GPUs per node).")
+        key = "throughput-" + unit.split("/")[0]
+        tables.append(Table(key, UNIT_TITLES.get(unit, unit), header, rows, notes))
+    return tables
+
+
+def efficiency_tables(cells: list[Cell], analyses: list[Analysis], overhead_note: str) -> list[Table]:
+    """The same layout, work per joule with the node overhead; the best cap marked."""
+    tables = []
+    best = {a.group: a.best for a in analyses}
+    sites = _with_site(cells)
+    for unit in sorted({c.group.unit for c in cells}):
+        mine = [c for c in cells if c.group.unit == unit and c.power_available]
+        if not mine:
+            continue
+        caps = sorted({c.cap_w for c in mine}, key=cap_sort_key)
+        work = unit.split("/")[0]
+        rows = []
+        for group in dict.fromkeys(c.group for c in mine):
+            by_cap = {c.cap_w: c for c in mine if c.group == group}
+            row = [_t(group.workload_label()), _t(group.device_label(sites))]
+            for cap in caps:
+                cell = by_cap.get(cap)
+                row.append(_value_cell(cell.efficiency.mean, enforced=cell.enforced,
+                                       noisy=cell.noisy, best=cell is best.get(group))
+                           if cell else _t("–"))
+            rows.append(row)
+        tables.append(Table(f"efficiency-{work}", f"Energy efficiency ({work} per joule, "
+                            "node overhead included)", ["Workload", "GPU",
+                                                        *[cap_label(c) for c in caps]], rows,
+                            [overhead_note, "Bold: the most efficient enforced cap of the row."]))
+    return tables
+
+
+def recommendation_table(analyses: list[Analysis], max_slowdown: float) -> Table:
+    sites = len({a.group.site for a in analyses}) > 1
+    header = ["Workload", "GPU", "Most efficient cap", "Fastest cap",
+              f"Recommended (least energy within {max_slowdown:.0%} of the fastest)",
+              "Throughput cost", "Energy saved", "Least energy × time", "Pareto front (caps)"]
+    rows = []
+    for a in analyses:
+        row = [_t(a.group.workload_label()), _t(a.group.device_label(sites))]
+        if a.best is None:
+            rows.append(row + [_t("–")] * 7)
+            continue
+        fastest, rec = a.fastest, a.recommended
+        row.append(_t(f"{a.best.cap_label} ({fmt(a.best.efficiency.mean)} "
+                      f"{_work(a)}/J)"))
+        row.append(_t(f"{fastest.cap_label} ({fmt(fastest.throughput)} {a.group.unit})"))
+        row.append(_t(rec.cap_label))
+        cost = 1 - rec.throughput / fastest.throughput if fastest.throughput else None
+        saved = 1 - fastest.efficiency.mean / rec.efficiency.mean if rec.efficiency.mean else None
+        row.append(_t(f"{cost:.1%}" if cost is not None else "–"))
+        row.append(_t(f"{saved:.1%}" if saved is not None else "–"))
+        row.append(_t(a.min_edp.cap_label if a.min_edp else "–"))
+        row.append(_t(", ".join(c.cap_label for c in a.pareto)))
+        rows.append(row)
+    notes = [("Throughput cost and energy saved compare the recommended cap with the fastest "
+             "one; energy saved is per unit of work, node overhead included."),
+             ("Least energy × time: the cap with the smallest energy-delay product for a fixed "
+             "amount of work.")]
+    notes += [f"{a.group.workload_label()} on {a.group.device_label(sites)}: {n}"
+              for a in analyses for n in a.notes]
+    return Table("recommendations", "Best cap per workload and GPU", header, rows, notes)
+
+
+def _work(a: Analysis) -> str:
+    return a.group.unit.split("/")[0]
+
+
+def fixed_work_table(analyses: list[Analysis], work: dict[str, float]) -> Table | None:
+    sites = len({a.group.site for a in analyses}) > 1
+    header = ["Workload", "GPU", "Cap", "Work", "Energy (kWh)", "Time (h)",
+              "Energy × time (kWh·h)", "EDP per unit (J·s)"]
+    rows = []
+    for a in analyses:
+        for cell in a.candidates:
+            units = work[a.group.unit]
+            fw = fixed_work(cell, units)
+            if fw is None:
+                continue
+            kwh, hours = fw.energy_j / 3.6e6, fw.time_s / 3600
+            rows.append([_t(a.group.workload_label()), _t(a.group.device_label(sites)),
+                         TCell(cell.cap_label, best=cell is a.min_edp),
+                         _t(f"{units:,.0f} {_work(a)}"), TCell(fmt(kwh), kwh),
+                         TCell(fmt(hours), hours), TCell(fmt(kwh * hours), kwh * hours,
+                                                         best=cell is a.min_edp),
+                         TCell(fmt(edp_per_unit(cell)), edp_per_unit(cell))])
+    if not rows:
+        return None
+    return Table("fixed-work", "Energy and time for a fixed amount of work (one node)", header,
+                 rows, [("Energy is the node's: its GPUs plus the node overhead. Time is at "
+                        "the node's throughput (all its GPUs). Bold: least energy × time."),
+                        "Change the amount with --work."])
+
+
+def stats_table(cells: list[Cell]) -> Table:
+    sites = _with_site(cells)
+    header = ["Workload", "GPU", "Cap", "Enforced", "Repeats", "Epochs", "Throughput per GPU",
+              "Std", "95% CI", "CI from", "CV", "Noisy", "Mean power (W)",
+              "Work/J (GPUs)", "Work/J (with overhead)", "SM clock (MHz)",
+              "Memory clock (MHz)"]
+    rows = []
+    for c in cells:
+        s = c.spread
+        ci = f"{fmt(s.ci95[0])} – {fmt(s.ci95[1])}" if s.ci95 else "–"
+        rows.append([
+            _t(c.group.workload_label()), _t(c.group.device_label(sites)), _t(c.cap_label),
+            _t({True: "yes", False: "no", None: "–"}[c.enforced]), _t(str(c.repeats.n)),
+            _t(str(c.epochs.n)), TCell(fmt(c.throughput), c.throughput),
+            TCell(fmt(s.std), s.std), _t(ci), _t(c.basis),
+            _t(f"{s.cv:.1%}" if s.cv is not None else "–"),
+            TCell("; ".join(c.noise) if c.noise else "no", noisy=c.noisy),
+            TCell(fmt(c.mean_power_w), c.mean_power_w),
+            TCell(fmt(c.gpu_efficiency), c.gpu_efficiency),
+            TCell(fmt(c.efficiency.mean), c.efficiency.mean),
+            TCell(fmt(c.sm_clock_mhz), c.sm_clock_mhz),
+            TCell(fmt(c.memory_clock_mhz), c.memory_clock_mhz)])
+    return Table("statistics", "Statistics per cell", header, rows,
+                 [("Throughput is the mean over repeats; the confidence interval and CV come "
+                  "from the repeats when there are two or more, else from the run's measured "
+                  "epochs (Student t).")])
+
+
+def excluded_table(runs: list[Run]) -> Table | None:
+    rows = [[_t(r.run_id), _t(r.workload), _t(r.device), _t(cap_label(r.cap_w)), _t(r.status),
+             _t("; ".join(r.problems) or _status_reason(r)), _t(str(r.path))]
+            for r in runs if not r.usable]
+    if not rows:
+        return None
+    return Table("excluded-runs", "Runs not included (not complete, or not valid)",
+                 ["Run", "Workload", "Device", "Cap", "Status", "Why", "File"], rows,
+                 [("These are listed, never averaged: a failed or interrupted run measured "
+                  "only part of its protocol.")])
+
+
+def _status_reason(run: Run) -> str:
+    return {"failed": "the run failed", "interrupted": "the run was interrupted",
+            "running": "the run never finished (its launcher died)"}.get(run.status, run.status)
+
+
+def runs_table(runs: list[Run]) -> Table:
+    header = ["Run", "Workload", "Preset", "Device", "Site", "Cap", "Repeat", "Status",
+              "Throughput per GPU", "Work/J (with overhead)", "File"]
+    rows = [[_t(r.run_id), _t(r.workload), _t(r.preset), _t(r.device_full), _t(r.site),
+             _t(cap_label(r.cap_w)), _t("–" if r.repeat is None else str(r.repeat + 1)),
+             _t(r.status if not r.problems else f"{r.status} (invalid)"),
+             TCell(fmt(r.per_gpu), r.per_gpu),
+             TCell(fmt(r.units_per_joule_with_overhead), r.units_per_joule_with_overhead),
+             _t(str(r.path))] for r in runs]
+    return Table("runs", "Every run read", header, rows)
+
+
+def idle_table(sweeps) -> Table | None:
+    rows = []
+    for sweep in sweeps:
+        idle = sweep.doc.get("idle_baseline") or {}
+        devices = idle.get("devices") or []
+        per = ", ".join(f"{d.get('name')} {fmt(d.get('mean_power_w'))} W" for d in devices)
+        rows.append([_t(sweep.doc.get("sweep_id", sweep.path.parent.name)),
+                     _t(fmt(idle.get("total_power_w")) if idle.get("available") else "–"),
+                     _t(per or (idle.get("reason") or "not measured")),
+                     _t(f"{idle.get('seconds', 0):.1f} s"),
+                     _t(", ".join(f"{n} {status}" for status, n in
+                                  (sweep.doc.get("counts") or {}).items()) or "–"),
+                     _t(str(sweep.doc.get("status")))])
+    if not rows:
+        return None
+    return Table("sweeps", "Sweeps and their idle baselines",
+                 ["Sweep", "Idle power (W)", "Per device", "Measured for", "Runs", "Status"],
+                 rows, ["Idle power is measured once per sweep, before its first run."])

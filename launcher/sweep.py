@@ -1,0 +1,437 @@
+"""Power-cap sweeps: one run per cap and repeat, in an order that does not let
+heat bias the result, resumable, with a summary file and an idle baseline.
+
+A sweep lives in `<results>/<sweep-id>/`: `sweep.json` (the summary) and one
+run folder per attempt. The sweep id is a hash of everything that defines the
+measurement except the caps, so running the same command again finds the
+same folder and runs only the cap/repeat slots without a schema-valid
+`complete` result.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import random
+import re
+import signal
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from hpcai.errors import HpcaiError, Interrupted, ResultError, UsageError, WorkloadError
+from hpcai.signals import install_signal_handlers
+
+SUMMARY_FILE = "sweep.json"
+SUMMARY_VERSION = 1
+ORDERS = ("shuffle", "alternate", "ascending")
+MAX_SLOTS = 200  # a typo in a range should not start a week of runs
+IDLE_BASELINE_S = 5.0
+
+
+# ---- caps -----------------------------------------------------------------
+def parse_caps(text: str) -> list[float]:
+    """"300", "200,300,400", "200:700:100" (stop included) or a mix, as sorted watts."""
+    caps: list[float] = []
+    for item in str(text).split(","):
+        item = item.strip()
+        if not item:
+            raise UsageError(f"{text!r} has an empty entry", "example: --cap 200,300,400")
+        if ":" in item:
+            caps.extend(_parse_range(item))
+        else:
+            caps.append(_watts(item))
+    unique = sorted(set(caps))
+    if len(unique) > MAX_SLOTS:
+        raise UsageError(f"{text!r} gives {len(unique)} caps", f"use at most {MAX_SLOTS}")
+    return unique
+
+
+def _watts(text: str) -> float:
+    raw = text.strip().lower().removesuffix("w").strip()
+    try:
+        number = float(raw)
+    except ValueError:
+        raise UsageError(f"{text!r} is not a number of watts",
+                         "example: --cap 300, --cap 200,300,400 or --cap 200:700:100") from None
+    if not math.isfinite(number) or number <= 0:
+        raise UsageError(f"{text!r} must be a positive number of watts", "example: --cap 300")
+    return number
+
+
+def _parse_range(text: str) -> list[float]:
+    parts = text.split(":")
+    if len(parts) != 3:
+        raise UsageError(f"range {text!r} needs START:STOP:STEP", "example: --cap 200:700:100")
+    start, stop, step = (_watts(p) for p in parts)
+    if stop < start:
+        raise UsageError(f"range {text!r} ends below its start", "example: --cap 200:700:100")
+    count = math.floor((stop - start) / step + 1e-9) + 1
+    if count > MAX_SLOTS:
+        raise UsageError(f"range {text!r} gives {count} caps", "use a larger step")
+    return [round(start + i * step, 6) for i in range(count)]
+
+
+# ---- order ----------------------------------------------------------------
+@dataclass(frozen=True)
+class Slot:
+    cap_w: float | None
+    repeat: int  # 0-based
+
+    def describe(self) -> str:
+        cap = "no cap" if self.cap_w is None else f"cap {self.cap_w:g} W"
+        return f"{cap}, repeat {self.repeat + 1}"
+
+
+def schedule(caps: list[float | None], repeats: int, order: str, seed: int) -> list[Slot]:
+    """Every cap once per round, rounds one after another.
+
+    shuffle: each round in its own random order from `seed`; alternate: low,
+    high, next-low, next-high, ..., reversed every other round; ascending:
+    low to high every round (heat builds up towards the high caps: biased).
+    """
+    if order not in ORDERS:
+        raise UsageError(f"unknown order {order!r}", f"choose one of: {', '.join(ORDERS)}")
+    if repeats < 1:
+        raise UsageError("--repeat must be at least 1", f"got {repeats}")
+    base = sorted(caps, key=lambda c: (c is None, c or 0.0))
+    rng = random.Random(seed)
+    slots: list[Slot] = []
+    for r in range(repeats):
+        if order == "shuffle":
+            round_caps = list(base)
+            rng.shuffle(round_caps)
+        elif order == "alternate":
+            round_caps = _low_high(base)
+            if r % 2:
+                round_caps.reverse()
+        else:
+            round_caps = list(base)
+        slots.extend(Slot(c, r) for c in round_caps)
+    if len(slots) > MAX_SLOTS:
+        raise UsageError(f"the sweep has {len(slots)} runs", f"use at most {MAX_SLOTS}")
+    return slots
+
+
+def _low_high(caps: list) -> list:
+    out, lo, hi = [], 0, len(caps) - 1
+    while lo <= hi:
+        out.append(caps[lo])
+        if hi != lo:
+            out.append(caps[hi])
+        lo, hi = lo + 1, hi - 1
+    return out
+
+
+def new_seed() -> int:
+    return random.SystemRandom().randrange(1, 2**31)
+
+
+# ---- identity ---------------------------------------------------------------
+def measurement_key(spec: dict) -> dict:
+    """What must match for two runs to belong to one sweep (everything but the cap)."""
+    power = spec["power"]
+    return {
+        "host": _host(),
+        "workload": spec["workload"], "impl": spec.get("impl"), "preset": spec["preset"],
+        "params": spec["params"], "protocol": spec["protocol"], "devices": spec["devices"],
+        "power": {k: power.get(k) for k in ("method", "cap_tolerance_frac", "node_overhead_w")},
+        "site": (spec.get("site") or {}).get("name"), "runtime": spec.get("runtime"),
+        "seed": spec.get("seed"),
+    }
+
+
+def key_hash(key: dict) -> str:
+    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def sweep_id(spec: dict, digest: str) -> str:
+    return f"sweep-{_host()}-{spec['workload']}-{spec['preset']}-{digest}"
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname().split(".")[0])
+
+
+# ---- what is already done ----------------------------------------------------
+def completed_slots(sweep_dir: Path, digest: str) -> dict[Slot, str]:
+    """Slots with a schema-valid `complete` result of this sweep: slot -> run id."""
+    from hpcai.launcher.results import validation_errors
+
+    done: dict[Slot, str] = {}
+    for path in sorted(Path(sweep_dir).glob("*/result.json")):
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(doc, dict) or doc.get("status") != "complete":
+            continue
+        sweep = (doc.get("spec") or {}).get("sweep") or {}
+        if sweep.get("key") != digest or validation_errors(doc):
+            continue
+        done.setdefault(Slot(doc["spec"]["power"]["cap_w"], int(sweep["repeat"])), doc["run_id"])
+    return done
+
+
+def attempts(sweep_dir: Path, digest: str) -> dict[Slot, list[dict]]:
+    """Every run folder of this sweep, complete or not, per slot."""
+    found: dict[Slot, list[dict]] = {}
+    for path in sorted(Path(sweep_dir).glob("*/result.json")):
+        try:
+            doc = json.loads(path.read_text())
+            sweep = doc["spec"]["sweep"]
+            if sweep.get("key") != digest:
+                continue
+            slot = Slot(doc["spec"]["power"]["cap_w"], int(sweep["repeat"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        found.setdefault(slot, []).append({"run_id": doc.get("run_id"),
+                                           "status": doc.get("status")})
+    return found
+
+
+# ---- the idle baseline ----------------------------------------------------------
+def measure_idle(vendor: str, gpu_indices: list[int] | None, seconds: float,
+                 interval_s: float) -> dict:
+    """Power drawn with nothing running, once per sweep, through the same sampler."""
+    from hpcai.workloads.power_sources import discover
+    from hpcai.workloads.telemetry import Sampler, window_stats
+
+    if seconds <= 0:
+        return {"available": False, "reason": "skipped (--idle-s 0)", "seconds": 0}
+    discovery = discover(vendor)
+    try:
+        if discovery.kind is None:
+            return {"available": False, "reason": discovery.reason, "seconds": 0}
+        names, sources = [], []
+        if discovery.kind == "gpu":
+            for device in discovery.gpus:
+                info = device.info()
+                if gpu_indices is None or info.index in gpu_indices:
+                    names.append({"index": info.index, "name": info.name})
+                    sources.append(device)
+        else:
+            for domain in discovery.rapl:
+                names.append({"index": None, "name": domain.name})
+                sources.append(domain)
+        sampler = Sampler(sources, interval_s)
+        sampler.start()
+        try:
+            start = sampler.mark("idle-start")
+            time.sleep(seconds)
+            end = sampler.mark("idle-end")
+        finally:
+            sampler.stop()
+        devices = []
+        for i, who in enumerate(names):
+            stats = window_stats(sampler.series(i, start.t, end.t))
+            e0, e1 = start.energy_j[i], end.energy_j[i]
+            counter_w = (e1 - e0) / (end.t - start.t) if e0 is not None and e1 is not None else None
+            sampled = (stats["power_w"] or {}).get("mean")
+            devices.append({**who, "samples": stats["samples"], "power_w": stats["power_w"],
+                            "mean_power_w": counter_w if counter_w is not None else sampled})
+        known = [d["mean_power_w"] for d in devices if d["mean_power_w"] is not None]
+        total = sum(known) if known and len(known) == len(devices) else None
+        return {"available": total is not None, "source": discovery.kind,
+                "reason": None if total is not None else "too few idle samples",
+                "seconds": end.t - start.t, "measured": _now_iso(),
+                "total_power_w": total, "devices": devices}
+    finally:
+        discovery.close()
+
+
+# ---- the summary file -------------------------------------------------------------
+class Summary:
+    """`sweep.json`: the plan, the order, the idle baseline and every run's status."""
+
+    def __init__(self, path: Path, doc: dict):
+        self.path, self.doc = path, doc
+
+    @classmethod
+    def load(cls, path: Path) -> Summary | None:
+        try:
+            doc = json.loads(Path(path).read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise ResultError(f"{path} is not a readable sweep summary ({exc})",
+                              "move it aside and run the sweep again") from None
+        return cls(Path(path), doc)
+
+    def write(self) -> None:
+        from hpcai.workloads.result import write_json_atomic
+
+        self.doc["updated"] = _now_iso()
+        write_json_atomic(self.path, self.doc)
+
+    def refresh_attempts(self) -> None:
+        found = attempts(self.path.parent, self.doc["key"])
+        for run in self.doc["runs"]:
+            run["attempts"] = found.get(Slot(run["cap_w"], run["repeat"]), [])
+
+    def set_run(self, position: int, **fields) -> None:
+        self.doc["runs"][position].update(fields)
+        self.doc["counts"] = _counts(self.doc["runs"])
+        self.write()
+
+
+def _counts(runs: list[dict]) -> dict:
+    counts: dict[str, int] = {}
+    for run in runs:
+        counts[run["status"]] = counts.get(run["status"], 0) + 1
+    return counts
+
+
+def _now_iso() -> str:
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+# ---- the sweep ----------------------------------------------------------------------
+def run_sweep(opts) -> int:
+    """Check everything, then one execute() per slot; limits restored after each."""
+    from hpcai.launcher import run as R
+    from hpcai.launcher import runtime
+    from hpcai.workloads.catalog import get_workload
+
+    caps = list(opts.caps) if opts.caps else [None]
+    spec, _command, site, node = R.plan(dataclasses.replace(opts, cap_w=caps[0], caps=None))
+    if caps[0] is not None:
+        from hpcai.launcher.power import make_backend
+
+        with make_backend(spec["power"]["method"], node.vendor, site["power"]["command"]) as backend:
+            for cap in caps:  # every cap checked before the first one is set
+                R.check_cap(backend, cap, spec["devices"]["gpu_indices"], site)
+    key = measurement_key(spec)
+    digest = key_hash(key)
+    sweep_dir = Path(spec["output_dir"]).parent / sweep_id(spec, digest)
+    summary_path = sweep_dir / SUMMARY_FILE
+    previous = Summary.load(summary_path) if summary_path.exists() else None
+    seed = opts.seed if opts.seed is not None else (
+        previous.doc.get("seed") if previous else new_seed())
+    slots = schedule(caps, opts.repeat, opts.order, seed)
+    done = completed_slots(sweep_dir, digest) if sweep_dir.exists() else {}
+    if opts.dry_run:
+        print(json.dumps({"sweep_id": sweep_dir.name, "folder": str(sweep_dir), "seed": seed,
+                          "order": opts.order, "runs": [
+                              {"cap_w": s.cap_w, "repeat": s.repeat,
+                               "status": "complete" if s in done else "to run"} for s in slots]},
+                         indent=2))
+        first = R.plan(dataclasses.replace(opts, cap_w=slots[0].cap_w, caps=None,
+                                           output=str(sweep_dir)))[1]
+        print("command of the first run: " + " ".join(first))
+        return 0
+    R.check_output_dir(sweep_dir)
+    runtime.check_host_frameworks(get_workload(spec["workload"]).impl(spec["impl"]).framework)
+    tried = attempts(sweep_dir, digest)
+    summary = Summary(summary_path, {
+        "kind": "hpcai.sweep", "sweep_version": SUMMARY_VERSION, "sweep_id": sweep_dir.name,
+        "key": digest, "measurement": key, "workload": spec["workload"],
+        "preset": spec["preset"], "caps_w": caps, "repeat": opts.repeat, "order": opts.order,
+        "seed": seed, "created": previous.doc.get("created") if previous else _now_iso(),
+        "idle_baseline": previous.doc.get("idle_baseline") if previous else None,
+        "status": "running",
+        "runs": [{"position": i, "cap_w": s.cap_w, "repeat": s.repeat,
+                  "status": "complete" if s in done else "pending",
+                  "run_id": done.get(s), "skipped": s in done,
+                  "result": f"{done[s]}/result.json" if s in done else None,
+                  "message": "already complete" if s in done else None,
+                  "attempts": tried.get(s, [])} for i, s in enumerate(slots)],
+    })
+    summary.doc["counts"] = _counts(summary.doc["runs"])
+    todo = [i for i, s in enumerate(slots) if s not in done]
+    R.log(f"sweep {sweep_dir.name}: {len(slots)} run(s), {len(slots) - len(todo)} already "
+          f"complete, order {opts.order} (seed {seed}); summary in {summary_path}")
+    summary.write()
+    try:
+        # Signals between runs, too, end the sweep with an honest summary.
+        with install_signal_handlers():
+            if todo and not (summary.doc["idle_baseline"] or {}).get("available"):
+                # Before the first run, while the GPUs are idle and at their own limits.
+                summary.doc["idle_baseline"] = measure_idle(
+                    spec["devices"]["vendor"], spec["devices"]["gpu_indices"], opts.idle_s,
+                    float(spec["protocol"]["sample_interval_s"]))
+                _log_idle(summary.doc["idle_baseline"])
+                summary.write()
+            for i in todo:
+                _run_slot(R, opts, slots[i], i, len(slots), digest, sweep_dir, seed, summary)
+    except (Interrupted, KeyboardInterrupt) as exc:
+        summary.doc["status"] = "interrupted"
+        summary.refresh_attempts()
+        summary.write()
+        raise exc if isinstance(exc, Interrupted) else Interrupted(signal.SIGINT) from None
+    except HpcaiError:
+        summary.doc["status"] = "stopped"
+        summary.refresh_attempts()
+        summary.write()
+        raise
+    return _finish(summary)
+
+
+def _run_slot(R, opts, slot: Slot, position: int, total: int, digest: str, sweep_dir: Path,
+              seed: int, summary: Summary) -> None:
+    spec, command, site, node = R.plan(dataclasses.replace(
+        opts, cap_w=slot.cap_w, caps=None, output=str(sweep_dir)))
+    spec["sweep"] = {"id": sweep_dir.name, "key": digest, "position": position,
+                     "repeat": slot.repeat, "repeats": opts.repeat, "order": opts.order,
+                     "seed": seed}
+    R.log(f"sweep run {position + 1}/{total}: {slot.describe()}")
+    summary.set_run(position, status="running", run_id=spec["run_id"], skipped=False,
+                    result=f"{spec['run_id']}/result.json", message=None)
+    try:
+        R.execute(spec, command, site, node, opts)
+    except (WorkloadError, ResultError) as exc:
+        # This run failed; the others may still work (another cap, a transient error).
+        status = _result_status(sweep_dir / spec["run_id"] / "result.json")
+        summary.set_run(position, status=status, message=exc.one_line())
+        R.log(f"sweep run {position + 1}/{total} {status}: {exc.one_line()}; continuing")
+        return
+    except (Interrupted, KeyboardInterrupt) as exc:
+        why = exc.one_line() if isinstance(exc, Interrupted) else "interrupted by SIGINT"
+        summary.set_run(position, status="interrupted", message=why)
+        raise
+    except HpcaiError as exc:  # power or configuration trouble: stop the sweep
+        summary.set_run(position, status="failed", message=exc.one_line())
+        raise
+    summary.set_run(position, status="complete")
+
+
+def _result_status(path: Path) -> str:
+    try:
+        status = json.loads(path.read_text()).get("status")
+    except (OSError, ValueError, AttributeError):
+        return "failed"
+    return status if status in ("failed", "interrupted") else "failed"
+
+
+def _log_idle(baseline: dict) -> None:
+    from hpcai.launcher.run import log
+
+    if baseline.get("available"):
+        log(f"idle baseline: {baseline['total_power_w']:.0f} W over {baseline['seconds']:.1f} s")
+    else:
+        log(f"idle baseline not measured: {baseline.get('reason')}")
+
+
+def _finish(summary: Summary) -> int:
+    runs = summary.doc["runs"]
+    bad = [r for r in runs if r["status"] != "complete"]
+    summary.doc["status"] = "complete" if not bad else "incomplete"
+    summary.refresh_attempts()
+    summary.write()
+    print(f"sweep {summary.doc['sweep_id']}: {len(runs)} run(s)")
+    for r in runs:
+        cap = "no cap" if r["cap_w"] is None else f"{r['cap_w']:g} W"
+        note = " (already complete, skipped)" if r.get("skipped") else ""
+        print(f"  {cap:>8}  repeat {r['repeat'] + 1}  {r['status']}{note}  {r['run_id'] or ''}")
+    print(f"summary: {summary.path}")
+    if bad:
+        first = bad[0]
+        raise WorkloadError(
+            f"sweep incomplete: {len(bad)} of {len(runs)} run(s) not complete "
+            f"(first: {Slot(first['cap_w'], first['repeat']).describe()}, {first['status']})",
+            f"see {summary.path}; run the same command again to retry only those")
+    return 0

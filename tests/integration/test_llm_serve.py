@@ -1,0 +1,191 @@
+"""`hpcai-launch llama3-8b-inference` end to end, against the STAND-IN for
+SGLang in tests/standins (SGLang cannot serve on CPU machines). The
+orchestration is hpcai's real code path: it starts `python -m
+sglang.launch_server`, waits for it, warms it up, runs `python -m
+sglang.bench_serving`, parses its result and stops the server; only what
+answers is the stand-in. GPU power readings come from the FAKE pynvml.
+"""
+import os
+import re
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, assert_valid_result
+
+pytestmark = pytest.mark.slow
+STANDINS = ROOT / "tests" / "standins"
+TINY = ["llama3-8b-inference", "--preset", "tiny"]
+
+
+def with_standin(node, *modes, **env):
+    node.env["PYTHONPATH"] = os.pathsep.join([str(STANDINS), node.env["PYTHONPATH"]])
+    node.env["HPCAI_SGLANG_STANDIN"] = ",".join(modes)
+    node.env.update(env)
+    return node
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def run_dir(node) -> Path:
+    dirs = [p for p in node.results.iterdir() if p.is_dir()]
+    assert len(dirs) == 1, dirs
+    return dirs[0]
+
+
+def server_pids(folder: Path) -> list[int]:
+    match = re.search(r"standin pids leader=(\d+) child=(\d+)", (folder / "sglang-server.log").read_text())
+    assert match, (folder / "sglang-server.log").read_text()
+    return [int(match[1]), int(match[2])]
+
+
+def assert_server_gone(folder: Path) -> None:
+    pids = server_pids(folder)
+    assert not any(alive(p) for p in pids), f"stand-in server processes left: {pids}"
+
+
+def test_serving_run_gives_a_valid_result_aligned_with_power(fake_nvidia_node, result_schema):
+    """Two FAKE GPUs (--device cuda: the stand-in needs none), data parallel 2."""
+    node = with_standin(fake_nvidia_node, HPCAI_SGLANG_STANDIN_TOKEN_S="0.01")
+    done = node.launch(*TINY, "--device", "cuda", "--output-len", "32", "--steps-per-epoch", "24",
+                       "-o", str(node.results))
+    assert done.returncode == 0, done.stderr
+    doc = node.only_result()
+    assert_valid_result(doc, result_schema)
+    assert doc["status"] == "complete" and doc["config"]["task"] == "inference"
+    assert (doc["config"]["gpus"], doc["config"]["tp"], doc["config"]["dp"]) == (2, 1, 2)
+    folder = run_dir(node)
+    server_log = (folder / "sglang-server.log").read_text()
+    assert "--dp-size 2" in server_log and "--load-format dummy" in server_log
+    assert (folder / "model" / "config.json").is_file()  # written for the dummy weights
+    m = doc["workload_metrics"]
+    assert m["requests"] == {"sent": 24, "completed": 24, "failed": 0}
+    assert m["tokens"] == {"input": 24 * 16, "output": 24 * 32} and m["lengths_fixed"]
+    for name in ("ttft", "itl", "tpot", "e2e"):
+        stats = m["latency_ms"][name]
+        assert 0 < stats["median"] <= stats["p99"] and stats["mean"] > 0
+    # hpcai's throughput is the client's output tokens over hpcai's window.
+    assert doc["throughput"]["node"] == pytest.approx(m["output_tokens_per_s"])
+    assert m["output_tokens_per_s_per_gpu"] == pytest.approx(m["output_tokens_per_s"] / 2)
+    assert doc["throughput"]["per_gpu"] == pytest.approx(m["output_tokens_per_s"] / 2)
+    assert doc["work"]["measured_units"] == 24 * 32
+    assert [e["warmup"] for e in doc["epochs"]] == [True, False]
+    assert doc["epochs"][0]["units"] == 4 * 32  # one wave of warm-up requests
+    # The window holds every measured request as the server saw it, and little else.
+    streams = [(float(a), float(b)) for a, b in
+               re.findall(r"standin stream start=([\d.]+) end=([\d.]+)", server_log)]
+    assert len(streams) == 24
+    first, last = min(s for s, _ in streams), max(e for _, e in streams)
+    window = m["window"]
+    assert window["end_source"] == "client result banner"
+    assert window["start"] <= first + 0.05 and last <= window["end"] + 0.01
+    assert (window["end"] - window["start"]) - (last - first) < 0.25
+    # Energy over that window from the FAKE GPUs' counters: their steady draw x window.
+    power = doc["power"]
+    assert power["available"] and power["energy_source"] == "counter"
+    draw_w = sum(g["power_w"]["mean"] for g in doc["gpus"])
+    assert draw_w > 0 and power["window_s"] == pytest.approx(window["end"] - window["start"])
+    assert power["energy_j"] == pytest.approx(draw_w * power["window_s"], rel=0.05)
+    assert power["energy_per_unit_j"] == pytest.approx(power["energy_j"] / (24 * 32))
+    assert "tokens/s (node)" in done.stdout
+    assert_server_gone(folder)
+
+
+def test_failed_requests_are_counted(cpu_node, result_schema):
+    node = with_standin(cpu_node, "fail-some-streams")
+    done = node.launch(*TINY, "-o", str(node.results))
+    assert done.returncode == 0, done.stderr
+    doc = node.only_result()
+    assert_valid_result(doc, result_schema)
+    assert doc["workload_metrics"]["requests"] == {"sent": 8, "completed": 4, "failed": 4}
+    assert doc["work"]["measured_units"] == 4 * 8
+    assert "4 of 8 measured requests failed" in done.stderr
+    assert_server_gone(run_dir(node))
+
+
+def test_a_server_that_ignores_sigterm_is_killed(cpu_node, result_schema):
+    node = with_standin(cpu_node, "hang-on-shutdown")
+    done = node.launch(*TINY, "-o", str(node.results))
+    assert done.returncode == 0, done.stderr
+    assert_valid_result(node.only_result(), result_schema)
+    folder = run_dir(node)
+    assert "SIGTERM: sending SIGKILL" in (folder / "sglang-server.log").read_text()
+    assert_server_gone(folder)
+
+
+@pytest.mark.parametrize("mode,args,message", [
+    ("crash-at-start", [], "the SGLang server exited with code 3 before it was ready"),
+    ("never-ready", ["--server-timeout", "2"], "was not ready after 2 s"),
+    ("fail-warmup", [], "4 of 4 warm-up requests failed"),
+    ("fail-all-streams", [], "none of the 8 measured requests succeeded"),
+    ("client-crash", [], "SGLang's benchmark client exited with code 2"),
+])
+def test_each_failure_is_one_line_and_leaves_no_server(cpu_node, result_schema, mode, args, message):
+    node = with_standin(cpu_node, mode)
+    done = node.launch(*TINY, *args, "-o", str(node.results))
+    assert done.returncode == 3, done.stderr
+    error_line = [line for line in done.stderr.splitlines() if line.startswith("hpcai-launch: error")]
+    assert len(error_line) == 1 and message in error_line[0], done.stderr
+    folder = run_dir(node)
+    log = "sglang-bench.log" if mode == "client-crash" else "sglang-server.log"
+    assert str(folder / log) in error_line[0]  # points at the log, which is kept
+    if mode == "crash-at-start":
+        assert "SGLang serves only on GPUs, and this run is on the CPU" in error_line[0]
+    doc = node.only_result()
+    assert_valid_result(doc, result_schema)
+    assert doc["status"] == "failed" and message in doc["error"]["message"]
+    assert_server_gone(folder)
+
+
+def test_sigterm_during_the_load_stops_client_and_server(cpu_node, result_schema):
+    node = with_standin(cpu_node, HPCAI_SGLANG_STANDIN_TOKEN_S="0.05")
+    proc = node.popen(*TINY, "--steps-per-epoch", "400", "-o", str(node.results))
+    lines = []
+    threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
+    deadline = time.time() + 60
+    while True:
+        assert proc.poll() is None, "".join(lines)
+        assert time.time() < deadline, "".join(lines)
+        logs = list(node.results.glob("*/sglang-bench.log"))
+        if logs and "Starting main benchmark run" in logs[0].read_text():
+            break
+        time.sleep(0.1)
+    client_pid = int(re.search(r"standin client pid=(\d+)", logs[0].read_text())[1])
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 128 + 15, "".join(lines)
+    doc = node.only_result()
+    assert_valid_result(doc, result_schema)
+    assert doc["status"] == "interrupted"
+    assert doc["protocol"]["epochs_completed"] == 1  # the warm-up
+    assert not alive(client_pid)
+    assert_server_gone(run_dir(node))
+
+
+def test_without_sglang_the_run_stops_before_it_starts(cpu_node):
+    done = cpu_node.launch(*TINY, "-o", str(cpu_node.results))  # no stand-in on the path
+    assert done.returncode != 0
+    assert "sglang is not installed" in done.stderr and "hpcai[serve]" in done.stderr
+    assert not cpu_node.results.exists() or not any(cpu_node.results.iterdir())
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--epochs", "2"], "serving measures one continuous load per run"),
+    (["--tp", "2"], "--tp 2 x --dp ? does not use the run's 1 GPU(s)"),
+])
+def test_bad_options_are_one_line_errors(cpu_node, args, message):
+    node = with_standin(cpu_node)
+    done = node.launch(*TINY, *args, "-o", str(node.results))
+    assert done.returncode != 0 and message in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    doc = node.only_result()
+    assert doc["status"] == "failed"
+    assert not (run_dir(node) / "sglang-server.log").exists()  # nothing was started

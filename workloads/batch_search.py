@@ -1,0 +1,278 @@
+"""`--batch-size auto`: the largest batch per device that runs a full step.
+
+The seed paper trained with "the highest batch size that remains stable".
+
+On a GPU it is found by trial. Each probe is one full training step
+(forward, backward, optimizer) at a candidate batch size, and running out of
+memory means that size does not fit. Probes double from the preset's batch
+size until one fails (or halve until one fits), then bisect between the
+largest that fitted and the smallest that did not, to a multiple of 8 (or to
+1 below 8). Memory is freed after every failed probe. Sizes are capped at
+GPU_MAX_BATCH.
+
+A CPU has no out-of-memory error to catch: the kernel kills the process
+instead. There the search models memory. It measures the peak resident
+memory of one step at batch 1 and at batch 2 (after a warm-up step at 1),
+fits peak = fixed + per_image x batch, and takes the largest batch whose
+predicted peak stays within the process's budget. The budget is its memory
+now plus CPU_MEMORY_FRACTION of the memory available when the search starts,
+shared among the processes on the node. The result is capped at
+CPU_MAX_BATCH, because a CPU's throughput stops growing long before that and
+a tiny model would otherwise get batches of thousands. The size found is not
+tried first; the warm-up epoch is its first use.
+
+The processes of one run agree. On GPUs a probe fits only if it fitted on
+every process. On CPUs they take the smallest batch any of them found.
+Everything the search did is returned for the result (config.batch_size_search).
+
+Imports no framework at import time. A PyTorch workload plugs in through
+torch_step_runner(); others pass their own run_step to find().
+"""
+from __future__ import annotations
+
+import contextlib
+import gc
+import time
+from pathlib import Path
+
+from hpcai.errors import WorkloadError
+
+GPU_MAX_BATCH = 4096
+CPU_MAX_BATCH = 64
+CPU_MEMORY_FRACTION = 0.5
+MULTIPLE = 8
+
+TRIAL_RULE = ("one full step per probe; double from the preset's batch size until out of memory "
+              "(or halve until one fits), then bisect to a multiple of 8")
+MODEL_RULE = (f"CPU: peak resident memory of one step measured at batch 1 and 2, extrapolated "
+              f"linearly; the largest batch whose predicted peak fits the process's memory plus "
+              f"{CPU_MEMORY_FRACTION:.0%} of the available memory shared among its processes, "
+              f"capped at {CPU_MAX_BATCH}, rounded down to a multiple of {MULTIPLE}")
+FALLBACK_RULE = ("CPU: peak resident memory cannot be measured here (/proc/self/clear_refs is "
+                 "not writable), so the preset's batch size is kept")
+
+
+# ---- the two searches, free of any framework ----------------------------------
+
+
+def search_by_trial(fits, start: int, maximum: int = GPU_MAX_BATCH,
+                    multiple: int = MULTIPLE) -> int:
+    """The largest n <= maximum with fits(n), assuming fits is monotone."""
+    start = max(1, min(int(start), maximum))
+    if fits(start):
+        lo, hi = start, None
+        while hi is None:
+            if lo >= maximum:
+                return lo
+            n = min(2 * lo, maximum)
+            if fits(n):
+                lo = n
+            else:
+                hi = n
+    else:
+        lo, hi = None, start
+        while lo is None:
+            if hi == 1:
+                raise WorkloadError("not even a batch of 1 fits in the device's memory",
+                                    "use a smaller preset or a GPU with more memory")
+            n = max(1, hi // 2)
+            if fits(n):
+                lo = n
+            else:
+                hi = n
+    while True:
+        step = multiple if lo >= multiple else 1
+        mid = lo + ((hi - lo) // 2 // step) * step
+        if mid <= lo:
+            return lo
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+
+
+def search_by_memory_model(step_peak_bytes, budget_bytes: int, maximum: int = CPU_MAX_BATCH,
+                           multiple: int = MULTIPLE) -> dict:
+    """The largest batch whose extrapolated peak memory fits budget_bytes.
+
+    step_peak_bytes(n) runs one step at batch n and returns the process's
+    peak resident memory during it."""
+    step_peak_bytes(1)  # warm-up: optimizer state, kernel caches
+    one, two = step_peak_bytes(1), step_peak_bytes(2)
+    per_image = max(two - one, 0)
+    fixed = one - per_image
+    predicted = maximum if per_image == 0 else int((budget_bytes - fixed) // per_image)
+    if predicted < 1:
+        raise WorkloadError(
+            f"one image per step already needs {one / 2**30:.1f} GiB, over this process's "
+            f"budget of {budget_bytes / 2**30:.1f} GiB",
+            "free memory, run fewer processes (--nproc), or give --batch-size explicitly")
+    found = min(predicted, maximum)
+    if found >= multiple:
+        found -= found % multiple
+    return {"found": found, "predicted_max": predicted, "per_image_bytes": per_image,
+            "fixed_bytes": fixed, "memory_budget_bytes": budget_bytes}
+
+
+# ---- the search a workload runs -------------------------------------------------
+
+
+def _alone(value):
+    return [value]
+
+
+def find(run_step, on_gpu: bool, start: int, gather=_alone, local_processes: int = 1) -> dict:
+    """Search with run_step(n) -> bool (one full step at batch n; False when it
+    ran out of memory, with the memory already freed). gather(value) returns
+    every process's value, so all processes take the same decisions."""
+    began = time.perf_counter()
+    probes: list[dict] = []
+    record = {"requested": "auto", "start": int(start), "multiple": MULTIPLE}
+    if on_gpu:
+        def fits(n: int) -> bool:
+            t = time.perf_counter()
+            ok = all(gather(bool(run_step(n))))
+            probes.append({"batch_size": n, "fits": ok, "seconds": time.perf_counter() - t})
+            return ok
+
+        found = search_by_trial(fits, start)
+        record.update(method="trial", rule=TRIAL_RULE, maximum=GPU_MAX_BATCH)
+    elif not reset_peak_rss():
+        found = int(start)
+        record.update(method="fallback", rule=FALLBACK_RULE, maximum=None)
+    else:
+        def step_peak_bytes(n: int) -> int:
+            reset_peak_rss()
+            t = time.perf_counter()
+            if not run_step(n):
+                raise WorkloadError(f"a probe step at batch {n} failed on the CPU",
+                                    "give --batch-size explicitly")
+            peak = peak_rss_bytes()
+            probes.append({"batch_size": n, "fits": True, "seconds": time.perf_counter() - t,
+                           "peak_rss_bytes": peak})
+            return peak
+
+        budget = (current_rss_bytes()
+                  + int(CPU_MEMORY_FRACTION * available_memory_bytes() / max(1, local_processes)))
+        error, model = None, {"found": 0}
+        try:
+            model = search_by_memory_model(step_peak_bytes, budget)
+        except WorkloadError as exc:
+            error = exc
+        found = min(gather(model["found"]))  # every process gets here, even one that failed
+        if found < 1:
+            raise error or WorkloadError("another process found no batch size that fits",
+                                         "see its error above")
+        record.update(model, method="memory-model", rule=MODEL_RULE, maximum=CPU_MAX_BATCH)
+    record.update(found=found, probes=probes, seconds=time.perf_counter() - began)
+    return record
+
+
+# ---- PyTorch --------------------------------------------------------------------
+
+_OOM_MARKERS = ("out of memory", "CUDNN_STATUS_ALLOC_FAILED", "CUBLAS_STATUS_ALLOC_FAILED",
+                "HIPBLAS_STATUS_ALLOC_FAILED")
+
+
+def is_torch_oom(exc: BaseException) -> bool:
+    import torch
+
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    return isinstance(exc, RuntimeError) and any(m in str(exc) for m in _OOM_MARKERS)
+
+
+def torch_step_runner(trainer, ctx):
+    """run_step for find(), for a trainer with set_batch_size(n), step(),
+    latest_loss(), no_sync() and reset_training_state()."""
+    import torch
+
+    def run_step(n: int) -> bool:
+        ok = True
+        try:
+            trainer.set_batch_size(n)
+            with trainer.no_sync():
+                trainer.step()
+            trainer.latest_loss()  # waits for the device: late errors surface here
+        except Exception as exc:  # re-raised unless out of memory
+            if not is_torch_oom(exc):
+                raise
+            ok = False
+        if not ok:  # outside the handler, so the traceback no longer holds tensors
+            trainer.set_batch_size(None)
+            trainer.reset_training_state()
+            gc.collect()
+            if ctx.device_type == "cuda":
+                torch.cuda.empty_cache()
+        return ok
+
+    return run_step
+
+
+def find_for_torch(trainer, ctx, start: int) -> dict:
+    """Search, then leave the trainer as if freshly built at the size found.
+    The trainer keeps its learning rate at 0 meanwhile, so probes do all of a
+    step's work but change no weight, and the processes' weights stay equal."""
+    import torch
+
+    from hpcai.workloads import distributed
+
+    record = find(torch_step_runner(trainer, ctx), ctx.device_type == "cuda", start,
+                  gather=lambda value: distributed.gather(ctx, value),
+                  local_processes=ctx.local_world_size)
+    trainer.set_batch_size(None)
+    trainer.reset_training_state()
+    gc.collect()
+    if ctx.device_type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(ctx.device)
+    trainer.set_batch_size(record["found"])
+    return record
+
+
+def no_sync(model):
+    """DDP's no_sync (gradients stay local: a probe that runs out of memory on
+    one process cannot leave the others waiting in an all-reduce)."""
+    return model.no_sync() if hasattr(model, "no_sync") else contextlib.nullcontext()
+
+
+# ---- process memory (Linux) -----------------------------------------------------
+
+
+def reset_peak_rss() -> bool:
+    """Reset the kernel's peak-RSS mark (VmHWM) to the current RSS (Linux 4.0+)."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def _status_kib(field: str) -> int | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def peak_rss_bytes() -> int | None:
+    kib = _status_kib("VmHWM")
+    return None if kib is None else kib * 1024
+
+
+def current_rss_bytes() -> int:
+    kib = _status_kib("VmRSS")
+    return 0 if kib is None else kib * 1024
+
+
+def available_memory_bytes() -> int:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0

@@ -1,0 +1,378 @@
+"""Llama-3 pretraining with LitGPT's own training loop (litgpt.pretrain),
+bf16, sharded over the node's GPUs with FSDP as `litgpt pretrain` does.
+
+Processes: one per GPU under torchrun (process model "torchrun"). Lightning
+Fabric recognises torchrun's environment and the process group the
+entrypoint opened, so it launches nothing itself; every rank runs LitGPT's
+loop on its own GPU, FSDP shards the model across all of them, and local
+rank 0 samples the node's power as for every workload.
+
+Timing: LitGPT's loop is unchanged. A Fabric logger (litgpt_hooks.StepClock)
+timestamps the end of every iteration; LitGPT's printed throughput is not
+used for the headline. Steps are grouped into the protocol's epochs: epoch k
+runs from the end of the last step of epoch k-1 to the end of its own last
+step, so data loading and logging count as training time; the first epoch
+starts at its first step's end minus LitGPT's iteration time. Warm-up epochs
+absorb compilation and the first slow steps.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import resource
+import time
+from pathlib import Path
+
+from hpcai import provenance
+from hpcai.errors import UsageError, WorkloadError
+from hpcai.workloads import flops as F
+from hpcai.workloads import llm_assets
+from hpcai.workloads import precision as prec
+from hpcai.workloads.base import EngineWorkload
+from hpcai.workloads.protocol import Epoch
+
+# LitGPT's pretraining recipes (config_hub/pretrain): AdamW, lr 4e-4, wd 0.1.
+OPTIMIZER = {"class_path": "torch.optim.AdamW",
+             "init_args": {"lr": 4e-4, "weight_decay": 0.1, "betas": [0.9, 0.95]}}
+FABRIC_PRECISION = {"bf16-mixed": "bf16-mixed", "fp16-mixed": "16-mixed",
+                    "fp32": "32-true", "tf32": "32-true"}
+
+
+class EpochClock:
+    """Turns per-step timestamps into the protocol's epochs, as they complete."""
+
+    def __init__(self, protocol: dict, tokens_per_step: int, progress, on_epoch=None):
+        self.warmup = int(protocol["warmup_epochs"])
+        self.total_epochs = self.warmup + int(protocol["epochs"])
+        self.steps_per_epoch = int(protocol["steps_per_epoch"])
+        self.tokens_per_step = tokens_per_step
+        self.progress, self.on_epoch = progress, on_epoch
+        self.steps: list[dict] = []
+        self._start_wall = self._start_perf = None
+        self._in_epoch = 0
+
+    @property
+    def total_steps(self) -> int:
+        return self.total_epochs * self.steps_per_epoch
+
+    @property
+    def done(self) -> bool:
+        return len(self.progress.epochs) >= self.total_epochs
+
+    def step(self, wall: float, perf: float, iter_time_s: float, loss: float,
+             extra: dict | None = None) -> bool:
+        """One finished step; returns True when the last epoch is complete."""
+        if self._start_wall is None:
+            self._start_wall, self._start_perf = wall - iter_time_s, perf - iter_time_s
+        index = len(self.progress.epochs)
+        self.steps.append({"step": len(self.steps) + 1, "epoch": index, "warmup": index < self.warmup,
+                           "end": wall, "iter_time_s": iter_time_s, "loss": loss, **(extra or {})})
+        if self.progress.first_loss is None:
+            self.progress.first_loss = loss
+        self._in_epoch += 1
+        if self._in_epoch == self.steps_per_epoch:
+            epoch = Epoch(index, index < self.warmup, self.steps_per_epoch,
+                          self.steps_per_epoch * self.tokens_per_step, self._start_wall, wall,
+                          perf - self._start_perf, loss)
+            self.progress.epochs.append(epoch)
+            self._start_wall, self._start_perf, self._in_epoch = wall, perf, 0
+            if self.on_epoch is not None:
+                self.on_epoch(epoch, self.total_epochs)
+        return self.done
+
+    def measured_steps(self) -> list[dict]:
+        return [s for s in self.steps if not s["warmup"] and s["epoch"] < len(self.progress.epochs)]
+
+
+@contextlib.contextmanager
+def dynamo_disabled(disable: bool):
+    """LitGPT's main() always calls torch.compile; this makes it a no-op."""
+    import torch._dynamo
+
+    previous = torch._dynamo.config.disable
+    torch._dynamo.config.disable = disable or previous
+    try:
+        yield
+    finally:
+        torch._dynamo.config.disable = previous
+
+
+def model_config(params: dict, weights: Path | None):
+    """LitGPT's Config: the checkpoint's own, else the preset's name + overrides."""
+    from litgpt.config import Config
+
+    if weights is not None and (weights / "model_config.yaml").is_file():
+        return Config.from_file(weights / "model_config.yaml")
+    name = params.get("model", "Llama-3-8B")
+    overrides = dict(params.get("model_overrides") or {})
+    new_name = overrides.pop("name", None)
+    try:
+        config = Config.from_name(name, **overrides)
+    except ValueError:
+        raise UsageError(f"LitGPT knows no model {name!r}",
+                         "use a name from `litgpt pretrain list`") from None
+    if new_name:
+        config.name = new_name
+    return config
+
+
+def train_flops_per_token(config, seq_len: int) -> tuple[float, int]:
+    """Forward + backward FLOPs per token, counted by PyTorch on a meta-device
+    copy of LitGPT's model (as LitGPT's own measure_flops does); and the
+    parameter count."""
+    import torch
+    from litgpt.model import GPT
+    from litgpt.utils import chunked_cross_entropy
+
+    with torch.device("meta"):
+        model = GPT(config)
+        model.max_seq_length = seq_len
+        x = torch.randint(0, 1, (1, seq_len))
+
+    def train():
+        chunked_cross_entropy(model(x), x, chunk_size=0).backward()
+
+    parameters = sum(p.numel() for p in model.parameters())
+    return F.count_torch_flops(train) / seq_len, parameters
+
+
+class LitgptPretrain(EngineWorkload):
+    unit = "tokens"
+
+    def __init__(self, spec: dict, ctx):
+        import torch
+
+        params = spec["params"]
+        self.spec, self.ctx = spec, ctx
+        if params.get("batch_size") == "auto":
+            raise UsageError("--batch-size auto is not supported for LitGPT pretraining",
+                             "give a micro-batch size per GPU, e.g. --batch-size 1")
+        self.micro_batch = int(params["batch_size"])
+        self.out_dir = Path(spec["output_dir"]) / "litgpt"
+        self.weights = (llm_assets.resolve_site_path(params["weights"], llm_assets.MODELS_DIR_ENV,
+                                                     "checkpoint folder", "--weights")
+                        if params.get("weights") else None)
+        if self.weights is not None and not (self.weights / "lit_model.pth").is_file():
+            raise UsageError(f"{self.weights} holds no lit_model.pth",
+                             "point --weights at a LitGPT checkpoint folder "
+                             "(`litgpt download` / `litgpt convert_to_litgpt` make one)")
+        self.config = model_config(params, self.weights)
+        self.seq_len = int(params.get("seq_len") or self.config.block_size)
+        if not 1 <= self.seq_len <= self.config.block_size:
+            raise UsageError(f"--seq-len {self.seq_len} is outside 1-{self.config.block_size}",
+                             f"{self.config.name} takes at most {self.config.block_size} tokens")
+        self.data_kind, self.data_dir, self.tokenizer_dir = self._resolve_data(params)
+        self.precision = prec.resolve(params.get("precision", "auto"), ctx.device_type)
+        prec.configure(self.precision, ctx.device_type)
+        compile_ = params.get("compile")
+        self.compiled = ctx.device_type == "cuda" if compile_ in (None, "auto") else bool(compile_)
+        self.workers = int(params.get("data_workers", 2))
+        self.seed = int(spec.get("seed", 0))
+        self.flops_per_token, self.parameters = train_flops_per_token(self.config, self.seq_len)
+        self.strategy = ("fsdp" if ctx.device_type == "cuda" else "ddp") \
+            if ctx.world_size > 1 else "single-device"
+        self.clock: EpochClock | None = None
+        self._litgpt_items_per_sec = None
+        torch.manual_seed(self.seed)
+
+    # ---- set-up ---------------------------------------------------------
+    def _resolve_data(self, params: dict) -> tuple[str, Path | None, Path | None]:
+        data = params.get("data") or "synthetic"
+        if data == "synthetic":
+            return "synthetic", None, None
+        folder = llm_assets.resolve_site_path(data, llm_assets.DATA_DIR_ENV, "data folder", "--data")
+        texts = sorted(folder.glob("*.txt"))
+        if len(texts) < 2:
+            raise UsageError(f"{folder} holds {len(texts)} .txt file(s); LitGPT's TextFiles needs "
+                             "at least two (the first is held out for validation)",
+                             "add text files, or use --data synthetic")
+        source = params.get("tokenizer") or (str(self.weights) if self.weights else None)
+        if source is None:
+            raise UsageError("text data needs the model's tokenizer",
+                             "pass --tokenizer DIR (tokenizer.json + tokenizer_config.json) "
+                             "or --weights DIR, or use --data synthetic")
+        tokenizer = llm_assets.resolve_site_path(source, llm_assets.MODELS_DIR_ENV,
+                                                 "tokenizer folder", "--tokenizer")
+        from litgpt import Tokenizer
+
+        try:
+            vocab = Tokenizer(tokenizer).vocab_size
+        except Exception as exc:  # tokenizers raises plain Exception on a bad file
+            raise UsageError(f"cannot load a tokenizer from {tokenizer} ({exc or type(exc).__name__})",
+                             "the folder needs tokenizer.json and tokenizer_config.json") from None
+        if vocab > self.config.padded_vocab_size:
+            raise UsageError(f"the tokenizer in {tokenizer} has {vocab} tokens, more than "
+                             f"{self.config.name}'s vocabulary of {self.config.padded_vocab_size}",
+                             "use the model's own tokenizer")
+        return "text", folder, tokenizer
+
+    def _data_module(self):
+        if self.data_kind == "synthetic":
+            from hpcai.workloads.litgpt_hooks import SyntheticTokens
+
+            return SyntheticTokens(self.config.padded_vocab_size, seed=self.seed,
+                                   num_workers=self.workers)
+        from litgpt.data import TextFiles
+
+        data = TextFiles(train_data_path=self.data_dir, seed=self.seed, num_workers=self.workers)
+        # Tokenized chunks go into the run's folder, not into the site's data folder.
+        data.out_path_train = self.out_dir / "data" / "train"
+        data.out_path_val = self.out_dir / "data" / "val"
+        return data
+
+    def _fabric(self, clock_logger):
+        import lightning as L
+
+        ctx = self.ctx
+        strategy = "auto"
+        if self.strategy == "fsdp":
+            from lightning.fabric.strategies import FSDPStrategy
+            from litgpt.model import Block
+
+            # As litgpt.pretrain.setup builds it for more than one device.
+            strategy = FSDPStrategy(auto_wrap_policy={Block}, state_dict_type="full",
+                                    sharding_strategy="HYBRID_SHARD")
+        elif self.strategy == "ddp":
+            strategy = "ddp"  # Lightning has no FSDP on CPUs
+        nodes = max(1, ctx.world_size // ctx.local_world_size)
+        fabric = L.Fabric(accelerator="cuda" if ctx.device_type == "cuda" else "cpu",
+                          devices=ctx.local_world_size, num_nodes=nodes, strategy=strategy,
+                          precision=FABRIC_PRECISION[self.precision], loggers=[clock_logger])
+        fabric.launch()
+        return fabric, nodes
+
+    # ---- the run --------------------------------------------------------
+    def run(self, protocol: dict, progress, on_epoch=None) -> None:
+        from litgpt import pretrain as litgpt_pretrain
+        from litgpt.args import EvalArgs, TrainArgs
+
+        from hpcai.workloads.litgpt_hooks import MeasurementComplete, StepClock
+
+        clock = self.clock = EpochClock(protocol, self.micro_batch * self.seq_len, progress, on_epoch)
+
+        def on_step(wall, perf, metrics) -> bool:
+            self._litgpt_items_per_sec = metrics.get("device/items_per_sec")
+            return clock.step(wall, perf, float(metrics["iter_time"]), float(metrics["loss"]))
+
+        fabric, nodes = self._fabric(StepClock(on_step))
+        world = self.ctx.world_size
+        tokens_per_iter = self.micro_batch * self.seq_len
+        train = TrainArgs(
+            save_interval=None, log_interval=1,
+            global_batch_size=self.micro_batch * world,  # one optimizer step per iteration
+            micro_batch_size=self.micro_batch,
+            # Two spare iterations: the clock, not LitGPT, ends the loop (before its final save).
+            max_tokens=(clock.total_steps + 2) * tokens_per_iter * world,
+            max_seq_length=self.seq_len, max_norm=1.0, min_lr=4e-5,
+            lr_warmup_steps=max(1, clock.total_steps // 4), tie_embeddings=False,
+        )
+        evaluation = EvalArgs(interval=10**9, max_iters=2, initial_validation=False,
+                              final_validation=False)
+        tokenizer = None
+        if self.tokenizer_dir is not None:
+            from litgpt import Tokenizer
+
+            tokenizer = Tokenizer(self.tokenizer_dir)
+        try:
+            with dynamo_disabled(not self.compiled):
+                litgpt_pretrain.main(
+                    fabric=fabric, devices=self.ctx.local_world_size, num_nodes=nodes,
+                    seed=self.seed, initial_checkpoint_dir=self.weights, resume=False,
+                    config=self.config, data=self._data_module(), out_dir=self.out_dir,
+                    tokenizer_dir=self.tokenizer_dir, tokenizer=tokenizer, train=train,
+                    eval=evaluation, optimizer=copy.deepcopy(OPTIMIZER))  # LitGPT edits it
+        except MeasurementComplete:
+            # The energy counter is read at the window's end from the samples
+            # around it: let the sampler tick past the end before returning.
+            end = progress.epochs[-1].end
+            time.sleep(max(0.0, end + 2 * float(protocol["sample_interval_s"]) - time.time()))
+            return
+        raise WorkloadError(f"LitGPT's loop ended after {len(clock.steps)} of "
+                            f"{clock.total_steps} steps",
+                            "see its output above")
+
+    # ---- what the result records ---------------------------------------------
+    def latest_loss(self) -> float | None:
+        return self.clock.steps[-1]["loss"] if self.clock and self.clock.steps else None
+
+    def describe(self) -> dict:
+        from importlib.metadata import version
+
+        cfg = self.config
+        return {
+            "engine": "litgpt.pretrain (LitGPT's own loop, Lightning Fabric)",
+            "litgpt_version": version("litgpt"),
+            "lightning_version": version("lightning"),
+            "model": cfg.name,
+            "model_config": {k: getattr(cfg, k) for k in (
+                "n_layer", "n_embd", "n_head", "n_query_groups", "intermediate_size",
+                "vocab_size", "padded_vocab_size", "block_size", "rope_base")},
+            "parameters": self.parameters,
+            "initialisation": f"checkpoint {self.weights}" if self.weights else "random",
+            "data": ("synthetic (random token ids)" if self.data_kind == "synthetic"
+                     else f"text files in {self.data_dir}"),
+            "tokenizer": str(self.tokenizer_dir) if self.tokenizer_dir else None,
+            "seq_len": self.seq_len,
+            "micro_batch_size": self.micro_batch,
+            "batch_size_per_process": self.micro_batch,
+            "global_batch_size": self.micro_batch * self.ctx.world_size,
+            "tokens_per_step_per_process": self.micro_batch * self.seq_len,
+            "precision": self.precision,
+            "fabric_precision": FABRIC_PRECISION[self.precision],
+            "strategy": self.strategy,
+            "compile": self.compiled,
+            "optimizer": OPTIMIZER,
+            "flops_per_unit": self.flops_per_token,
+            "flops_method": "torch.utils.flop_counter on a meta-device copy of LitGPT's GPT, "
+                            "forward + backward of one sequence, per token",
+            # The node's peak: the result's fraction_of_peak is then the MFU.
+            "peak_tflops": F.peak_for(self._device_name(), self.precision,
+                                      self.ctx.local_world_size if self.ctx.device_type == "cuda"
+                                      else 0),
+        }
+
+    def metrics(self) -> dict | None:
+        clock = self.clock
+        if clock is None:
+            return None
+        measured = clock.measured_steps()
+        epochs = [e for e in clock.progress.epochs if not e.warmup]
+        seconds = sum(e.duration_s for e in epochs)
+        per_gpu = sum(e.units for e in epochs) / seconds if seconds > 0 else None
+        iter_times = [s["iter_time_s"] for s in measured]
+        return {
+            "steps": clock.steps,  # this rank's (local rank 0): loss and end time of every step
+            "tokens_per_s_rank0": per_gpu,
+            # Cross-checks only (see docs): LitGPT's own figures, which leave out
+            # data loading and logging, and its windowed throughput monitor.
+            "cross_check": {
+                "tokens_per_s_from_litgpt_iter_time": (
+                    len(iter_times) * clock.tokens_per_step / sum(iter_times)
+                    if iter_times and sum(iter_times) > 0 else None),
+                "litgpt_device_items_per_sec_last_step": self._litgpt_items_per_sec,
+            },
+        }
+
+    def _device_name(self) -> str:
+        if self.ctx.device_type == "cuda":
+            import torch
+
+            return torch.cuda.get_device_name(self.ctx.device)
+        return provenance.cpu_model()
+
+    def peak_memory(self) -> dict:
+        import torch
+
+        if self.ctx.device_type == "cuda":
+            return {"kind": "device", "bytes": int(torch.cuda.max_memory_allocated(self.ctx.device))}
+        return {"kind": "host_rss", "bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+
+
+def build(spec: dict, ctx) -> LitgptPretrain:
+    import importlib.util
+
+    for module in ("litgpt", "lightning", "litdata"):
+        if importlib.util.find_spec(module) is None:
+            raise WorkloadError(f"{module} is not installed for this Python",
+                                "install the LLM stack with `pip install 'hpcai[llm]'`")
+    return LitgptPretrain(spec, ctx)

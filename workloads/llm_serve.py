@@ -1,0 +1,334 @@
+"""Llama-3-8B inference served by SGLang, loaded by SGLang's own benchmark
+client (`python -m sglang.bench_serving`).
+
+One entrypoint process (process model "single") runs the protocol:
+
+1. writes the model folder (config.json + tokenizer) for random weights
+   (`--load-format dummy`, no download), or uses `--weights DIR`;
+2. starts `python -m sglang.launch_server` over the node's GPUs (tensor and
+   data parallel sizes from --tp/--dp), its log kept in the result folder,
+   and polls /get_model_info until it answers, with a timeout;
+3. warm-up epochs: one wave of `batch_size` requests each, sent by hpcai to
+   /generate at the measured lengths (CUDA graphs, caches, first batches);
+4. the measured epoch: one run of SGLang's benchmark client, random token
+   ids at fixed input/output lengths, `batch_size` requests in flight (and
+   a Poisson request rate if given), `steps_per_epoch` requests;
+5. stops the server's process group on every path (SIGTERM, SIGKILL after
+   `server_stop_grace_s`, kept under the launcher's 30 s grace).
+
+Window: the client times the load itself (`duration`) but reports no
+wall-clock times, so hpcai timestamps its output as it arrives: the load
+ends just before the client prints its result banner, and starts `duration`
+seconds earlier. Between the last response and the banner the client only
+computes its statistics (well under a second); that is the window's error.
+Throughput is output tokens over that window, the same figure as the
+client's own output_throughput.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import shlex
+import socket
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from hpcai.errors import UsageError, WorkloadError
+from hpcai.workloads import engine_process as proc
+from hpcai.workloads import llm_assets
+from hpcai.workloads.base import EngineWorkload
+from hpcai.workloads.protocol import Epoch
+
+SERVER_LOG = "sglang-server.log"
+CLIENT_LOG = "sglang-bench.log"
+CLIENT_RESULT = "sglang-bench.jsonl"
+MODEL_DIR = "model"  # the generated config + tokenizer, for dummy weights
+BANNER = "Serving Benchmark Result"
+LATENCIES = {"ttft": "ttft", "itl": "itl", "tpot": "tpot", "e2e": "e2e_latency"}
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def parallel_sizes(tp: int | None, dp: int | None, gpus: int) -> tuple[int, int]:
+    """Tensor- and data-parallel sizes that use exactly the run's GPUs."""
+    for name, value in (("--tp", tp), ("--dp", dp)):
+        if value is not None and value < 1:
+            raise UsageError(f"{name} must be at least 1", f"got {value}")
+    if tp is None and dp is None:
+        tp, dp = 1, gpus
+    elif dp is None:
+        dp = gpus // tp if gpus % tp == 0 else 0
+    elif tp is None:
+        tp = gpus // dp if gpus % dp == 0 else 0
+    if not tp or not dp or tp * dp != gpus:
+        raise UsageError(f"--tp {tp or '?'} x --dp {dp or '?'} does not use the run's {gpus} GPU(s)",
+                         "choose sizes whose product is the number of GPUs (see --gpus)")
+    return tp, dp
+
+
+def parse_bench_result(path: Path) -> dict:
+    """The last JSON line SGLang's client appended to its output file."""
+    try:
+        lines = [line for line in path.read_text().splitlines() if line.strip()]
+        return json.loads(lines[-1])
+    except (OSError, IndexError, ValueError):
+        raise WorkloadError(f"SGLang's benchmark client wrote no result to {path}",
+                            f"see its log: {path.parent / CLIENT_LOG}") from None
+
+
+def latency_stats(bench: dict) -> dict:
+    """mean/median/p99 (and std, p95 where given) per latency, in ms."""
+    stats = {}
+    for name, key in LATENCIES.items():
+        entry = {q: bench.get(f"{q}_{key}_ms") for q in ("mean", "median", "p99")}
+        for extra in ("std", "p95"):
+            if f"{extra}_{key}_ms" in bench:
+                entry[extra] = bench[f"{extra}_{key}_ms"]
+        stats[name] = entry
+    return stats
+
+
+class SglangServe(EngineWorkload):
+    unit = "tokens"
+
+    def __init__(self, spec: dict, ctx):
+        params, devices = spec["params"], spec["devices"]
+        self.spec, self.ctx = spec, ctx
+        self.out_dir = Path(spec["output_dir"])
+        if params.get("batch_size") == "auto":
+            raise UsageError("--batch-size auto has no meaning for serving",
+                             "give the number of requests in flight, e.g. --batch-size 64")
+        self.concurrency = int(params["batch_size"])
+        self.input_len, self.output_len = int(params["input_len"]), int(params["output_len"])
+        if self.input_len < 1 or self.output_len < 1:
+            raise UsageError("--input-len and --output-len must be at least 1",
+                             f"got {self.input_len} and {self.output_len}")
+        rate = params.get("request_rate")
+        self.request_rate = float(rate) if rate not in (None, "inf") else float("inf")
+        if not self.request_rate > 0:
+            raise UsageError("--request-rate must be positive", f"got {rate}")
+        self.server_timeout_s = float(params.get("server_timeout_s", 1200))
+        self.stop_grace_s = float(params.get("server_stop_grace_s", 30))
+        self.seed = int(spec.get("seed", 0))
+        gpu_indices = devices.get("gpu_indices") or []
+        self.gpus = len(gpu_indices) if devices.get("type") == "cuda" and gpu_indices else 1
+        self.tp, self.dp = parallel_sizes(params.get("tp"), params.get("dp"), self.gpus)
+        self.server_args = shlex.split(params.get("server_args") or "")
+        if params.get("weights"):
+            self.model_dir = llm_assets.resolve_site_path(
+                params["weights"], llm_assets.MODELS_DIR_ENV, "model folder", "--weights")
+            if not (self.model_dir / "config.json").is_file():
+                raise UsageError(f"{self.model_dir} holds no config.json",
+                                 "point --weights at a Hugging Face model folder")
+            self.model_cfg, self.dummy = None, False
+            self.vocab_size = json.loads((self.model_dir / "config.json").read_text())["vocab_size"]
+        else:
+            name = params.get("model", "Llama-3-8B")
+            if name not in llm_assets.SERVE_MODELS:
+                raise UsageError(f"no built-in configuration for model {name!r}",
+                                 f"choose one of: {', '.join(llm_assets.SERVE_MODELS)}, "
+                                 "or serve real weights with --weights DIR")
+            self.model_cfg, self.dummy = llm_assets.SERVE_MODELS[name], True
+            self.model_dir = self.out_dir / MODEL_DIR
+            self.vocab_size = self.model_cfg["vocab_size"]
+        limit = self.model_cfg["block_size"] if self.model_cfg else None
+        if limit is not None and self.input_len + self.output_len > limit:
+            raise UsageError(f"{self.input_len} + {self.output_len} tokens exceed the model's "
+                             f"context of {limit}", "shorten --input-len or --output-len")
+        self.host, self.port = "127.0.0.1", int(params.get("port") or 0)
+        self.server: proc.GroupProcess | None = None
+        self.client: proc.GroupProcess | None = None
+        self.model_info: dict | None = None
+        self.bench: dict | None = None
+        self.window: dict | None = None
+        self.warmup_failures: list[str] = []
+
+    # ---- commands -------------------------------------------------------
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def server_command(self) -> list[str]:
+        command = [sys.executable, "-m", "sglang.launch_server",
+                   "--model-path", str(self.model_dir), "--host", self.host,
+                   "--port", str(self.port), "--tp-size", str(self.tp),
+                   "--dp-size", str(self.dp), "--random-seed", str(self.seed)]
+        if self.dummy:
+            command += ["--load-format", "dummy"]
+        return command + self.server_args
+
+    def client_command(self, num_prompts: int) -> list[str]:
+        rate = "inf" if self.request_rate == float("inf") else f"{self.request_rate:g}"
+        return [sys.executable, "-m", "sglang.bench_serving", "--backend", "sglang",
+                "--host", self.host, "--port", str(self.port),
+                "--model", str(self.model_dir), "--tokenizer", str(self.model_dir),
+                "--dataset-name", "random-ids", "--num-prompts", str(num_prompts),
+                "--random-input-len", str(self.input_len),
+                "--random-output-len", str(self.output_len),
+                "--random-range-ratio", "1.0",  # fixed lengths
+                "--request-rate", rate, "--max-concurrency", str(self.concurrency),
+                "--seed", str(self.seed), "--warmup-requests", "0",  # hpcai warmed up
+                "--output-file", str(self.out_dir / CLIENT_RESULT), "--disable-tqdm"]
+
+    # ---- the run --------------------------------------------------------
+    def run(self, protocol: dict, progress, on_epoch=None) -> None:
+        if int(protocol["epochs"]) != 1:
+            raise UsageError("serving measures one continuous load per run (--epochs 1)",
+                             "lengthen it with --steps-per-epoch (requests)")
+        total = int(protocol["warmup_epochs"]) + 1
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        if self.dummy:
+            llm_assets.write_dummy_model(self.model_dir, self.model_cfg)
+        if not self.port:
+            self.port = free_port(self.host)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.server = proc.GroupProcess("SGLang server", self.server_command(),
+                                        self.out_dir / SERVER_LOG, env, self.stop_grace_s)
+        try:
+            self.server.start()
+            self.model_info = proc.wait_until_ready(
+                self.server, f"{self.base_url}/get_model_info", self.server_timeout_s,
+                "the SGLang server", None if self.ctx.device_type == "cuda"
+                else "SGLang serves only on GPUs, and this run is on the CPU")
+            for index in range(int(protocol["warmup_epochs"])):
+                epoch = self._warmup_epoch(index)
+                progress.epochs.append(epoch)
+                if on_epoch is not None:
+                    on_epoch(epoch, total)
+            epoch = self._measured_epoch(len(progress.epochs), int(protocol["steps_per_epoch"]), env)
+            progress.epochs.append(epoch)
+            if on_epoch is not None:
+                on_epoch(epoch, total)
+            # The energy counter is read at the window's end from the samples
+            # around it: let the sampler tick past the end before returning.
+            time.sleep(max(0.0, epoch.end + 2 * float(protocol["sample_interval_s"]) - time.time()))
+        finally:
+            try:
+                if self.client is not None:
+                    self.client.stop()
+            finally:
+                self.server.stop()
+
+    def _generate(self, prompt_ids: list[int]) -> int:
+        payload = {"input_ids": prompt_ids,
+                   "sampling_params": {"max_new_tokens": self.output_len, "temperature": 0.0,
+                                       "ignore_eos": True}}
+        answer = proc.post_json(f"{self.base_url}/generate", payload, self.server_timeout_s)
+        return int(answer["meta_info"]["completion_tokens"])
+
+    def _warmup_epoch(self, index: int) -> Epoch:
+        """One wave of requests at the measured lengths, sent all at once."""
+        rng = random.Random(self.seed * 7919 + index)
+        prompts = [[rng.randrange(self.vocab_size) for _ in range(self.input_len)]
+                   for _ in range(self.concurrency)]
+        pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="warmup")
+        start_wall, start = time.time(), time.perf_counter()
+        try:
+            futures = [pool.submit(self._generate, p) for p in prompts]
+            tokens, errors = 0, []
+            for future in futures:
+                try:
+                    tokens += future.result()
+                except Exception as exc:  # any failure: the server is not serving
+                    errors.append(f"{type(exc).__name__}: {exc}")
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+        duration, end_wall = time.perf_counter() - start, time.time()
+        if errors:
+            self.warmup_failures = errors
+            raise WorkloadError(f"{len(errors)} of {len(prompts)} warm-up requests failed "
+                                f"({errors[0]})", f"see the server log: {self.server.log_path}")
+        return Epoch(index, True, len(prompts), tokens, start_wall, end_wall, duration, None)
+
+    def _measured_epoch(self, index: int, num_prompts: int, env: dict) -> Epoch:
+        result_file = self.out_dir / CLIENT_RESULT
+        result_file.unlink(missing_ok=True)
+        self.client = proc.GroupProcess("SGLang benchmark client", self.client_command(num_prompts),
+                                        self.out_dir / CLIENT_LOG, env, stop_grace_s=5)
+        self.client.start(watch=(BANNER,))
+        code = self.client.wait()
+        exit_wall = time.time()
+        if code != 0:
+            raise WorkloadError(f"SGLang's benchmark client exited with code {code}",
+                                f"see its log: {self.client.log_path}")
+        bench = self.bench = parse_bench_result(result_file)
+        completed = int(bench.get("completed", 0))
+        if completed == 0:
+            raise WorkloadError(f"none of the {num_prompts} measured requests succeeded",
+                                f"see the server log: {self.server.log_path}")
+        if completed < num_prompts:
+            print(f"[hpcai] warning: {num_prompts - completed} of {num_prompts} measured requests "
+                  f"failed; see the server log: {self.server.log_path}", file=sys.stderr, flush=True)
+        duration = float(bench["duration"])
+        banner = self.client.first_time(BANNER)
+        end = banner if banner is not None else exit_wall
+        self.window = {"start": end - duration, "end": end, "client_duration_s": duration,
+                       "end_source": "client result banner" if banner is not None
+                       else "client exit (no banner seen)"}
+        return Epoch(index, False, num_prompts, int(bench["total_output_tokens"]),
+                     end - duration, end, duration, None)
+
+    # ---- what the result records ---------------------------------------------
+    def describe(self) -> dict:
+        return {
+            "task": "inference",
+            "engine": "SGLang server (sglang.launch_server) + SGLang's benchmark client "
+                      "(sglang.bench_serving)",
+            "model": self.model_cfg["name"] if self.model_cfg else str(self.model_dir),
+            "weights": "dummy (random, --load-format dummy)" if self.dummy else str(self.model_dir),
+            "model_dir": str(self.model_dir),
+            "model_config": self.model_cfg,
+            "gpus": self.gpus, "tp": self.tp, "dp": self.dp,
+            "devices_per_process": self.gpus,  # the server drives them all: per GPU divides by it
+            "batch_size_per_process": self.concurrency,
+            "max_concurrency": self.concurrency,
+            "request_rate": None if self.request_rate == float("inf") else self.request_rate,
+            "input_len": self.input_len, "output_len": self.output_len,
+            "dataset": "random-ids, fixed lengths (--random-range-ratio 1.0)",
+            "throughput_counts": "output tokens",
+            "server_command": self.server_command(),
+            "server_timeout_s": self.server_timeout_s,
+            "server_stop_grace_s": self.stop_grace_s,
+        }
+
+    def metrics(self) -> dict | None:
+        doc = {"server_log": SERVER_LOG, "client_log": CLIENT_LOG,
+               "server_model_info": self.model_info}
+        if self.warmup_failures:
+            doc["warmup_failures"] = self.warmup_failures[:5]
+        bench = self.bench
+        if bench is None:
+            return doc
+        sent = int(self.spec["protocol"]["steps_per_epoch"])
+        completed = int(bench["completed"])
+        output, total = bench.get("output_throughput"), bench.get("total_throughput")
+        doc.update({
+            "client_result": CLIENT_RESULT,
+            "window": self.window,
+            "output_tokens_per_s": output,
+            "total_tokens_per_s": total,
+            "input_tokens_per_s": bench.get("input_throughput"),
+            "requests_per_s": bench.get("request_throughput"),
+            "output_tokens_per_s_per_gpu": output / self.gpus if output is not None else None,
+            "total_tokens_per_s_per_gpu": total / self.gpus if total is not None else None,
+            "latency_ms": latency_stats(bench),
+            "requests": {"sent": sent, "completed": completed, "failed": max(0, sent - completed)},
+            "tokens": {"input": bench.get("total_input_tokens"),
+                       "output": bench.get("total_output_tokens")},
+            # With ignore_eos every completed request returns output_len tokens.
+            "lengths_fixed": (bench.get("total_output_tokens") == completed * self.output_len
+                              and bench.get("total_input_tokens") == completed * self.input_len),
+            "achieved_concurrency": bench.get("concurrency"),
+        })
+        return doc
+
+
+def build(spec: dict, ctx) -> SglangServe:
+    return SglangServe(spec, ctx)

@@ -1,0 +1,277 @@
+"""ResNet-50 training in TensorFlow/Keras: keras.applications.ResNet50
+(weights=None), synthetic images made once on every device, SGD with
+momentum, cross-entropy; `hpcai-launch resnet50 --impl tensorflow`.
+
+One process drives every GPU of the node through tf.distribute.MirroredStrategy
+(one GPU: OneDeviceStrategy; CPU: TensorFlow's default strategy). The batch
+size is per GPU, as in the PyTorch implementation, so per-GPU figures compare
+directly. Mixed precision is mixed_float16 on GPUs that have tensor cores
+(compute capability 7.0 and newer). Never imports torch.
+"""
+from __future__ import annotations
+
+import gc
+import os
+import resource
+
+from hpcai import provenance
+from hpcai.errors import UsageError, WorkloadError
+from hpcai.workloads import batch_search, catalog, flops
+from hpcai.workloads.base import StepWorkload
+
+POLICIES = {"fp32": "float32", "tf32": "float32", "fp16-mixed": "mixed_float16",
+            "bf16-mixed": "mixed_bfloat16"}
+
+
+def _import_tensorflow(threads: int):
+    # Before the import, or TensorFlow ignores them. (A few import-time lines
+    # still reach stderr in TF 2.19+: tensorflow/tensorflow#100442.)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ["KERAS_BACKEND"] = "tensorflow"  # MirroredStrategy needs Keras on TF
+    import tensorflow as tf
+
+    tf.get_logger().setLevel("ERROR")
+    # Thread pools are fixed once TensorFlow's runtime starts: set them first.
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(min(2, threads))
+    return tf
+
+
+def resolve_precision(requested: str, gpu_capabilities: list[tuple[int, int]]) -> str:
+    """auto: mixed_float16 where every GPU has tensor cores, else fp32 (TF32
+    on Ampere and newer, as TensorFlow does by default); fp32 on CPUs."""
+    if requested not in ("auto", *POLICIES):
+        raise UsageError(f"unknown precision {requested!r}",
+                         f"choose one of: auto, {', '.join(POLICIES)}")
+    if requested == "tf32" and not gpu_capabilities:
+        raise UsageError("tf32 needs an NVIDIA GPU", "use fp32 or bf16-mixed on CPU")
+    if requested != "auto":
+        return requested
+    if not gpu_capabilities:
+        return "fp32"
+    if all(cc >= (7, 0) for cc in gpu_capabilities):
+        return "fp16-mixed"
+    return "tf32" if all(cc >= (8, 0) for cc in gpu_capabilities) else "fp32"
+
+
+def _mentions_memory(message: str) -> bool:
+    message = message.lower()
+    return "out of memory" in message or "alloc" in message
+
+
+class KerasResNet50(StepWorkload):
+    unit = "images"
+
+    def __init__(self, spec: dict, ctx):
+        params = spec["params"]
+        self.spec, self.ctx, self.params = spec, ctx, params
+        tf = self.tf = _import_tensorflow(ctx.threads)
+        import keras
+
+        self.image_size = int(params["image_size"])
+        self.num_classes = int(params.get("num_classes", 1000))
+        self.compiled = bool(params.get("compile", False))
+        gpus = tf.config.list_physical_devices("GPU") if ctx.device_type == "cuda" else []
+        if ctx.device_type == "cuda" and not gpus:
+            raise WorkloadError("--device cuda was asked for but TensorFlow sees no GPU",
+                                "install TensorFlow with GPU support (pip install 'hpcai[tf]'), "
+                                "or run with --device cpu")
+        if ctx.device_type == "cpu":
+            tf.config.set_visible_devices([], "GPU")
+            self._split_cpu(int(params.get("cpu_replicas", 1)))
+        details = [tf.config.experimental.get_device_details(g) for g in gpus]
+        self.gpu_names = [d.get("device_name", "GPU") for d in details]
+        self.precision = resolve_precision(
+            params.get("precision") or "auto",
+            [tuple(d.get("compute_capability", (0, 0))) for d in details])
+        keras.mixed_precision.set_dtype_policy(POLICIES[self.precision])
+        tf.config.experimental.enable_tensor_float_32_execution(self.precision != "fp32")
+
+        self.strategy = self._strategy(gpus)
+        self.replicas = self.strategy.num_replicas_in_sync
+        if self.compiled and self.replicas > 1:
+            raise UsageError("--compile (XLA) is supported on one device with --impl tensorflow",
+                             "drop --compile, or use --gpus 1")
+        with self.strategy.scope():
+            self.model = keras.applications.ResNet50(
+                weights=None, input_shape=(self.image_size, self.image_size, 3),
+                classes=self.num_classes, classifier_activation=None)
+            optimizer = keras.optimizers.SGD(learning_rate=0.0, momentum=0.9, weight_decay=1e-4)
+            self.base_optimizer = optimizer
+            if self.precision == "fp16-mixed":  # fp16 needs loss scaling; bf16 does not
+                optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+            optimizer.build(self.model.trainable_variables)
+            self.optimizer = optimizer
+        self.loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True,
+                                                                  reduction="none")
+        self.parameters = int(self.model.count_params())
+        self.batch_size = None
+        self.images = self.labels = self._loss = None
+        self._train_step = tf.function(self._distributed_step, jit_compile=self.compiled or None)
+
+        self.batch_size_search = None
+        requested = params.get("batch_size")
+        if requested == "auto":
+            start = catalog.get_workload(spec["workload"]).preset(spec["preset"]).params["batch_size"]
+            self.batch_size_search = batch_search.find(
+                self._probe, on_gpu=bool(gpus), start=int(start))
+            self._reset_optimizer()
+            self.set_batch_size(self.batch_size_search["found"])
+        else:
+            self.set_batch_size(int(requested))
+        # Linear scaling rule (Goyal et al.): 0.1 per 256 images of global batch.
+        self.lr = float(params.get("lr") or 0.1 * self.global_batch / 256)
+        self.optimizer.learning_rate = self.lr
+        self.flops = flops.keras_image_model_flops(self.model)
+        if ctx.device_type == "cpu":
+            batch_search.reset_peak_rss()  # peak memory counts the run, not the set-up
+
+    # ---- placement ----------------------------------------------------------
+    def _split_cpu(self, replicas: int) -> None:
+        """Several logical CPU devices, so MirroredStrategy's multi-replica
+        path can run (and be tested) on a machine without GPUs."""
+        if replicas > 1:
+            cpu = self.tf.config.list_physical_devices("CPU")[0]
+            self.tf.config.set_logical_device_configuration(
+                cpu, [self.tf.config.LogicalDeviceConfiguration()] * replicas)
+
+    def _strategy(self, gpus):
+        tf = self.tf
+        if len(gpus) > 1:
+            return tf.distribute.MirroredStrategy()
+        if gpus:
+            return tf.distribute.OneDeviceStrategy("/gpu:0")
+        cpus = tf.config.list_logical_devices("CPU")
+        if len(cpus) > 1:
+            return tf.distribute.MirroredStrategy([d.name for d in cpus])
+        return tf.distribute.get_strategy()
+
+    # ---- the step -----------------------------------------------------------
+    def _replica_step(self, images, labels):
+        tf = self.tf
+        with tf.GradientTape() as tape:
+            logits = tf.cast(self.model(images, training=True), tf.float32)
+            loss = tf.nn.compute_average_loss(self.loss_fn(labels, logits),
+                                              global_batch_size=self.global_batch)
+            scaled = self.optimizer.scale_loss(loss)
+        grads = tape.gradient(scaled, self.model.trainable_variables)
+        # Keras sums the gradients over replicas, unscales them and skips a
+        # step whose fp16 gradients overflowed.
+        self.optimizer.apply(grads, self.model.trainable_variables)
+        return loss
+
+    def _distributed_step(self, images, labels):
+        per_replica = self.strategy.run(self._replica_step, args=(images, labels))
+        return self.strategy.reduce(self.tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+    @property
+    def global_batch(self) -> int:
+        return self.batch_size * self.replicas
+
+    def set_batch_size(self, batch_size: int | None) -> None:
+        tf, size, classes = self.tf, self.image_size, self.num_classes
+        self.images = self.labels = None
+        self.batch_size = batch_size
+        if batch_size is None:
+            return
+
+        def make_images(_):
+            return tf.random.normal([batch_size, size, size, 3])
+
+        def make_labels(_):
+            return tf.random.uniform([batch_size], 0, classes, dtype=tf.int32)
+
+        # Made once, on each replica's own device.
+        self.images = self.strategy.experimental_distribute_values_from_function(make_images)
+        self.labels = self.strategy.experimental_distribute_values_from_function(make_labels)
+
+    def step(self) -> int:
+        self._loss = self._train_step(self.images, self.labels)
+        return self.global_batch
+
+    def synchronize(self) -> None:
+        """Wait for every device (the protocol calls this at epoch boundaries)."""
+        if self._loss is not None:
+            self._loss.numpy()
+        if self.ctx.device_type == "cuda":
+            self.tf.test.experimental.sync_devices()
+
+    def latest_loss(self) -> float | None:
+        return None if self._loss is None else float(self._loss.numpy())
+
+    # ---- --batch-size auto ----------------------------------------------------
+    def _probe(self, batch_size: int) -> bool:
+        """One full step at this batch size; False when it ran out of memory.
+        The learning rate is 0 meanwhile: probes change no weight."""
+        tf = self.tf
+        ok = True
+        try:
+            self.set_batch_size(batch_size)
+            self.step()
+            self.synchronize()
+        except (tf.errors.ResourceExhaustedError, tf.errors.InternalError) as exc:
+            # cuDNN and cuBLAS report a failed allocation as an internal error.
+            if isinstance(exc, tf.errors.InternalError) and not _mentions_memory(str(exc)):
+                raise
+            ok = False
+        if not ok:
+            self.set_batch_size(None)
+            self._loss = None
+            gc.collect()
+        return ok
+
+    def _reset_optimizer(self) -> None:
+        """Momentum gathered by the probes is forgotten."""
+        for variable in self.base_optimizer.variables:
+            variable.assign(self.tf.zeros_like(variable))
+        self._loss = None
+
+    # ---- the record -----------------------------------------------------------
+    def describe(self) -> dict:
+        gpus = self.replicas if self.gpu_names else 0
+        device = self.gpu_names[0] if self.gpu_names else provenance.cpu_model()
+        doc = {
+            "model": "keras.applications.ResNet50",
+            "implementation": "tensorflow",
+            "keras_version": self._keras_version(),
+            "parameters": self.parameters,
+            "image_size": self.image_size,
+            "num_classes": self.num_classes,
+            "strategy": type(self.strategy).__name__.lstrip("_"),
+            "replicas": self.replicas,
+            "devices_per_process": self.replicas if self.gpu_names else 1,
+            "batch_size_per_replica": self.batch_size,
+            "batch_size_per_process": self.global_batch,
+            "global_batch_size": self.global_batch,
+            "precision": self.precision,
+            "dtype_policy": POLICIES[self.precision],
+            "compile": self.compiled,
+            "compiler": "XLA (jit_compile)" if self.compiled else None,
+            "optimizer": "SGD(momentum=0.9, weight_decay=1e-4 decoupled, as Keras applies it)",
+            "learning_rate": self.lr,
+            "flops_per_unit": self.flops["train_per_image"],
+            "flops": self.flops,
+            "peak_tflops": flops.peak_for(device, self.precision, gpus),
+        }
+        if self.batch_size_search is not None:
+            doc["batch_size_search"] = self.batch_size_search
+        return doc
+
+    def _keras_version(self) -> str:
+        import keras
+
+        return keras.__version__
+
+    def peak_memory(self) -> dict:
+        if self.gpu_names:
+            peaks = [self.tf.config.experimental.get_memory_info(f"GPU:{i}")["peak"]
+                     for i in range(len(self.gpu_names))]
+            return {"kind": "device", "bytes": int(max(peaks))}
+        peak = batch_search.peak_rss_bytes()
+        if peak is None:
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        return {"kind": "host_rss", "bytes": int(peak)}
+
+
+def build(spec: dict, ctx) -> KerasResNet50:
+    return KerasResNet50(spec, ctx)

@@ -1,0 +1,162 @@
+"""What the PyTorch training workloads share: one process per GPU with DDP,
+precision and loss scaling, the training step, `--batch-size auto`, FLOPs
+and the GPU's peak, and peak memory.
+
+A workload builds its model and calls setup(); it supplies the synthetic
+inputs (make_inputs), the forward pass and loss (compute_loss), its optimizer
+and its FLOPs per image.
+"""
+from __future__ import annotations
+
+import abc
+import resource
+
+from hpcai import provenance
+from hpcai.workloads import batch_search, catalog, flops
+from hpcai.workloads import precision as prec
+from hpcai.workloads.base import StepWorkload
+
+
+class TorchTrainer(StepWorkload):
+    unit = "images"
+
+    def __init__(self, spec: dict, ctx):
+        import torch
+
+        self.spec, self.ctx, self.params = spec, ctx, spec["params"]
+        self.precision = prec.resolve(self.params.get("precision", "auto"), ctx.device_type)
+        prec.configure(self.precision, ctx.device_type)
+        self.compiled = bool(self.params.get("compile", False))
+        torch.manual_seed(int(spec.get("seed", 0)) + ctx.rank)
+        self.batch_size: int | None = None
+        self.batch_size_search: dict | None = None
+        self.lr: float | None = None
+        self._loss = None
+
+    # ---- what a workload supplies ---------------------------------------
+    @abc.abstractmethod
+    def make_inputs(self, batch_size: int | None) -> None:
+        """Synthetic inputs for this batch size, on the device (None: free them)."""
+
+    @abc.abstractmethod
+    def compute_loss(self):
+        """Forward pass and loss on the current inputs (autocast is already on)."""
+
+    @abc.abstractmethod
+    def make_optimizer(self, parameters):
+        """The optimizer of the trained parameters."""
+
+    def learning_rate(self) -> float:
+        """Called once the batch size is known (it may scale with it)."""
+        return float(self.params.get("lr") or 1e-4)
+
+    @abc.abstractmethod
+    def count_flops(self) -> dict:
+        """FLOPs per image: forward_per_image, train_per_image, method, ..."""
+
+    # ---- set-up ----------------------------------------------------------
+    def setup(self, module) -> None:
+        """Place the trained module (DDP across processes), make the optimizer,
+        settle the batch size (searching when it is "auto"), then compile."""
+        import torch
+
+        self.module = module
+        self.parameters = sum(p.numel() for p in module.parameters())
+        model = module
+        if self.ctx.distributed:
+            from torch.nn.parallel import DistributedDataParallel
+
+            ids = [self.ctx.local_rank] if self.ctx.device_type == "cuda" else None
+            # Gradients as views into DDP's buckets: no second copy of them.
+            model = DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True)
+        self.ddp = self.model = model
+        self.optimizer = self.make_optimizer(module.parameters())
+        self._set_lr(0.0)  # search probes then do all the optimizer's work but change no weight
+        self.scaler = prec.grad_scaler(self.precision, self.ctx.device_type)
+        requested = self.params.get("batch_size")
+        if requested == "auto":
+            # The search runs eagerly, before compiling: every size would recompile.
+            start = catalog.get_workload(self.spec["workload"]).preset(
+                self.spec["preset"]).params["batch_size"]
+            self.batch_size_search = batch_search.find_for_torch(self, self.ctx, int(start))
+        else:
+            self.set_batch_size(int(requested))
+        self.lr = self.learning_rate()
+        self._set_lr(self.lr)
+        if self.compiled:
+            self.model = torch.compile(self.ddp)
+        self.flops = self.count_flops()
+
+    def _set_lr(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    # ---- hooks the batch-size search uses -------------------------------
+    def set_batch_size(self, batch_size: int | None) -> None:
+        self.make_inputs(None)  # free the old inputs before making new ones
+        self.batch_size = batch_size
+        if batch_size is not None:
+            self.make_inputs(batch_size)
+
+    def no_sync(self):
+        return batch_search.no_sync(self.ddp)
+
+    def reset_training_state(self) -> None:
+        """Forget gradients, optimizer state and loss scale, as if freshly built.
+        The weights are untouched: probes run with a learning rate of 0."""
+        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.state.clear()
+        self.scaler = prec.grad_scaler(self.precision, self.ctx.device_type)
+        self._loss = None
+        if self.ctx.device_type == "cpu":
+            batch_search.reset_peak_rss()  # peak memory counts the run, not the search
+
+    # ---- StepWorkload -----------------------------------------------------
+    def step(self) -> int:
+        self.optimizer.zero_grad(set_to_none=True)
+        with prec.autocast(self.precision, self.ctx.device_type):
+            loss = self.compute_loss()
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self._loss = loss.detach()
+        return self.batch_size
+
+    def latest_loss(self) -> float | None:
+        return None if self._loss is None else float(self._loss.float().item())
+
+    def device_name(self) -> str:
+        if self.ctx.device_type == "cuda":
+            import torch
+
+            return torch.cuda.get_device_name(self.ctx.device)
+        return provenance.cpu_model()
+
+    def describe_training(self) -> dict:
+        """The configuration every PyTorch trainer records."""
+        gpus = self.ctx.local_world_size if self.ctx.device_type == "cuda" else 0
+        doc = {
+            "parameters": self.parameters,
+            "batch_size_per_process": self.batch_size,
+            "global_batch_size": self.batch_size * self.ctx.world_size,
+            "precision": self.precision,
+            "compile": self.compiled,
+            "learning_rate": self.lr,
+            "flops_per_unit": self.flops["train_per_image"],
+            "flops": self.flops,
+            "peak_tflops": flops.peak_for(self.device_name(), self.precision, gpus),
+        }
+        if self.batch_size_search is not None:
+            doc["batch_size_search"] = self.batch_size_search
+        return doc
+
+    def peak_memory(self) -> dict:
+        import torch
+
+        if self.ctx.device_type == "cuda":
+            return {"kind": "device", "bytes": int(torch.cuda.max_memory_allocated(self.ctx.device))}
+        # No device memory on CPU: the process's peak resident set instead.
+        peak = batch_search.peak_rss_bytes()
+        if peak is None:
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        return {"kind": "host_rss", "bytes": int(peak)}

@@ -1,0 +1,91 @@
+"""ViT-L/16 training (torchvision's vit_l_16), random initialisation,
+synthetic images made once and kept on the device, AdamW, cross-entropy.
+
+The `tiny` preset shrinks the transformer (model_size "tiny") so a step
+takes milliseconds on a CPU; the result records what was shrunk.
+"""
+from __future__ import annotations
+
+from hpcai.errors import UsageError
+from hpcai.workloads import flops
+from hpcai.workloads.torch_trainer import TorchTrainer
+
+# torchvision's vit_l_16: 24 layers of width 1024, 16 heads, MLP 4096.
+VIT_L16 = {"patch_size": 16, "num_layers": 24, "num_heads": 16, "hidden_dim": 1024, "mlp_dim": 4096}
+TINY = {"num_layers": 2, "num_heads": 4, "hidden_dim": 64, "mlp_dim": 256}
+MODEL_SIZES = ("full", "tiny")
+
+
+class ViTL16(TorchTrainer):
+    def __init__(self, spec: dict, ctx):
+        import torch
+
+        super().__init__(spec, ctx)
+        self.image_size = int(self.params["image_size"])
+        self.num_classes = int(self.params.get("num_classes", 1000))
+        self.model_size = self.params.get("model_size", "full")
+        if self.model_size not in MODEL_SIZES:
+            raise UsageError(f"unknown model_size {self.model_size!r} for vit-l16",
+                             f"choose one of: {', '.join(MODEL_SIZES)}")
+        self.shrunk = TINY if self.model_size == "tiny" else {}
+        self.arch = {**VIT_L16, **self.shrunk}
+        if self.image_size % self.arch["patch_size"]:
+            raise UsageError(f"image size {self.image_size} is not a multiple of the patch size "
+                             f"{self.arch['patch_size']}", "use 224 (the paper's) or 64 (tiny)")
+        model = self._build().to(ctx.device).train()
+        self.loss_fn = torch.nn.CrossEntropyLoss()
+        self.images = self.labels = None
+        self.setup(model)
+
+    def _build(self):
+        import torchvision
+
+        if not self.shrunk:
+            return torchvision.models.vit_l_16(weights=None, image_size=self.image_size,
+                                               num_classes=self.num_classes)
+        from torchvision.models.vision_transformer import VisionTransformer
+
+        return VisionTransformer(image_size=self.image_size, num_classes=self.num_classes,
+                                 **self.arch)
+
+    def make_optimizer(self, parameters):
+        import torch
+
+        return torch.optim.AdamW(parameters, lr=0.0, betas=(0.9, 0.999), weight_decay=0.05)
+
+    def learning_rate(self) -> float:
+        # DeiT's recipe: 5e-4 per 512 images of global batch.
+        return float(self.params.get("lr") or 5e-4 * self.batch_size * self.ctx.world_size / 512)
+
+    def make_inputs(self, batch_size: int | None) -> None:
+        import torch
+
+        if batch_size is None:
+            self.images = self.labels = None
+            return
+        self.images = torch.randn(batch_size, 3, self.image_size, self.image_size,
+                                  device=self.ctx.device)
+        self.labels = torch.randint(0, self.num_classes, (batch_size,), device=self.ctx.device)
+
+    def compute_loss(self):
+        return self.loss_fn(self.model(self.images), self.labels)
+
+    def count_flops(self) -> dict:
+        return flops.torch_image_model_flops(self._build, self.image_size)
+
+    def describe(self) -> dict:
+        return {
+            "model": ("torchvision.models.vit_l_16" if not self.shrunk
+                      else "torchvision VisionTransformer, ViT-L/16 shrunk"),
+            "model_size": self.model_size,
+            "architecture": self.arch,
+            "shrunk": self.shrunk or None,
+            "image_size": self.image_size,
+            "num_classes": self.num_classes,
+            "optimizer": "AdamW(betas=(0.9, 0.999), weight_decay=0.05)",
+            **self.describe_training(),
+        }
+
+
+def build(spec: dict, ctx) -> ViTL16:
+    return ViTL16(spec, ctx)
