@@ -43,7 +43,7 @@ bench: setup
 	$(BIN)/python bench/observer_effect.py $(ARGS)
 
 lint: setup
-	$(BIN)/python -m pip install --quiet ruff
+	$(BIN)/python -m pip install --quiet ruff==0.17.6
 	$(BIN)/ruff check hpcai launcher workloads site tests bench
 
 clean:

@@ -40,7 +40,7 @@ def load(path: Path) -> dict | None:
     except FileNotFoundError:
         return None
     except ValueError as exc:
-        raise ResultError(f"{path} is not valid JSON ({exc})", "the run did not finish writing it")
+        raise ResultError(f"{path} is not valid JSON ({exc})", "the run did not finish writing it") from None
 
 
 def mark_crashed(doc: dict, exit_code: int) -> None:

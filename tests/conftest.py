@@ -90,6 +90,15 @@ def result_schema() -> dict:
     return json.loads((ROOT / "hpcai/schema/result-v1.schema.json").read_text())
 
 
+def pid_alive(pid: int) -> bool:
+    """Running (a zombie no one reaped yet does not count)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
 def assert_valid_result(doc: dict, schema: dict) -> None:
     import jsonschema
 

@@ -91,7 +91,7 @@ def node_throughput(ranks: list[dict]) -> dict:
         units_total += units
         time_total += seconds
     per_rank = []
-    for r, m in zip(ranks, measured):
+    for m in measured:
         secs = sum(e["duration_s"] for e in m[:n_epochs])
         per_rank.append(sum(e["units"] for e in m[:n_epochs]) / secs if secs > 0 else None)
     node = units_total / time_total if time_total > 0 else None

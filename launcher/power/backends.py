@@ -37,7 +37,7 @@ class PowerBackend(abc.ABC):
     def can_set(self) -> tuple[bool, str]:
         """A best-effort guess, for `hpcai-launch info`; setting may still fail."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook: most backends hold nothing
         pass
 
     def __enter__(self):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, assert_valid_result
+from conftest import ROOT, assert_valid_result, pid_alive as alive
 
 pytestmark = pytest.mark.slow
 STANDINS = ROOT / "tests" / "standins"
@@ -26,14 +26,6 @@ def with_standin(node, *modes, **env):
     node.env["HPCAI_SGLANG_STANDIN"] = ",".join(modes)
     node.env.update(env)
     return node
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def run_dir(node) -> Path:

@@ -6,24 +6,15 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
+from conftest import pid_alive as alive
 from hpcai.errors import UsageError, WorkloadError
 from hpcai.workloads import distributed
 from hpcai.workloads import engine_process as proc
 from hpcai.workloads import llm_serve as S
 from hpcai.workloads.catalog import LLAMA3_8B_INFERENCE
-
-
-def alive(pid: int) -> bool:
-    """Running (a zombie no one reaped yet does not count)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def wait_gone(pid: int, timeout: float = 10.0) -> bool:
