@@ -106,7 +106,14 @@ def _legend(ax) -> None:
 
 
 def _positions(caps: list) -> dict:
-    return {cap: i for i, cap in enumerate(sorted(set(caps), key=cap_sort_key))}
+    """Caps on a numeric axis (a 200..700 W sweep shows its spacing); runs with
+    no cap go one typical step beyond the highest, labelled "uncapped"."""
+    numeric = sorted({c for c in caps if c is not None})
+    pos = {c: float(c) for c in numeric}
+    if None in caps:
+        step = (numeric[-1] - numeric[0]) / (len(numeric) - 1) if len(numeric) > 1 else 100.0
+        pos[None] = (numeric[-1] if numeric else 0.0) + step
+    return pos
 
 
 def throughput_plot(folder: Path, workload: str, cells: list[Cell], refs: list[RefPoint],
