@@ -10,7 +10,7 @@ import socket
 from dataclasses import dataclass
 
 from hpcai.errors import WorkloadError
-from hpcai.provenance import usable_cpus
+from hpcai.provenance import cpu_model, usable_cpus
 
 
 @dataclass
@@ -83,6 +83,17 @@ def init(device_request: str = "auto") -> Context:
         rank, world, local_rank, local_world, device_type, device, backend, threads,
         socket.gethostname(),
     )
+
+
+def device_name(ctx: Context, discovery=None) -> str:
+    """What this process computes on: its GPU's name, else the CPU model."""
+    if ctx.device_type == "cuda" and ctx.device is not None:
+        import torch
+
+        return torch.cuda.get_device_name(ctx.device)
+    if ctx.device_type == "cuda" and discovery is not None and discovery.gpus:
+        return discovery.gpus[0].info().name  # one process drives the node's GPUs
+    return cpu_model()
 
 
 def single(device_request: str = "auto") -> Context:

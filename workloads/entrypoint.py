@@ -67,16 +67,6 @@ def framework_versions(ctx, framework: str) -> dict:
     return versions
 
 
-def device_name(ctx, discovery=None) -> str:
-    if ctx.device_type == "cuda" and ctx.device is not None:
-        import torch
-
-        return torch.cuda.get_device_name(ctx.device)
-    if ctx.device_type == "cuda" and discovery is not None and discovery.gpus:
-        return discovery.gpus[0].info().name  # one process drives the node's GPUs
-    return provenance.cpu_model()
-
-
 class Run:
     def __init__(self, spec: dict, out_dir: Path):
         self.spec = spec
@@ -173,7 +163,7 @@ class Run:
                    "epochs": [e.to_dict() for e in self.progress.epochs],
                    "first_loss": self.progress.first_loss}
         if ctx is not None:
-            summary["device"] = device_name(ctx, self.discovery)
+            summary["device"] = distributed.device_name(ctx, self.discovery)
             summary["local_rank"] = ctx.local_rank
         if self.workload is not None:
             summary["peak_memory"] = self.workload.peak_memory()

@@ -19,16 +19,16 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import resource
 import time
 from pathlib import Path
 
-from hpcai import provenance
 from hpcai.errors import UsageError, WorkloadError
+from hpcai.workloads import distributed
 from hpcai.workloads import flops as F
 from hpcai.workloads import llm_assets
 from hpcai.workloads import precision as prec
 from hpcai.workloads.base import EngineWorkload
+from hpcai.workloads.memory import torch_peak_memory
 from hpcai.workloads.protocol import Epoch
 
 # LitGPT's pretraining recipes (config_hub/pretrain): AdamW, lr 4e-4, wd 0.1.
@@ -326,7 +326,7 @@ class LitgptPretrain(EngineWorkload):
             "flops_method": "torch.utils.flop_counter on a meta-device copy of LitGPT's GPT, "
                             "forward + backward of one sequence, per token",
             # The node's peak: the result's fraction_of_peak is then the MFU.
-            "peak_tflops": F.peak_for(self._device_name(), self.precision,
+            "peak_tflops": F.peak_for(distributed.device_name(self.ctx), self.precision,
                                       self.ctx.local_world_size if self.ctx.device_type == "cuda"
                                       else 0),
         }
@@ -353,19 +353,8 @@ class LitgptPretrain(EngineWorkload):
             },
         }
 
-    def _device_name(self) -> str:
-        if self.ctx.device_type == "cuda":
-            import torch
-
-            return torch.cuda.get_device_name(self.ctx.device)
-        return provenance.cpu_model()
-
     def peak_memory(self) -> dict:
-        import torch
-
-        if self.ctx.device_type == "cuda":
-            return {"kind": "device", "bytes": int(torch.cuda.max_memory_allocated(self.ctx.device))}
-        return {"kind": "host_rss", "bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+        return torch_peak_memory(self.ctx)
 
 
 def build(spec: dict, ctx) -> LitgptPretrain:

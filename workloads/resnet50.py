@@ -4,10 +4,10 @@ made once and kept on the device, SGD with momentum, cross-entropy.
 from __future__ import annotations
 
 from hpcai.workloads import flops
-from hpcai.workloads.torch_trainer import TorchTrainer
+from hpcai.workloads.torch_trainer import ImageClassifier
 
 
-class ResNet50(TorchTrainer):
+class ResNet50(ImageClassifier):
     def __init__(self, spec: dict, ctx):
         import torch
         import torchvision
@@ -21,7 +21,6 @@ class ResNet50(TorchTrainer):
         self.memory_format = torch.channels_last if self.channels_last else torch.contiguous_format
         model = torchvision.models.resnet50(weights=None, num_classes=self.num_classes)
         model = model.to(ctx.device, memory_format=self.memory_format).train()
-        self.loss_fn = torch.nn.CrossEntropyLoss()
         self.images = self.labels = None
         self.setup(model)
 
@@ -33,20 +32,6 @@ class ResNet50(TorchTrainer):
     def learning_rate(self) -> float:
         # Linear scaling rule (Goyal et al.): 0.1 per 256 images of global batch.
         return float(self.params.get("lr") or 0.1 * self.batch_size * self.ctx.world_size / 256)
-
-    def make_inputs(self, batch_size: int | None) -> None:
-        import torch
-
-        if batch_size is None:
-            self.images = self.labels = None
-            return
-        self.images = torch.randn(
-            batch_size, 3, self.image_size, self.image_size, device=self.ctx.device
-        ).contiguous(memory_format=self.memory_format)
-        self.labels = torch.randint(0, self.num_classes, (batch_size,), device=self.ctx.device)
-
-    def compute_loss(self):
-        return self.loss_fn(self.model(self.images), self.labels)
 
     def count_flops(self) -> dict:
         import torchvision

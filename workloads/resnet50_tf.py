@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import gc
 import os
-import resource
 
 from hpcai import provenance
 from hpcai.errors import UsageError, WorkloadError
 from hpcai.workloads import batch_search, catalog, flops
 from hpcai.workloads.base import StepWorkload
+from hpcai.workloads.memory import host_peak_memory
 
 POLICIES = {"fp32": "float32", "tf32": "float32", "fp16-mixed": "mixed_float16",
             "bf16-mixed": "mixed_bfloat16"}
@@ -38,8 +38,8 @@ def _import_tensorflow(threads: int):
 
 
 def resolve_precision(requested: str, gpu_capabilities: list[tuple[int, int]]) -> str:
-    """auto: mixed_float16 where every GPU has tensor cores, else fp32 (TF32
-    on Ampere and newer, as TensorFlow does by default); fp32 on CPUs."""
+    """auto: mixed_float16 where every GPU has tensor cores (compute
+    capability 7.0+), else fp32; fp32 on CPUs."""
     if requested not in ("auto", *POLICIES):
         raise UsageError(f"unknown precision {requested!r}",
                          f"choose one of: auto, {', '.join(POLICIES)}")
@@ -49,9 +49,7 @@ def resolve_precision(requested: str, gpu_capabilities: list[tuple[int, int]]) -
         return requested
     if not gpu_capabilities:
         return "fp32"
-    if all(cc >= (7, 0) for cc in gpu_capabilities):
-        return "fp16-mixed"
-    return "tf32" if all(cc >= (8, 0) for cc in gpu_capabilities) else "fp32"
+    return "fp16-mixed" if all(cc >= (7, 0) for cc in gpu_capabilities) else "fp32"
 
 
 def _mentions_memory(message: str) -> bool:
@@ -267,11 +265,7 @@ class KerasResNet50(StepWorkload):
             peaks = [self.tf.config.experimental.get_memory_info(f"GPU:{i}")["peak"]
                      for i in range(len(self.gpu_names))]
             return {"kind": "device", "bytes": int(max(peaks))}
-        peak = batch_search.peak_rss_bytes()
-        if peak is None:
-            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        return {"kind": "host_rss", "bytes": int(peak)}
-
+        return host_peak_memory()
 
 def build(spec: dict, ctx) -> KerasResNet50:
     return KerasResNet50(spec, ctx)

@@ -9,12 +9,11 @@ and its FLOPs per image.
 from __future__ import annotations
 
 import abc
-import resource
 
-from hpcai import provenance
-from hpcai.workloads import batch_search, catalog, flops
+from hpcai.workloads import batch_search, catalog, distributed, flops
 from hpcai.workloads import precision as prec
 from hpcai.workloads.base import StepWorkload
+from hpcai.workloads.memory import torch_peak_memory
 
 
 class TorchTrainer(StepWorkload):
@@ -125,13 +124,6 @@ class TorchTrainer(StepWorkload):
     def latest_loss(self) -> float | None:
         return None if self._loss is None else float(self._loss.float().item())
 
-    def device_name(self) -> str:
-        if self.ctx.device_type == "cuda":
-            import torch
-
-            return torch.cuda.get_device_name(self.ctx.device)
-        return provenance.cpu_model()
-
     def describe_training(self) -> dict:
         """The configuration every PyTorch trainer records."""
         gpus = self.ctx.local_world_size if self.ctx.device_type == "cuda" else 0
@@ -144,19 +136,34 @@ class TorchTrainer(StepWorkload):
             "learning_rate": self.lr,
             "flops_per_unit": self.flops["train_per_image"],
             "flops": self.flops,
-            "peak_tflops": flops.peak_for(self.device_name(), self.precision, gpus),
+            "peak_tflops": flops.peak_for(distributed.device_name(self.ctx), self.precision, gpus),
         }
         if self.batch_size_search is not None:
             doc["batch_size_search"] = self.batch_size_search
         return doc
 
     def peak_memory(self) -> dict:
+        return torch_peak_memory(self.ctx)
+
+
+class ImageClassifier(TorchTrainer):
+    """Synthetic images and labels kept on the device, cross-entropy: what
+    ResNet-50 and ViT-L/16 share. Subclasses set image_size, num_classes
+    and (for NHWC) memory_format before setup()."""
+
+    memory_format = None  # torch.contiguous_format
+
+    def make_inputs(self, batch_size: int | None) -> None:
         import torch
 
-        if self.ctx.device_type == "cuda":
-            return {"kind": "device", "bytes": int(torch.cuda.max_memory_allocated(self.ctx.device))}
-        # No device memory on CPU: the process's peak resident set instead.
-        peak = batch_search.peak_rss_bytes()
-        if peak is None:
-            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        return {"kind": "host_rss", "bytes": int(peak)}
+        if batch_size is None:
+            self.images = self.labels = None
+            return
+        images = torch.randn(batch_size, 3, self.image_size, self.image_size, device=self.ctx.device)
+        self.images = images.contiguous(memory_format=self.memory_format or torch.contiguous_format)
+        self.labels = torch.randint(0, self.num_classes, (batch_size,), device=self.ctx.device)
+
+    def compute_loss(self):
+        import torch.nn.functional as F
+
+        return F.cross_entropy(self.model(self.images), self.labels)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from hpcai.errors import UsageError
 from hpcai.workloads import flops
-from hpcai.workloads.torch_trainer import TorchTrainer
+from hpcai.workloads.torch_trainer import ImageClassifier
 
 # torchvision's vit_l_16: 24 layers of width 1024, 16 heads, MLP 4096.
 VIT_L16 = {"patch_size": 16, "num_layers": 24, "num_heads": 16, "hidden_dim": 1024, "mlp_dim": 4096}
@@ -16,10 +16,8 @@ TINY = {"num_layers": 2, "num_heads": 4, "hidden_dim": 64, "mlp_dim": 256}
 MODEL_SIZES = ("full", "tiny")
 
 
-class ViTL16(TorchTrainer):
+class ViTL16(ImageClassifier):
     def __init__(self, spec: dict, ctx):
-        import torch
-
         super().__init__(spec, ctx)
         self.image_size = int(self.params["image_size"])
         self.num_classes = int(self.params.get("num_classes", 1000))
@@ -33,7 +31,6 @@ class ViTL16(TorchTrainer):
             raise UsageError(f"image size {self.image_size} is not a multiple of the patch size "
                              f"{self.arch['patch_size']}", "use 224 (the paper's) or 64 (tiny)")
         model = self._build().to(ctx.device).train()
-        self.loss_fn = torch.nn.CrossEntropyLoss()
         self.images = self.labels = None
         self.setup(model)
 
@@ -56,19 +53,6 @@ class ViTL16(TorchTrainer):
     def learning_rate(self) -> float:
         # DeiT's recipe: 5e-4 per 512 images of global batch.
         return float(self.params.get("lr") or 5e-4 * self.batch_size * self.ctx.world_size / 512)
-
-    def make_inputs(self, batch_size: int | None) -> None:
-        import torch
-
-        if batch_size is None:
-            self.images = self.labels = None
-            return
-        self.images = torch.randn(batch_size, 3, self.image_size, self.image_size,
-                                  device=self.ctx.device)
-        self.labels = torch.randint(0, self.num_classes, (batch_size,), device=self.ctx.device)
-
-    def compute_loss(self):
-        return self.loss_fn(self.model(self.images), self.labels)
 
     def count_flops(self) -> dict:
         return flops.torch_image_model_flops(self._build, self.image_size)
