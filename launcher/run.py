@@ -222,9 +222,13 @@ def execute(spec: dict, command: list[str], site: dict, node: Node, opts: Option
     interrupted: Interrupted | None = None
     limits: dict[int, dict] = {}
 
+    forwarded: list[int] = []
+
     def forward(signum: int) -> None:
-        if child is not None and child.poll() is None:
+        # Exactly once: torchrun abandons its workers' clean-up on a second signal.
+        if child is not None and child.poll() is None and not forwarded:
             child.send_signal(signum)
+            forwarded.append(signum)
 
     with contextlib.ExitStack() as stack:
         stack.enter_context(install_signal_handlers(forward))
@@ -244,12 +248,14 @@ def execute(spec: dict, command: list[str], site: dict, node: Node, opts: Option
         log(f"run {spec['run_id']}: {spec['workload']} preset {spec['preset']} on "
             f"{devices['nproc']} {'GPU' if devices['type'] == 'cuda' else 'CPU process'}(es); "
             f"results in {run_dir}")
-        child = subprocess.Popen(command, env=env)
+        # Its own session: a terminal's Ctrl-C reaches the launcher alone, which
+        # forwards it once, instead of hitting torchrun and its workers twice.
+        child = subprocess.Popen(command, env=env, start_new_session=True)
         try:
             child.wait()
         except (Interrupted, KeyboardInterrupt) as exc:
             interrupted = exc if isinstance(exc, Interrupted) else Interrupted(signal.SIGINT)
-            _stop_child(child, interrupted.signum)
+            _stop_child(child, interrupted.signum, already_sent=bool(forwarded))
     if cap_w is not None and backend is not None:
         log("power limits restored")
     code = child.returncode if child is not None else None
@@ -264,20 +270,21 @@ def execute(spec: dict, command: list[str], site: dict, node: Node, opts: Option
     return _summarize(doc, run_dir)
 
 
-def _stop_child(child: subprocess.Popen, signum: int) -> None:
+def _stop_child(child: subprocess.Popen, signum: int, already_sent: bool) -> None:
     """Give the workload time to write its partial result, then kill it.
 
     Further signals meanwhile must not cut this short: the caps are
     restored only after the workload has stopped using the GPUs.
     """
-    if child.poll() is None:
+    if child.poll() is None and not already_sent:
         child.send_signal(signum)
     deadline = time.monotonic() + CHILD_GRACE_S
     while child.poll() is None:
         try:
             child.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            child.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGKILL)  # torchrun and every worker it started
         except (Interrupted, KeyboardInterrupt):
             continue
 
