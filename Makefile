@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.hpcai-installed
 ARGS   ?=
 
-.PHONY: setup setup-system run test test-fast bench lint clean
+.PHONY: setup setup-system images run test test-fast bench lint clean
 
 setup: $(STAMP)
 
@@ -22,8 +22,10 @@ $(STAMP): pyproject.toml constraints/dev.txt
 run: setup
 	$(BIN)/hpcai-launch resnet50 $(ARGS)
 
-# System packages the tests need: Chromium for the HTML report's browser test
-# (Debian's package; installed when missing and this is root, else a clear error).
+# System packages the tests need, installed when missing and this is root (else a
+# clear error): Chromium for the HTML report's browser test; a real Apptainer
+# (Debian sid's, run from a debootstrapped root on Debian 12: tools/apptainer-sid/);
+# and Debian's OCI registry (docker-registry) for the image push/pull tests.
 setup-system:
 	@command -v chromium >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
@@ -31,6 +33,24 @@ setup-system:
 	  else \
 	    echo "make: chromium is missing: install Debian's chromium package as root (apt-get install chromium); the HTML report test needs it" >&2; exit 1; \
 	  fi; }
+	@command -v docker-registry >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker-registry; \
+	  else \
+	    echo "make: docker-registry is missing: install Debian's docker-registry package as root; the image push/pull tests need it" >&2; exit 1; \
+	  fi; }
+	@command -v apptainer >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    tools/apptainer-sid/setup.sh; \
+	  else \
+	    echo "make: apptainer is missing: install Apptainer 1.2+, or run tools/apptainer-sid/setup.sh as root; the image tests need it" >&2; exit 1; \
+	  fi; }
+
+# The Apptainer images of this host's flavour (detected, or FLAVOUR=cuda|rocm|cpu),
+# every family, unprivileged (--fakeroot), into ./images (or the site's folder).
+# More options through IMAGES_ARGS, e.g. IMAGES_ARGS="--family cv --force".
+images: setup
+	$(BIN)/hpcai-launch images build $(if $(FLAVOUR),--flavour $(FLAVOUR)) $(IMAGES_ARGS)
 
 test: setup setup-system
 	$(BIN)/python -m pytest -q $(ARGS)

@@ -60,6 +60,10 @@ class RuntimeNotFoundError(HpcaiError):
     """The requested container runtime or image is not available."""
 
 
+class ImageError(HpcaiError):
+    """An image build, pull, push, signature check or inspection failed."""
+
+
 class WorkloadError(HpcaiError):
     """The measurement entrypoint or a workload failed."""
 

@@ -75,9 +75,10 @@ class OneLineErrors(click.Group):
         name = args[0] if args else None
         if name and not name.startswith("-") and self.get_command(ctx, name) is None:
             known = ", ".join(sorted(WORKLOADS))
+            commands = ", ".join(sorted(c for c in self.list_commands(ctx) if c not in WORKLOADS))
             raise click.UsageError(
                 f"unknown workload or command {name!r} (workloads: {known}; "
-                f"commands: list, info, power, report)", ctx)
+                f"commands: {commands})", ctx)
         return super().resolve_command(ctx, args)
 
 
@@ -136,7 +137,7 @@ def _workload_command(workload):
     def command(preset, impl, caps, repeat, seed, order, idle_s, power_method, site, device,
                 gpus, nproc, batch_size, epochs, warmup_epochs, steps_per_epoch, precision,
                 channels_last, compile_, sample_interval_ms, no_telemetry, output, journal,
-                dry_run, **extra):
+                runtime, image, dry_run, **extra):
         from hpcai.launcher.run import Options, launch
 
         # One cap and one repeat is a plain run, exactly as without sweeps.
@@ -148,6 +149,7 @@ def _workload_command(workload):
             idle_s=idle_s,
             power_method=power_method, site=site, device=device, gpus=gpus, nproc=nproc,
             output=output, dry_run=dry_run, telemetry=not no_telemetry, journal=journal,
+            runtime=runtime, image=image,
             params={"batch_size": batch_size, "precision": precision,
                     "channels_last": channels_last, "compile": compile_, **extra},
             protocol={"epochs": epochs, "warmup_epochs": warmup_epochs,
@@ -198,6 +200,12 @@ def _workload_command(workload):
         click.option("--no-telemetry", is_flag=True, help="do not sample power (for overhead tests)"),
         click.option("--output", "-o", help="results folder (default: the site's, ./results)"),
         click.option("--journal", help="power journal path (default: ~/.local/state/hpcai)"),
+        click.option("--runtime", type=click.Choice(["auto", "host", "apptainer"]), default="auto",
+                     show_default=True,
+                     help="auto: apptainer when it is installed and the image is in the images "
+                          "folder, else this Python"),
+        click.option("--image", type=click.Path(dir_okay=False),
+                     help="apptainer: this SIF instead of the images folder's"),
         click.option("--dry-run", is_flag=True, help="print the run spec and command; run nothing"),
         *(_workload_option(o) for o in workload.options),
     ]
@@ -293,6 +301,14 @@ def report(results, output, node_overhead_w, max_slowdown, work, noisy_cv, refer
                          reference=reference or reference_file is not None,
                          reference_file=reference_file, power_run=power_run, title=title)
     _run_guarded(build_report, list(results), opts)
+
+
+from hpcai.launcher.site_cli import site as _site_group  # noqa: E402 (after main exists)
+
+main.add_command(_site_group)
+from hpcai.launcher.images.cli import images as _images_group  # noqa: E402
+
+main.add_command(_images_group)
 
 
 if __name__ == "__main__":

@@ -26,14 +26,16 @@ def show_info(site_selector: str | None, as_json: bool) -> None:
         method = backend.name
     frameworks = {name: importlib.util.find_spec(name) is not None
                   for name in ("torch", "torchvision")}
+    images = _images(site, node.vendor)
     facts = {
         "vendor": node.vendor,
         "gpus": [g.to_dict() for g in node.gpus],
         "device": "cuda" if node.gpus else "cpu",
-        "runtime": "host",
+        "runtime": "apptainer" if images["present"].get("cv") and images["apptainer"] else "host",
         "python": sys.executable,
         "frameworks": frameworks,
-        "apptainer": shutil.which("apptainer"),
+        "apptainer": images["apptainer"],
+        "images": images,
         "power_method": method,
         "can_set_caps": may_set,
         "can_set_caps_because": why,
@@ -50,13 +52,31 @@ def show_info(site_selector: str | None, as_json: bool) -> None:
             click.echo(f"  GPU {g.index}: {g.name}, {g.memory_total_bytes / 2**30:.0f} GiB, {g.uuid}")
     else:
         click.echo("vendor:        none (no GPU management library sees a GPU): runs use the CPU")
-    click.echo(f"runtime:       host ({sys.executable})")
+    if facts["runtime"] == "apptainer":
+        click.echo(f"runtime:       apptainer ({images['apptainer']}), image {images['present']['cv']}")
+    else:
+        click.echo(f"runtime:       host ({sys.executable})")
+    have = ", ".join(images["present"]) or "none"
+    click.echo(f"images:        {images['flavour']} flavour in {images['dir']}: {have}"
+               + ("" if images["apptainer"] else " (apptainer not installed)"))
     missing = [n for n, ok in frameworks.items() if not ok]
     click.echo("frameworks:    " + ("torch, torchvision" if not missing
                                     else f"missing {', '.join(missing)}: pip install 'hpcai[cv]'"))
     click.echo(f"power method:  {method}")
     click.echo(f"may set caps:  {'yes' if may_set else 'no'} ({why})")
     click.echo(f"node overhead: {site['power']['node_overhead_w']:g} W")
+
+
+def _images(site: dict, vendor: str | None) -> dict:
+    """This node's flavour, the images folder, which families are there."""
+    from hpcai.launcher.images import store
+    from hpcai.workloads.catalog import IMAGE_FAMILIES
+
+    flavour = store.flavour_for(vendor)
+    present = {f: str(store.image_path(site, flavour, f)) for f in IMAGE_FAMILIES
+               if store.image_path(site, flavour, f).is_file()}
+    return {"flavour": flavour, "dir": str(store.images_dir(site)), "present": present,
+            "apptainer": shutil.which(site["apptainer"]["executable"])}
 
 
 def show_power(site_selector: str | None, method: str | None) -> None:

@@ -50,6 +50,8 @@ class Options:
     seed: int | None = None
     order: str = "shuffle"
     idle_s: float = 5.0
+    runtime: str = "auto"  # auto | host | apptainer
+    image: str | None = None  # a SIF to run instead of the images folder's
 
     @property
     def is_sweep(self) -> bool:
@@ -160,6 +162,7 @@ def plan(opts: Options) -> tuple[dict, list[str], dict, Node]:
                              else workload.cpu_default_preset)
     method = opts.power_method or site["power"]["method"]
     output = Path(opts.output or site["paths"]["results"]).absolute()
+    chosen = runtime.select(opts.runtime, site, node.vendor, workload.image_family, opts.image, log)
     spec = build_spec(
         workload, preset, impl=opts.impl or workload.default_impl, overrides=opts.params,
         protocol_overrides={**opts.protocol, "telemetry": opts.telemetry},
@@ -168,10 +171,10 @@ def plan(opts: Options) -> tuple[dict, list[str], dict, Node]:
         cap_tolerance_frac=float(site["power"]["cap_tolerance_frac"]),
         node_overhead_w=float(site["power"]["node_overhead_w"]),
         site={"name": site["name"], "path": site["path"]},
-        output_dir=str(output), runtime={"kind": "host", "image": None},
+        output_dir=str(output), runtime=chosen,
     )
     spec["output_dir"] = str(output / spec["run_id"])
-    command = runtime.entrypoint_command(str(Path(spec["output_dir"]) / "spec.json"), nproc)
+    command = runtime.command(spec, site, str(Path(spec["output_dir"]) / "spec.json"))
     return spec, command, site, node
 
 
@@ -204,7 +207,7 @@ def launch(opts: Options) -> int:
         print("command: " + shlex.join(command))
         return 0
     check_output_dir(Path(spec["output_dir"]).parent)
-    runtime.check_host_frameworks(get_workload(spec["workload"]).impl(spec["impl"]).framework)
+    runtime.check_ready(spec, get_workload(spec["workload"]).impl(spec["impl"]).framework)
     return execute(spec, command, site, node, opts)
 
 
@@ -216,8 +219,7 @@ def execute(spec: dict, command: list[str], site: dict, node: Node, opts: Option
     indices = spec["devices"]["gpu_indices"] or []
     backend = make_backend(spec["power"]["method"], node.vendor, site["power"]["command"]) \
         if node.gpus else None
-    env = runtime.child_environment(node.vendor, spec["devices"]["gpu_indices"],
-                                    spec["devices"]["type"], spec["devices"]["nproc"])
+    env = runtime.environment(spec, site)
     child = None
     interrupted: Interrupted | None = None
     limits: dict[int, dict] = {}
@@ -248,6 +250,9 @@ def execute(spec: dict, command: list[str], site: dict, node: Node, opts: Option
         log(f"run {spec['run_id']}: {spec['workload']} preset {spec['preset']} on "
             f"{devices['nproc']} {'GPU' if devices['type'] == 'cuda' else 'CPU process'}(es); "
             f"results in {run_dir}")
+        if spec["runtime"]["kind"] == "apptainer":
+            image = spec["runtime"]["image"]
+            log(f"runtime: apptainer, image {image['path']} (sha256 {image['sha256'][:12]})")
         # Its own session: a terminal's Ctrl-C reaches the launcher alone, which
         # forwards it once, instead of hitting torchrun and its workers twice.
         child = subprocess.Popen(command, env=env, start_new_session=True)

@@ -1,8 +1,9 @@
 """Runtimes: how the measurement entrypoint is started.
 
 `host` runs it with this Python (the embedded default); one process per GPU
-goes through torchrun. The container runtime plugs in here later, wrapping
-the same command.
+goes through torchrun. `apptainer` (launcher/container.py) wraps the same
+command to run it inside the workload's image. The choice is recorded in the
+spec's `runtime`, and everything after planning follows the spec.
 """
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ import importlib.util
 import os
 import sys
 
-from hpcai.errors import RuntimeNotFoundError
+from hpcai.errors import RuntimeNotFoundError, UsageError
 from hpcai.provenance import usable_cpus
+
+RUNTIMES = ("auto", "host", "apptainer")
+HOST = {"kind": "host", "image": None}
 
 ENTRYPOINT = ["-m", "hpcai.workloads", "run"]
 
@@ -52,3 +56,46 @@ def child_environment(vendor: str | None, gpu_indices: list[int] | None,
         # Otherwise torchrun forces 1 thread per process, with a banner; share the cores.
         env["OMP_NUM_THREADS"] = str(max(1, usable_cpus() // max(1, nproc)))
     return env
+
+
+def select(requested: str, site: dict, vendor: str | None, family: str,
+           image: str | None = None, log=lambda message: None) -> dict:
+    """The spec's runtime entry. auto: Apptainer when it is installed and the
+    workload's image is in the images folder, else the host."""
+    if requested not in RUNTIMES:
+        raise UsageError(f"unknown runtime {requested!r}", f"choose one of: {', '.join(RUNTIMES)}")
+    if image and requested == "host":
+        raise UsageError("--image needs the apptainer runtime", "drop --runtime host")
+    from hpcai.launcher import container
+
+    if requested == "host" or (requested == "auto" and not image
+                               and not container.auto_available(site, vendor, family)):
+        return dict(HOST)
+    return container.runtime_entry(site, vendor, family, requested=requested, image=image,
+                                   log=log)
+
+
+def command(spec: dict, site: dict, spec_path: str) -> list[str]:
+    inner = entrypoint_command(spec_path, spec["devices"]["nproc"])
+    if spec["runtime"]["kind"] == "host":
+        return inner
+    from hpcai.launcher import container
+
+    return container.command(spec, site, spec_path, inner)
+
+
+def environment(spec: dict, site: dict) -> dict[str, str]:
+    devices = spec["devices"]
+    vendor = None if devices["vendor"] == "auto" else devices["vendor"]
+    env = child_environment(vendor, devices["gpu_indices"], devices["type"], devices["nproc"])
+    if spec["runtime"]["kind"] == "host":
+        return env
+    from hpcai.launcher import container
+
+    return container.environment(env, site)
+
+
+def check_ready(spec: dict, framework: str) -> None:
+    """Before any cap: the host must have the framework; an image carries its own."""
+    if spec["runtime"]["kind"] == "host":
+        check_host_frameworks(framework)

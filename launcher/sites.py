@@ -4,6 +4,11 @@ only that file.
 
 Selection: --site NAME|PATH, else $HPCAI_SITE, else the first shipped or
 $HPCAI_SITE_DIR site whose hostname patterns match this host, else "default".
+`select` also says why a site was chosen; `load` returns the site alone.
+
+A loaded site is DEFAULTS merged with the file, plus "path" (the file). Keys
+that are optional and absent stay absent: gpu.per_node (not declared) and
+power.allowed_cap_range_w (no site limit, the GPUs' own range applies).
 """
 from __future__ import annotations
 
@@ -25,11 +30,20 @@ from hpcai.errors import ConfigError
 DEFAULTS = {
     "description": "",
     "hostnames": [],
-    "gpu": {"vendor": "auto"},
+    "gpu": {"vendor": "auto"},  # per_node: optional
     "power": {"method": "auto", "command": "", "cap_tolerance_frac": 0.05,
-              "node_overhead_w": 100.0},
+              "node_overhead_w": 100.0},  # allowed_cap_range_w: optional [lo, hi]
     "paths": {"results": "results", "state_dir": ""},
+    # Host folders bound at /data, /models and /scratch in the container; "" = not bound.
+    "binds": {"data": "", "models": "", "scratch": ""},
+    "images": {"dir": "", "registry": "", "registry_https": True, "sign_key": "", "verify_key": "",
+               "build_binds": [], "build_args": {}},
+    "apptainer": {"executable": "apptainer", "options": [], "env": {}, "forward_env": []},
+    "scheduler": {"kind": "slurm", "partition": "", "account": "", "time": "",
+                  "extra_options": []},
 }
+BIND_TARGETS = {"data": "/data", "models": "/models", "scratch": "/scratch"}
+IMAGES_DIR_ENV = "HPCAI_IMAGES_DIR"
 
 
 def shipped_dir() -> Path:
@@ -62,15 +76,43 @@ def parse(path: Path) -> dict:
     import jsonschema
 
     errors = sorted(jsonschema.Draft202012Validator(_schema()).iter_errors(raw),
-                    key=lambda e: list(e.path))
+                    key=lambda e: [str(p) for p in e.path])
     if errors:
         first = errors[0]
         where = ".".join(str(p) for p in first.path) or "(top level)"
-        raise ConfigError(f"invalid site file {path}: {where}: {first.message}",
+        message = first.message
+        if first.validator == "pattern" and first.schema.get("description"):
+            message = f"{first.instance!r} {first.schema['description']}"
+        raise ConfigError(f"invalid site file {path}: {where}: {message}",
                           "see site/default.toml for the fields and their types")
+    _check_consistency(raw, path)
     site = _merge(copy.deepcopy(DEFAULTS), raw)
     site["path"] = str(path)
     return site
+
+
+def _check_consistency(raw: dict, path) -> None:
+    """What the schema cannot say: one ConfigError naming the field."""
+    def invalid(where: str, message: str, hint: str | None = None):
+        return ConfigError(f"invalid site file {path}: {where}: {message}",
+                           hint or "see site/default.toml for the fields and their types")
+
+    power = raw.get("power", {})
+    cap_range = power.get("allowed_cap_range_w")
+    if cap_range and not cap_range[0] < cap_range[1]:
+        raise invalid("power.allowed_cap_range_w", f"{cap_range} is not [low, high] with low < high")
+    if power.get("command"):
+        from hpcai.launcher.power.backends import check_command_template
+
+        try:
+            check_command_template(power["command"])
+        except ConfigError as exc:
+            raise invalid("power.command", exc.message, exc.hint) from None
+    vendor = raw.get("gpu", {}).get("vendor", "auto")
+    needs = {"nvml": "nvidia", "amdsmi": "amd"}.get(power.get("method", "auto"))
+    if needs and vendor not in ("auto", needs):
+        raise invalid("power.method", f"{power['method']!r} does not work with gpu.vendor {vendor!r}",
+                      f"use {'amdsmi' if vendor == 'amd' else 'nvml'}, command or auto")
 
 
 def _merge(base: dict, over: dict) -> dict:
@@ -92,24 +134,61 @@ def available() -> dict[str, Path]:
     return found
 
 
-def load(selector: str | None = None, hostname: str | None = None) -> dict:
-    selector = selector or os.environ.get("HPCAI_SITE") or None
-    sites = available()
+def select(selector: str | None = None, hostname: str | None = None) -> tuple[dict, str]:
+    """The site to use and why: (site, reason).
+
+    selector is the --site value (a name or a .toml path); without it
+    $HPCAI_SITE, then hostname patterns, then "default".
+    """
     if selector:
-        if selector in sites:
-            return parse(sites[selector])
-        if selector.endswith(".toml") or os.sep in selector:
-            if not Path(selector).exists():
-                raise ConfigError(f"site file {selector} does not exist",
-                                  "give an existing .toml file or a site name")
-            return parse(Path(selector))
-        raise ConfigError(f"unknown site {selector!r}",
-                          f"choose one of: {', '.join(sorted(sites))}, or give a .toml path")
+        return _by_selector(selector), f"--site {selector}"
+    if os.environ.get("HPCAI_SITE"):
+        return _by_selector(os.environ["HPCAI_SITE"]), f"$HPCAI_SITE={os.environ['HPCAI_SITE']}"
+    sites = available()
     host = hostname or socket.gethostname()
     for name, path in sites.items():
         if name == "default":
             continue
         site = parse(path)
-        if any(fnmatch.fnmatch(host, pattern) for pattern in site["hostnames"]):
-            return site
-    return parse(sites["default"])
+        pattern = matching_pattern(site, host)
+        if pattern is not None:
+            return site, f"hostname {host!r} matches {pattern!r}"
+    return parse(sites["default"]), f"default: no site's hostname patterns match {host!r}"
+
+
+def load(selector: str | None = None, hostname: str | None = None) -> dict:
+    return select(selector, hostname)[0]
+
+
+def matching_pattern(site: dict, hostname: str) -> str | None:
+    """The first of the site's hostname patterns that matches, or None."""
+    return next((p for p in site["hostnames"] if fnmatch.fnmatch(hostname, p)), None)
+
+
+def _by_selector(selector: str) -> dict:
+    sites = available()
+    if selector in sites:
+        return parse(sites[selector])
+    if selector.endswith(".toml") or os.sep in selector:
+        if not Path(selector).exists():
+            raise ConfigError(f"site file {selector} does not exist",
+                              "give an existing .toml file or a site name")
+        return parse(Path(selector))
+    raise ConfigError(f"unknown site {selector!r}",
+                      f"choose one of: {', '.join(sorted(sites))}, or give a .toml path")
+
+
+def images_dir(site: dict) -> Path:
+    """$HPCAI_IMAGES_DIR, else images.dir, else ./images; relative to the working directory.
+    (The same order as hpcai.launcher.images.store.images_dir, which runs use.)"""
+    folder = os.environ.get(IMAGES_DIR_ENV) or site["images"]["dir"] or "images"
+    return Path(folder).expanduser().absolute()
+
+
+def state_dir(site: dict) -> Path:
+    """Where power journals go: paths.state_dir, else the journal module's default."""
+    if site["paths"]["state_dir"]:
+        return Path(site["paths"]["state_dir"]).absolute()
+    from hpcai.launcher.power.journal import default_journal_path
+
+    return default_journal_path().parent

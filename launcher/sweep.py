@@ -325,7 +325,7 @@ def run_sweep(opts) -> int:
         print("command of the first run: " + " ".join(first))
         return 0
     R.check_output_dir(sweep_dir)
-    runtime.check_host_frameworks(get_workload(spec["workload"]).impl(spec["impl"]).framework)
+    runtime.check_ready(spec, get_workload(spec["workload"]).impl(spec["impl"]).framework)
     tried = attempts(sweep_dir, digest)
     summary = Summary(summary_path, {
         "kind": "hpcai.sweep", "sweep_version": SUMMARY_VERSION, "sweep_id": sweep_dir.name,

@@ -105,3 +105,7 @@ def assert_valid_result(doc: dict, schema: dict) -> None:
     errors = [f"{e.json_path}: {e.message}"
               for e in jsonschema.Draft202012Validator(schema).iter_errors(doc)]
     assert not errors, errors
+
+
+# Real Apptainer, a tiny SIF, a real OCI registry, signing keys (tests/image_fixtures.py).
+from image_fixtures import apptainer_exe, registry, signing_keys, tiny_image  # noqa: E402,F401

@@ -59,6 +59,8 @@ class Workload:
     options: tuple[Option, ...] = ()
     cpu_default_preset: str = "short"
     gpu_default_preset: str = "paper"
+    # The Apptainer image family that carries this workload's software stack.
+    image_family: str = "cv"
 
     @property
     def default_impl(self) -> str:
@@ -188,6 +190,7 @@ LLAMA3_8B_PRETRAIN = Workload(
     # The result's software section names LitGPT, with PyTorch's CUDA/ROCm build
     # and every library's version beside it.
     impls={"litgpt": Impl("llm_pretrain", "litgpt", process_model="torchrun")},
+    image_family="llm-train",
     presets={
         "paper": Preset(
             "paper",
@@ -236,6 +239,7 @@ LLAMA3_8B_INFERENCE = Workload(
     unit="tokens",
     # One process: the entrypoint starts the SGLang server, which drives every GPU.
     impls={"sglang": Impl("llm_serve", "sglang", process_model="single")},
+    image_family="llm-serve",
     presets={
         "paper": Preset(
             "paper",
@@ -290,3 +294,11 @@ def get_workload(name: str) -> Workload:
         raise UsageError(
             f"unknown workload {name!r}", f"choose one of: {known} (see `hpcai-launch list`)"
         ) from None
+
+
+IMAGE_FAMILIES = ("cv", "llm-train", "llm-serve")
+
+
+def family_workloads(family: str) -> list[str]:
+    """The workloads an image family carries, in catalog order."""
+    return [w.name for w in WORKLOADS.values() if w.image_family == family]
