@@ -282,10 +282,17 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--spec", required=True, help="path to the run spec JSON")
     run.add_argument("--output", help="result folder (default: the spec's output_dir)")
     sub.add_parser("version", help="print versions and exit")
+    check = sub.add_parser("check", help="import an image family's frameworks and print their versions")
+    check.add_argument("--family", required=True, help=f"one of: {', '.join(catalog.IMAGE_FAMILIES)}")
+    check.add_argument("--workloads", help="comma list (default: every workload of the family)")
     args = parser.parse_args(argv)
     if args.command == "version":
         print(json.dumps({**provenance.hpcai_versions(), "platform": platform.platform()}))
         return 0
+    if args.command == "check":
+        from hpcai.workloads import selfcheck
+
+        return selfcheck.run(args.family, [w for w in (args.workloads or "").split(",") if w])
     try:
         spec = json.loads(Path(args.spec).read_text())
     except (OSError, ValueError) as exc:
