@@ -1,0 +1,112 @@
+"""The CPU `cv` image, built from definitions/cpu/ with a real Apptainer
+through `hpcai-launch images build`, and a tiny ResNet-50 run in it through
+the launcher. The slowest test of the suite: the build takes minutes.
+
+HPCAI_TEST_IMAGES_DIR keeps the image between runs on a development machine
+(it is rebuilt only when missing); CI builds it fresh.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import assert_valid_result
+from hpcai.launcher.images import store
+from hpcai.provenance import hpcai_commit
+
+pytestmark = pytest.mark.slow
+LAUNCHER = [sys.executable, "-m", "hpcai.launcher.cli"]
+HOST_CERTS = Path("/etc/ssl/certs/ca-certificates.crt")
+
+
+def ci_site(folder: Path, images: Path) -> Path:
+    """A site for this machine: pip inside the build trusts the host's CA bundle
+    (a build-time setting, never baked into the image)."""
+    lines = ['name = "ci"', "[images]", f'dir = "{images}"']
+    if HOST_CERTS.exists():
+        lines += ['build_binds = ["/etc/ssl/certs:/mnt/host-certs"]',
+                  'build_args = {PIP_CERT = "/mnt/host-certs/ca-certificates.crt"}']
+    path = folder / "ci-site.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def launch(*args, cpu_env: dict, timeout=1800) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in cpu_env.items() if k != "HPCAI_IMAGES_DIR"}
+    return subprocess.run([*LAUNCHER, *args], capture_output=True, text=True, env=env,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def built(apptainer_exe, tmp_path_factory):
+    keep = os.environ.get("HPCAI_TEST_IMAGES_DIR")
+    images = Path(keep) if keep else tmp_path_factory.mktemp("images")
+    folder = tmp_path_factory.mktemp("ci-site")
+    site = ci_site(folder, images)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = launch("images", "build", "--site", str(site), "--flavour", "cpu", "--family", "cv",
+                  cpu_env=env)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    image = images / "hpcai-cpu-cv.sif"
+    assert image.is_file()
+    return {"image": image, "site": site, "build_output": proc.stderr}
+
+
+def test_build_labels_the_image_with_what_it_carries(built, apptainer_exe):
+    out = subprocess.run([apptainer_exe, "inspect", "--json", "--labels", str(built["image"])],
+                         capture_output=True, text=True, check=True).stdout
+    labels = store.hpcai_labels(json.loads(out)["data"]["attributes"]["labels"])
+    assert labels["flavour"] == "cpu" and labels["family"] == "cv"
+    assert labels["workloads"] == "resnet50,vit-l16,sd2"
+    assert labels["base-image"] and labels["version"]
+    if not os.environ.get("HPCAI_TEST_IMAGES_DIR"):  # a kept image may come from older code
+        assert labels["commit"] == hpcai_commit()
+
+
+def test_image_passes_its_own_test(built, apptainer_exe):
+    proc = subprocess.run([apptainer_exe, "test", str(built["image"])], capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "torch" in proc.stdout + proc.stderr
+
+
+def test_resnet50_runs_in_the_image_and_records_it(built, cpu_node, result_schema, tmp_path):
+    results = tmp_path / "results"
+    # One process (the image's %runscript): Debian's torch 2.6 lacks libuv, which
+    # torchrun's c10d store asks for, so two processes fail in this image.
+    proc = launch("resnet50", "--preset", "tiny", "--nproc", "1", "--runtime", "apptainer",
+                  "--site", str(built["site"]), "-o", str(results), cpu_env=cpu_node.env,
+                  timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "runtime: apptainer" in proc.stderr
+    (result_path,) = results.glob("*/result.json")
+    doc = json.loads(result_path.read_text())
+    assert_valid_result(doc, result_schema)
+    assert doc["status"] == "complete" and doc["throughput"]["node"] > 0
+    runtime = doc["runtime"]
+    assert runtime["kind"] == "apptainer"
+    assert runtime["image"]["sha256"] == store.sha256(built["image"])
+    assert runtime["image"]["labels"]["org.hpcai.family"] == "cv"
+    assert runtime["apptainer"]["version"]
+    # The workload ran on the image's Python and PyTorch (Debian's), not the host's.
+    import torch
+
+    image_torch = doc["software"]["framework_version"]
+    assert image_torch and image_torch != torch.__version__
+    assert doc["software"]["python"] != ".".join(map(str, sys.version_info[:3]))
+    assert doc["software"]["hpcai_commit"] == runtime["image"]["labels"]["org.hpcai.commit"]
+
+    # The same workload on the host runtime: one schema, the same fields.
+    host = launch("resnet50", "--preset", "tiny", "--nproc", "1", "--runtime", "host", "-o", str(tmp_path / "host"),
+                  cpu_env=cpu_node.env, timeout=900)
+    assert host.returncode == 0, host.stderr[-4000:]
+    (host_path,) = (tmp_path / "host").glob("*/result.json")
+    host_doc = json.loads(host_path.read_text())
+    assert_valid_result(host_doc, result_schema)
+    assert set(host_doc) == set(doc)
+    assert host_doc["runtime"] == {"kind": "host", "image": None}

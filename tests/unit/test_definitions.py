@@ -1,0 +1,192 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The Apptainer definitions, their requirements files and the shared install
+script, checked as text: no Apptainer, no GPU, no network."""
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from hpcai.workloads import selfcheck
+from hpcai.workloads.catalog import IMAGE_FAMILIES, family_workloads
+
+DEFS = Path(__file__).resolve().parents[2] / "definitions"
+FLAVOURS = ("cuda", "rocm", "cpu")
+INSTALL = "definitions/common/install-hpcai.sh"
+SECTIONS = {"arguments", "files", "post", "environment", "runscript", "test", "labels", "help"}
+# The build arguments `hpcai-launch images build` passes: each must be declared and
+# used, because Apptainer refuses a passed argument the definition does not use.
+CONTRACT = {"HPCAI_SRC", "HPCAI_VERSION", "HPCAI_COMMIT", "HPCAI_WORKLOADS", "BASE_IMAGE",
+            "PIP_CERT", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL"}
+LABELS = {"org.hpcai.version", "org.hpcai.commit", "org.hpcai.flavour", "org.hpcai.family",
+          "org.hpcai.workloads", "org.hpcai.base-image"}
+PIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9][A-Za-z0-9.+!_-]*$")
+PLACEHOLDER = re.compile(r"{{\s*([A-Za-z_][A-Za-z0-9_]*)\s*}}")
+
+
+def parse_def(path: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """(header keywords, section name -> body) of an Apptainer definition file."""
+    header, sections, current = {}, {}, None
+    for line in path.read_text().splitlines():
+        match = re.match(r"^%(\w+)\s*$", line)
+        if match:
+            current = match.group(1)
+            assert current not in sections, f"{path}: %{current} twice"
+            sections[current] = ""
+        elif current is not None:
+            sections[current] += line + "\n"
+        elif line.strip() and not line.lstrip().startswith("#"):
+            key, _, value = line.partition(":")
+            header[key.strip()] = value.strip()
+    return header, sections
+
+
+def arguments(sections: dict[str, str]) -> dict[str, str]:
+    out = {}
+    for line in sections["arguments"].splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            name, sep, value = line.partition("=")
+            assert sep, f"%arguments line {line!r} is not NAME=default"
+            out[name] = value
+    return out
+
+
+def labels(sections: dict[str, str]) -> dict[str, str]:
+    return dict(line.strip().split(None, 1) for line in sections["labels"].splitlines() if line.strip())
+
+
+def pins(path: Path) -> list[str]:
+    return [ln.strip() for ln in path.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+
+
+ALL = [(flavour, family) for flavour in FLAVOURS for family in IMAGE_FAMILIES]
+
+
+@pytest.fixture(params=ALL, ids=[f"{f}/{g}" for f, g in ALL])
+def definition(request):
+    flavour, family = request.param
+    path = DEFS / flavour / f"{family}.def"
+    assert path.is_file(), f"missing {path}"
+    header, sections = parse_def(path)
+    return flavour, family, path, header, sections
+
+
+def test_every_section_is_there(definition):
+    _, _, path, _, sections = definition
+    assert SECTIONS <= sections.keys(), f"{path.name}: missing {SECTIONS - sections.keys()}"
+    assert path.read_text().startswith("# SPDX-License-Identifier: Apache-2.0\n")
+
+
+def test_bootstrap_and_pinned_base(definition):
+    flavour, _, _, header, sections = definition
+    args = arguments(sections)
+    base = args["BASE_IMAGE"]
+    assert base and "latest" not in base and ":" in base, f"BASE_IMAGE default {base!r} is not a pinned tag"
+    if flavour == "cpu":
+        assert header["Bootstrap"] == "debootstrap" and header["OSVersion"] == "trixie"
+        assert args["DEBIAN_MIRROR"] == "http://deb.debian.org/debian"
+        assert header["MirrorURL"] == "{{ DEBIAN_MIRROR }}"
+    else:
+        assert header["Bootstrap"] == "docker" and header["From"] == "{{ BASE_IMAGE }}"
+    defaults = {"cuda": "nvcr.io/nvidia/pytorch:25.05-py3",
+                "rocm": "rocm/pytorch:rocm7.1.1_ubuntu24.04_py3.12_pytorch_release_2.9.1"}
+    if flavour in defaults and "serve" not in definition[1]:
+        assert base == defaults[flavour]
+
+
+def test_placeholders_are_declared_and_the_contract_is_used(definition):
+    _, family, path, _, sections = definition
+    args = arguments(sections)
+    text = path.read_text()
+    used = set(PLACEHOLDER.findall(text))
+    assert used <= args.keys(), f"{path.name}: {used - args.keys()} used but not in %arguments"
+    assert CONTRACT <= args.keys(), f"{path.name}: {CONTRACT - args.keys()} not declared"
+    outside = text.replace(sections["arguments"], "")
+    unused = {name for name in args if not re.search(r"{{\s*%s\s*}}" % name, outside)}
+    assert not unused, f"{path.name}: {unused} declared but never used"
+    assert args["PIP_CERT"] == "", "a CA bundle is a build-time setting, never a default"
+    assert args["HPCAI_WORKLOADS"] == ",".join(family_workloads(family))
+    assert "{{ HPCAI_SRC }} /opt/hpcai/src" in sections["files"]
+
+
+def test_post_runs_the_shared_install_script(definition):
+    flavour, family, _, _, sections = definition
+    post = sections["post"]
+    assert f"bash /opt/hpcai/src/{INSTALL}" in post
+    assert f"HPCAI_FLAVOUR={flavour} HPCAI_FAMILY={family}" in post
+    for name in ("PIP_CERT", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "HPCAI_VERSION", "HPCAI_COMMIT",
+                 "HPCAI_WORKLOADS"):
+        assert f"{name}='{{{{ {name} }}}}'" in post
+    assert "pip install" not in post, "installs go through the shared script"
+
+
+def test_debian_packages_are_pinned(definition):
+    flavour, _, path, _, sections = definition
+    if flavour != "cpu":  # GPU flavours take the base's system packages as they are
+        assert not re.search(r"\bapt(-get|_get)? +install", sections["post"])
+        return
+    command = re.search(r"install -y --no-install-recommends(.*?)\n\s*apt_get clean",
+                        sections["post"], re.S).group(1)
+    packages = command.replace("\\", " ").split()
+    assert packages and all(re.fullmatch(r"[a-z0-9.+-]+=[A-Za-z0-9.+:~-]+", p) for p in packages), packages
+
+
+def test_labels_environment_runscript_test_and_help(definition):
+    flavour, family, _, _, sections = definition
+    found = labels(sections)
+    assert found.keys() == LABELS
+    assert found["org.hpcai.flavour"] == flavour and found["org.hpcai.family"] == family
+    assert found["org.hpcai.version"] == "{{ HPCAI_VERSION }}"
+    assert found["org.hpcai.base-image"] == "{{ BASE_IMAGE }}"
+    assert "export PATH=/opt/hpcai/venv/bin:$PATH" in sections["environment"]
+    assert sections["runscript"].strip() == 'exec python3 -m hpcai.workloads "$@"'
+    assert sections["test"].strip() == f"python3 -m hpcai.workloads check --family {family}"
+    assert "hpcai-launch" in sections["help"] and "apptainer run" in sections["help"]
+
+
+@pytest.mark.parametrize("flavour,family", ALL)
+def test_requirements_are_exact_pins(flavour, family):
+    path = DEFS / "requirements" / f"{flavour}-{family}.txt"
+    lines = pins(path)
+    assert lines and all(PIN.match(ln) for ln in lines), [ln for ln in lines if not PIN.match(ln)]
+    names = [re.sub(r"[-_.]+", "-", ln.split("==")[0]).lower() for ln in lines]
+    assert len(names) == len(set(names)), "a package pinned twice"
+    # The base's torch (and its numpy) are what the image measures: never pinned.
+    assert not {"torch", "torchvision", "torchaudio", "numpy"} & set(names)
+    # hpcai's own runtime dependencies, and setuptools to build it without isolation.
+    assert {"click", "jsonschema", "setuptools"} <= set(names)
+    if flavour == "cuda":
+        assert "nvidia-ml-py" in names
+    assert any(ln.startswith("# lock: top=") for ln in path.read_text().splitlines())
+
+
+def test_base_lists_are_exact_pins():
+    for path in (DEFS / "requirements" / "base").glob("*.txt"):
+        assert all(PIN.match(ln) for ln in pins(path)), path
+
+
+def test_install_script_parses_and_never_resolves():
+    script = DEFS / "common" / "install-hpcai.sh"
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    text = script.read_text()
+    assert text.startswith("#!/usr/bin/env bash\n# SPDX-License-Identifier: Apache-2.0\n")
+    assert "install --no-deps" in text and "--system-site-packages" in text
+    assert "/opt/hpcai/build-info.json" in text and "/opt/hpcai/pip-freeze.txt" in text
+
+
+def test_check_names_each_module_a_family_needs():
+    cv = selfcheck.needed_modules(family_workloads("cv"), "cuda")
+    assert {"torch", "torchvision", "tensorflow", "keras", "diffusers", "transformers", "pynvml"} <= cv.keys()
+    assert "resnet50 --impl tensorflow" in cv["tensorflow"]
+    assert "amdsmi" in selfcheck.needed_modules(family_workloads("llm-train"), "rocm")
+
+
+def test_check_fails_with_one_line_when_a_framework_is_missing(capsys, monkeypatch):
+    monkeypatch.setitem(selfcheck._LIBRARIES, "llama3-8b-inference", ("no_such_module_hpcai",))
+    assert selfcheck.run("llm-serve") == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "cannot import" in err and "no_such_module_hpcai" in err
+    assert selfcheck.run("no-such-family") == 2
