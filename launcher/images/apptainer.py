@@ -114,8 +114,10 @@ class Apptainer:
         os.close(fd)
         os.unlink(partial)  # Apptainer writes it; only a clean exit moves it into place
         options = ["--fakeroot"] if fakeroot else []
-        for name, value in sorted(build_args.items()):
-            options += ["--build-arg", f"{name}={value}"]
+        # A file, not --build-arg: that flag splits values on commas (HPCAI_WORKLOADS has them).
+        args_file = Path(partial + ".args")
+        args_file.write_text("".join(f"{k}={v}\n" for k, v in sorted(build_args.items())))
+        options += ["--build-arg-file", str(args_file)]
         for bind in binds:
             options += ["--bind", bind]
         cmd = self.client._init_command("build") + options + [partial, str(definition)]
@@ -136,6 +138,7 @@ class Apptainer:
             Path(partial).unlink(missing_ok=True)
             raise
         finally:
+            args_file.unlink(missing_ok=True)
             if log:
                 log.close()
         if not Path(partial).is_file():
