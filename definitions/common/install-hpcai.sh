@@ -9,10 +9,12 @@
 #      bases whose python3 is itself a venv or conda, like rocm/pytorch);
 #   2. the requirements file of this flavour and family, every line
 #      name==version, installed with --no-deps so pip never resolves (and so
-#      never reaches for torch); a line the base already has at that version
-#      is skipped, and KEEP packages the base has are never replaced;
+#      never reaches for torch); a pin the base already has is skipped, at
+#      another version too unless step 3 shows the stack needs the pin; KEEP
+#      packages the base has are never replaced;
 #   3. `pip check` must report nothing new, and torch must be unchanged;
-#   4. hpcai from /opt/hpcai/src without dependencies;
+#   4. hpcai from /opt/hpcai/src without dependencies (and ROCm's own amdsmi;
+#      a .pth that turns torchrun's libuv request off where torch lacks libuv);
 #   5. /opt/hpcai/build-info.json and /opt/hpcai/pip-freeze.txt (provenance).
 #
 # Inputs (environment, from the definition's build arguments):
@@ -162,6 +164,21 @@ if [ "$HPCAI_FLAVOUR" = rocm ] && ! "$PY" -c 'import amdsmi' 2>/dev/null; then
   rm -rf /tmp/amd_smi
 fi
 
+# Debian's torch has no libuv, which torchrun's stores ask for: default it off there.
+if "$PY" - 2>/dev/null <<'EOF'
+import sys
+try:
+    import torch.distributed as dist
+    dist.TCPStore("127.0.0.1", 0, is_master=True, use_libuv=True)
+except RuntimeError as exc:
+    sys.exit(0 if "libuv" in str(exc) else 1)
+sys.exit(1)
+EOF
+then
+  say "this torch has no libuv: torchrun's stores use the other TCPStore backend (hpcai.workloads.torch_compat)"
+  echo 'import hpcai.workloads.torch_compat; hpcai.workloads.torch_compat.install()' > "$site_dir/hpcai-torch-compat.pth"
+fi
+
 # ---- 5. provenance ---------------------------------------------------------------------
 "${PIP[@]}" freeze > "$PREFIX/pip-freeze.txt"
 HPCAI_ADDED="$add" HPCAI_SHADOWED="$(printf '%s\n' "${shadowed[@]}")" \
@@ -197,8 +214,9 @@ info = {
     "torch": version("torch"),
     "added": Path(env("HPCAI_ADDED")).read_text().split(),
     "shadowed_base": [k for k in env("HPCAI_SHADOWED", "").splitlines() if k],
-    # name==pinned base-version: the base's copy was kept, the stack works with it.
-    "kept_from_base": [k for k in env("HPCAI_KEPT", "").splitlines() if k],
+    # Pins the base has at another version: its copy was kept (the stack works with it).
+    "kept_from_base": [f"{pin.split('==')[0]} {have} (pinned {pin.split('==')[1]})"
+                       for pin, have in (k.split() for k in env("HPCAI_KEPT", "").splitlines() if k)],
 }
 Path("/opt/hpcai/build-info.json").write_text(json.dumps(info, indent=2) + "\n")
 # hpcai.provenance reads the commit from here (no .git inside an image).

@@ -8,8 +8,11 @@ what the base image's Python already has) and the base's Python and glibc.
 pip resolves the closure for that target without installing anything; the
 base's torch (and the other STUB packages) are offered as empty stand-in
 wheels, so their own dependencies stay the base's business; every other
-base package is held at the base's version and left out of the output. The
-result replaces the pin lines below the header. Needs network to the index.
+base package is held at the base's version and left out of the output. A
+top-level pin of a base package (sglang==...) is kept as an assertion that
+install-hpcai.sh checks; `rename=a:b` resolves `a` (on the index) for `b` (a
+vendor build that is not). The result replaces the pin lines below the
+header. Needs network to the index.
 """
 from __future__ import annotations
 

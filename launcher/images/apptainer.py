@@ -117,7 +117,8 @@ class Apptainer:
         # A file, not --build-arg: that flag splits values on commas (HPCAI_WORKLOADS has them).
         args_file = Path(partial + ".args")
         args_file.write_text("".join(f"{k}={v}\n" for k, v in sorted(build_args.items())))
-        options += ["--build-arg-file", str(args_file)]
+        # A site may pass arguments some definitions do not use: warn, do not fail.
+        options += ["--build-arg-file", str(args_file), "--warn-unused-build-args"]
         for bind in binds:
             options += ["--bind", bind]
         cmd = self.client._init_command("build") + options + [partial, str(definition)]

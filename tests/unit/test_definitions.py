@@ -3,8 +3,10 @@
 script, checked as text: no Apptainer, no GPU, no network."""
 from __future__ import annotations
 
+import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -190,3 +192,24 @@ def test_check_fails_with_one_line_when_a_framework_is_missing(capsys, monkeypat
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "cannot import" in err and "no_such_module_hpcai" in err
     assert selfcheck.run("no-such-family") == 2
+
+
+def test_torch_compat_turns_libuv_off_only_where_nobody_asked(tmp_path):
+    """What the CPU images' .pth does for Debian's torch (no libuv): torchrun's
+    rendezvous stores stop asking for libuv; an explicit request still wins."""
+    pytest.importorskip("torch.distributed")
+    code = """
+import sys
+import hpcai.workloads.torch_compat as compat
+compat.install()
+import torch.distributed as dist
+from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend as c10d
+assert c10d.TCPStore is dist.TCPStore and issubclass(dist.TCPStore, sys.modules["torch._C._distributed_c10d"].TCPStore)
+assert not dist.TCPStore("127.0.0.1", 0, is_master=True).libuvBackend
+assert dist.TCPStore("127.0.0.1", 0, is_master=True, use_libuv=True).libuvBackend
+print("ok")
+"""
+    env = {k: v for k, v in os.environ.items() if k != "USE_LIBUV"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=env, cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
