@@ -20,21 +20,25 @@ _JOB_ID_VARS = (
     ("lsf", "LSB_JOBID"),
     ("flux", "FLUX_JOB_ID"),
 )
-# Images bake this in at build time (no .git inside an image), through the shared
-# install script (definitions/common/install-hpcai.sh), beside the venv hpcai runs from.
-_BUILD_INFO = Path("/opt/hpcai/build-info.json")
-_IN_IMAGE = str(Path(hpcai.__file__).resolve()).startswith("/opt/hpcai/")
+# Images bake their build info into the installed package (no .git inside an
+# image): definitions/common/install-hpcai.sh copies /opt/hpcai/build-info.json here.
+_BUILD_INFO = Path(hpcai.__file__).with_name("_build_info.json")
+
+
+def build_info() -> dict:
+    """What the image's install script recorded (empty outside an image)."""
+    try:
+        return json.loads(_BUILD_INFO.read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def hpcai_commit() -> str | None:
     """The git commit hpcai runs from: baked build info, env, or the checkout."""
     if os.environ.get("HPCAI_GIT_COMMIT"):
         return os.environ["HPCAI_GIT_COMMIT"]
-    if _IN_IMAGE and _BUILD_INFO.exists():
-        try:
-            return json.loads(_BUILD_INFO.read_text()).get("commit")
-        except (OSError, ValueError):
-            return None
+    if _BUILD_INFO.exists():
+        return build_info().get("commit")
     repo = Path(hpcai.__file__).resolve().parent.parent
     if not (repo / ".git").exists():
         return None

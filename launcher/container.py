@@ -47,8 +47,7 @@ def resolve_image(site: dict, flavour: str, family: str, *, explicit: str | None
     uri = store.registry_uri(site, flavour, family)
     if uri and pull:
         log(f"image {path.name} not found in {path.parent}; pulling {uri}")
-        apptainer.pull(uri, path, https=site["images"].get("registry_https", True))
-        return path
+        return store.pull_verified(apptainer, site, uri, path, log)
     how = (f"pull it with `hpcai-launch images pull --family {family}`" if uri else
            f"build it with `make images FLAVOUR={flavour}` on a build host, or set "
            "[images] registry in the site config to pull it")

@@ -8,13 +8,12 @@ Images run it as their %test; it needs no GPU (imports only, no device).
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import platform
 import sys
-from pathlib import Path
 
 import hpcai
+from hpcai import provenance
 from hpcai.workloads import catalog
 
 # What a workload imports beyond its implementation's framework.
@@ -32,15 +31,6 @@ _GPU_LIBRARY = {"cuda": "pynvml", "rocm": "amdsmi"}
 _GPU_ONLY = {"sglang"}
 # Distributions whose version a module reports when it has no __version__.
 _DISTRIBUTION = {"pynvml": "nvidia-ml-py"}
-
-
-def build_info() -> dict:
-    """What the image's install script recorded (empty outside an image)."""
-    path = Path(hpcai.__file__).with_name("_build_info.json")
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
 
 
 def needed_modules(workloads: list[str], flavour: str | None) -> dict[str, list[str]]:
@@ -70,7 +60,7 @@ def run(family: str, workloads: list[str] | None = None) -> int:
         print(f"hpcai: error: unknown image family {family!r}: choose one of "
               f"{', '.join(catalog.IMAGE_FAMILIES)}", file=sys.stderr)
         return 2
-    info = build_info()
+    info = provenance.build_info()
     workloads = workloads or catalog.family_workloads(family)
     strangers = [w for w in workloads if w not in catalog.family_workloads(family)]
     if strangers:

@@ -30,6 +30,12 @@ def _context(site_selector: str | None):
     return site, Apptainer(site["apptainer"]["executable"])
 
 
+def _registry_context(site_selector: str | None, flavour: str | None):
+    """pull and push: the site, Apptainer, the flavour (this node's by default), https."""
+    site, apptainer = _context(site_selector)
+    return site, apptainer, flavour or _node_flavour(), site["images"].get("registry_https", True)
+
+
 def _node_flavour() -> str:
     from hpcai.gpu import detect_vendor
     from hpcai.launcher.images import store
@@ -147,22 +153,13 @@ def pull(site, families, flavour, tag):
     """Pull images from the site's registry into the images folder."""
     from hpcai.launcher.images import store
 
-    site_doc, apptainer = _context(site)
-    flavour = flavour or _node_flavour()
-    https = site_doc["images"].get("registry_https", True)
+    site_doc, apptainer, flavour, _https = _registry_context(site, flavour)
     for family in families or IMAGE_FAMILIES:
         uri = _registry_uri(site_doc, flavour, family, tag)
         path = store.image_path(site_doc, flavour, family)
         click.echo(f"hpcai: pulling {uri} -> {path}", err=True)
-        apptainer.pull(uri, path, https=https)
-        key = site_doc["images"].get("verify_key")
-        if key:
-            try:
-                apptainer.verify(path, Path(key))
-            except Exception:
-                path.unlink(missing_ok=True)  # never leave an unverified image where runs find it
-                raise
-            click.echo(f"hpcai: {path.name} verified against {key}", err=True)
+        store.pull_verified(apptainer, site_doc, uri, path,
+                            log=lambda message: click.echo(f"hpcai: {message}", err=True))
         click.echo(f"hpcai: {path.name} sha256 {store.sha256(path)}", err=True)
 
 
@@ -177,9 +174,7 @@ def push(site, families, flavour, tag):
     from hpcai.errors import RuntimeNotFoundError
     from hpcai.launcher.images import store
 
-    site_doc, apptainer = _context(site)
-    flavour = flavour or _node_flavour()
-    https = site_doc["images"].get("registry_https", True)
+    site_doc, apptainer, flavour, https = _registry_context(site, flavour)
     key = site_doc["images"].get("sign_key")
     for family in families or IMAGE_FAMILIES:
         path = store.image_path(site_doc, flavour, family)

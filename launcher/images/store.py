@@ -97,3 +97,18 @@ def describe(path: Path, labels: dict[str, str]) -> dict:
     ours = hpcai_labels(labels)
     return {"path": str(path), "sha256": sha256(path), "labels": labels,
             "flavour": ours.get("flavour"), "family": ours.get("family")}
+
+
+def pull_verified(apptainer, site: dict, uri: str, path: Path, log=lambda message: None) -> Path:
+    """Pull into the images folder; with the site's verify_key, an image that does
+    not verify is deleted, so no later run finds it."""
+    apptainer.pull(uri, path, https=site["images"].get("registry_https", True))
+    key = site["images"].get("verify_key")
+    if key:
+        try:
+            apptainer.verify(path, Path(key))
+        except Exception:
+            path.unlink(missing_ok=True)
+            raise
+        log(f"{path.name} verified against {key}")
+    return path

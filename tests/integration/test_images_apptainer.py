@@ -222,3 +222,20 @@ def test_missing_executable_error_is_typed(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(RuntimeNotFoundError):
         Apptainer("apptainer")
+
+
+def test_runtime_pull_that_does_not_verify_leaves_no_image(tiny_image, registry, signing_keys, tmp_path):
+    _private, public = signing_keys
+    images = tmp_path / "build"
+    images.mkdir()
+    shutil.copy(tiny_image, images / "hpcai-cpu-cv.sif")  # unsigned
+    site = write_site(tmp_path, images, registry=registry, registry_https=False)
+    assert launch("images", "push", "--site", str(site), "--flavour", "cpu", "--family", "cv").returncode == 0
+    node = tmp_path / "node"
+    node.mkdir()
+    node_site = write_site(node, node / "images", registry=registry, registry_https=False,
+                           verify_key=str(public))
+    line = one_line_error(launch("resnet50", "--preset", "tiny", "--runtime", "apptainer",
+                                 "--site", str(node_site), "--dry-run"))
+    assert "does not verify" in line
+    assert not (node / "images" / "hpcai-cpu-cv.sif").exists()
