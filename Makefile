@@ -25,7 +25,9 @@ run: setup
 # System packages the tests need, installed when missing and this is root (else a
 # clear error): Chromium for the HTML report's browser test; a real Apptainer
 # (Debian sid's, run from a debootstrapped root on Debian 12: tools/apptainer-sid/);
-# and Debian's OCI registry (docker-registry) for the image push/pull tests.
+# and Debian's OCI registry (docker-registry) for the image push/pull tests; and
+# Debian's Slurm + munge for the Slurm tests (tools/slurm-ci runs private daemons,
+# so a policy-rc.d keeps the install from starting the system's own).
 setup-system:
 	@command -v chromium >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
@@ -44,6 +46,16 @@ setup-system:
 	    tools/apptainer-sid/setup.sh; \
 	  else \
 	    echo "make: apptainer is missing: install Apptainer 1.2+, or run tools/apptainer-sid/setup.sh as root; the image tests need it" >&2; exit 1; \
+	  fi; }
+	@command -v sbatch >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    if [ ! -e /usr/sbin/policy-rc.d ]; then \
+	      printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && \
+	      trap 'rm -f /usr/sbin/policy-rc.d' EXIT; \
+	    fi; \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge; \
+	  else \
+	    echo "make: sbatch is missing: install Debian's slurm-wlm and munge packages as root (apt-get install slurm-wlm munge); the Slurm tests need them" >&2; exit 1; \
 	  fi; }
 
 # The Apptainer images of this host's flavour (detected, or FLAVOUR=cuda|rocm|cpu),

@@ -64,6 +64,10 @@ class ImageError(HpcaiError):
     """An image build, pull, push, signature check or inspection failed."""
 
 
+class SlurmError(HpcaiError):
+    """Submitting to Slurm or asking it about a job failed."""
+
+
 class WorkloadError(HpcaiError):
     """The measurement entrypoint or a workload failed."""
 

@@ -67,10 +67,17 @@ def cpu_model() -> str:
 
 
 def usable_cpus() -> int:
+    """The CPUs this process may use: its affinity mask and, inside a Slurm job,
+    no more than the job holds on this node (without a task plugin that binds
+    CPUs, the mask is the whole machine, and jobs sharing a node oversubscribe it)."""
     try:
-        return len(os.sched_getaffinity(0))
+        count = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+        count = os.cpu_count() or 1
+    allocated = os.environ.get("SLURM_CPUS_ON_NODE", "")
+    if allocated.isdigit() and int(allocated) > 0:
+        count = min(count, int(allocated))
+    return count
 
 
 def host_info() -> dict:

@@ -75,7 +75,8 @@ class OneLineErrors(click.Group):
         name = args[0] if args else None
         if name and not name.startswith("-") and self.get_command(ctx, name) is None:
             known = ", ".join(sorted(WORKLOADS))
-            commands = ", ".join(sorted(c for c in self.list_commands(ctx) if c not in WORKLOADS))
+            commands = ", ".join(sorted(c for c in self.list_commands(ctx) if c not in WORKLOADS
+                                        and not self.get_command(ctx, c).hidden))
             raise click.UsageError(
                 f"unknown workload or command {name!r} (workloads: {known}; "
                 f"commands: {commands})", ctx)
@@ -99,6 +100,8 @@ def main():
       hpcai-launch power show                 current power limits
       hpcai-launch power restore              undo a cap left by a killed run
       hpcai-launch report results/            tables, plots and the best cap
+      hpcai-launch resnet50 --slurm --nodes 2 a Slurm batch job across two nodes
+      hpcai-launch jobs                       submitted jobs and their state
     """
 
 
@@ -131,17 +134,37 @@ def _workload_option(option):
     return click.option(option.flag, option.param, type=kind, default=None, help=option.help)
 
 
+def _slurm_options(slurm, nodes, partition, account, time_limit, array, extra, gpus):
+    """SlurmOptions with --slurm; its options without it are a mistake worth saying."""
+    if not slurm:
+        given = [name for name, value in (("--nodes", nodes), ("--partition", partition),
+                                          ("--account", account), ("--time", time_limit),
+                                          ("--array", array), ("--slurm-option", extra))
+                 if value]
+        if given:
+            raise click.UsageError(f"{', '.join(given)} only apply with --slurm")
+        return None
+    from hpcai.launcher.slurm.job import SlurmOptions
+
+    return SlurmOptions(nodes=nodes or 1, partition=partition, account=account,
+                        time=time_limit, gpus_per_node=gpus, array=array,
+                        extra_options=list(extra))
+
+
 def _workload_command(workload):
     presets = list(workload.presets)
 
     def command(preset, impl, caps, repeat, seed, order, idle_s, power_method, site, device,
                 gpus, nproc, batch_size, epochs, warmup_epochs, steps_per_epoch, precision,
                 channels_last, compile_, sample_interval_ms, no_telemetry, output, journal,
-                runtime, image, dry_run, **extra):
+                runtime, image, dry_run, slurm, nodes, partition, account, time_limit, array,
+                slurm_options, **extra):
         from hpcai.launcher.run import Options, launch
 
         # One cap and one repeat is a plain run, exactly as without sweeps.
         sweep = repeat > 1 or (caps is not None and len(caps) > 1)
+        batch = _slurm_options(slurm, nodes, partition, account, time_limit, array,
+                               slurm_options, gpus)
         opts = Options(
             workload=workload.name, impl=impl, preset=preset,
             cap_w=caps[0] if caps and not sweep else None,
@@ -149,7 +172,7 @@ def _workload_command(workload):
             idle_s=idle_s,
             power_method=power_method, site=site, device=device, gpus=gpus, nproc=nproc,
             output=output, dry_run=dry_run, telemetry=not no_telemetry, journal=journal,
-            runtime=runtime, image=image,
+            runtime=runtime, image=image, slurm=batch,
             params={"batch_size": batch_size, "precision": precision,
                     "channels_last": channels_last, "compile": compile_, **extra},
             protocol={"epochs": epochs, "warmup_epochs": warmup_epochs,
@@ -206,7 +229,23 @@ def _workload_command(workload):
                           "folder, else this Python"),
         click.option("--image", type=click.Path(dir_okay=False),
                      help="apptainer: this SIF instead of the images folder's"),
-        click.option("--dry-run", is_flag=True, help="print the run spec and command; run nothing"),
+        click.option("--dry-run", is_flag=True,
+                     help="print the run spec and command (with --slurm: the batch script); "
+                          "run nothing"),
+        click.option("--slurm", is_flag=True,
+                     help="submit as a Slurm batch job (one launcher per node) and print its id"),
+        click.option("--nodes", type=click.IntRange(min=1),
+                     help="--slurm: nodes, one task each (default: 1)"),
+        click.option("--partition", help="--slurm: partition (default: the site's)"),
+        click.option("--account", help="--slurm: account (default: the site's)"),
+        click.option("--time", "time_limit", help="--slurm: time limit, e.g. 01:00:00 "
+                                                  "(default: the site's)"),
+        click.option("--array", is_flag=True,
+                     help="--slurm sweeps: a job array, one run per task (default: one "
+                          "allocation that runs them in turn)"),
+        click.option("--slurm-option", "slurm_options", multiple=True,
+                     help="--slurm: an extra sbatch option, e.g. --slurm-option=--exclusive "
+                          "(repeatable)"),
         *(_workload_option(o) for o in workload.options),
     ]
     for decorate in reversed(decorators):
@@ -301,6 +340,51 @@ def report(results, output, node_overhead_w, max_slowdown, work, noisy_cv, refer
                          reference=reference or reference_file is not None,
                          reference_file=reference_file, power_run=power_run, title=title)
     _run_guarded(build_report, list(results), opts)
+
+
+@main.command()
+@click.argument("job_ids", nargs=-1)
+@click.option("--output", "-o", help="results folder the jobs were submitted to "
+                                     "(default: the site's, ./results)")
+@click.option("--site", help="site name or .toml path (for its results folder)")
+@click.option("--wait", is_flag=True, help="wait until the jobs end; non-zero if one did not "
+                                           "complete")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0),
+              help="--wait: give up after this many seconds")
+def jobs(job_ids, output, site, wait, timeout_s):
+    """Slurm jobs submitted with --slurm, and the state of each.
+
+    JOB_IDS narrows the list. A job's folder holds its batch script, Slurm's
+    log, and every run's node results and aggregate.
+    """
+    from hpcai.launcher import sites
+    from hpcai.launcher.slurm.jobs import show
+
+    def run():
+        results = output or sites.load(site)["paths"]["results"]
+        return show(results, list(job_ids), wait, timeout_s)
+
+    _run_guarded(run)
+
+
+@main.command(name="slurm-node", hidden=True)
+@click.argument("job_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--run", "run_index", type=click.IntRange(min=0), required=True)
+def slurm_node(job_dir, run_index):
+    """Inside a job (srun, one task per node): this node's part of one run."""
+    from hpcai.launcher.slurm.node import run_node
+
+    return _run_guarded(run_node, job_dir, run_index)
+
+
+@main.command(name="slurm-aggregate", hidden=True)
+@click.argument("job_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--run", "run_index", type=click.IntRange(min=0), required=True)
+def slurm_aggregate(job_dir, run_index):
+    """Inside a job, after a run's step: the run's aggregate.json."""
+    from hpcai.launcher.slurm.aggregate import write
+
+    return _run_guarded(write, job_dir, run_index)
 
 
 from hpcai.launcher.site_cli import site as _site_group  # noqa: E402 (after main exists)

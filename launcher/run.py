@@ -25,6 +25,8 @@ from hpcai.signals import install_signal_handlers
 from hpcai.workloads.catalog import get_workload
 
 CHILD_GRACE_S = 30  # after a forwarded signal, before the workload is killed
+# Under Slurm, below its default KillWait (30 s): the caps must be back before SIGKILL.
+SLURM_CHILD_GRACE_S = 20
 
 
 @dataclass
@@ -52,6 +54,7 @@ class Options:
     idle_s: float = 5.0
     runtime: str = "auto"  # auto | host | apptainer
     image: str | None = None  # a SIF to run instead of the images folder's
+    slurm: object = None  # SlurmOptions: submit as a batch job instead of running here
 
     @property
     def is_sweep(self) -> bool:
@@ -124,8 +127,13 @@ def _visible(gpu) -> bool:
     return str(gpu.index) in entries or gpu.uuid in entries
 
 
-def plan(opts: Options) -> tuple[dict, list[str], dict, Node]:
-    """Everything decided and checked; nothing changed yet."""
+def plan(opts: Options, slurm: dict | None = None,
+         run_id: str | None = None) -> tuple[dict, list[str], dict, Node]:
+    """Everything decided and checked; nothing changed yet.
+
+    Inside a Slurm job, `slurm` is this node's place (launcher/slurm/node.py)
+    and `run_id` the id all nodes share; the node writes `<run_id>/node-<K>/`.
+    """
     site = sites.load(opts.site)
     workload = get_workload(opts.workload)
     impl = workload.impl(opts.impl)
@@ -173,7 +181,12 @@ def plan(opts: Options) -> tuple[dict, list[str], dict, Node]:
         site={"name": site["name"], "path": site["path"]},
         output_dir=str(output), runtime=chosen,
     )
+    if run_id is not None:
+        spec["run_id"] = run_id
     spec["output_dir"] = str(output / spec["run_id"])
+    if slurm is not None:
+        spec["slurm"] = slurm
+        spec["output_dir"] = str(output / spec["run_id"] / f"node-{slurm['node_rank']}")
     command = runtime.command(spec, site, str(Path(spec["output_dir"]) / "spec.json"))
     return spec, command, site, node
 
@@ -191,12 +204,16 @@ def check_cap(backend, cap_w: float, indices: list[int], site: dict) -> None:
     check_cap_range(cap_w, {i: backend.limits(i) for i in indices})
 
 
-def launch(opts: Options) -> int:
+def launch(opts: Options, slurm: dict | None = None, run_id: str | None = None) -> int:
+    if opts.slurm is not None:
+        from hpcai.launcher.slurm.submit import submit
+
+        return submit(opts, opts.slurm)
     if opts.is_sweep:
         from hpcai.launcher.sweep import run_sweep
 
         return run_sweep(opts)
-    spec, command, site, node = plan(opts)
+    spec, command, site, node = plan(opts, slurm, run_id)
     if opts.cap_w is not None:
         from hpcai.launcher.power import make_backend
 
@@ -225,10 +242,17 @@ def execute(spec: dict, command: list[str], site: dict, node: Node, opts: Option
     limits: dict[int, dict] = {}
 
     forwarded: list[int] = []
+    # Slurm signals every process of the step itself (scancel, time limit):
+    # forwarding would make it a second signal, and torchrun then abandons its
+    # workers' clean-up.
+    under_slurm = "slurm" in spec
+    grace_s = SLURM_CHILD_GRACE_S if under_slurm else CHILD_GRACE_S
 
     def forward(signum: int) -> None:
         # Exactly once: torchrun abandons its workers' clean-up on a second signal.
-        if child is not None and child.poll() is None and not forwarded:
+        if under_slurm:
+            forwarded.append(signum)
+        elif child is not None and child.poll() is None and not forwarded:
             child.send_signal(signum)
             forwarded.append(signum)
 
@@ -260,7 +284,8 @@ def execute(spec: dict, command: list[str], site: dict, node: Node, opts: Option
             child.wait()
         except (Interrupted, KeyboardInterrupt) as exc:
             interrupted = exc if isinstance(exc, Interrupted) else Interrupted(signal.SIGINT)
-            _stop_child(child, interrupted.signum, already_sent=bool(forwarded))
+            _stop_child(child, interrupted.signum, already_sent=bool(forwarded),
+                        grace_s=grace_s)
     if cap_w is not None and backend is not None:
         log("power limits restored")
     code = child.returncode if child is not None else None
@@ -275,7 +300,8 @@ def execute(spec: dict, command: list[str], site: dict, node: Node, opts: Option
     return _summarize(doc, run_dir)
 
 
-def _stop_child(child: subprocess.Popen, signum: int, already_sent: bool) -> None:
+def _stop_child(child: subprocess.Popen, signum: int, already_sent: bool,
+                grace_s: float = CHILD_GRACE_S) -> None:
     """Give the workload time to write its partial result, then kill it.
 
     Further signals meanwhile must not cut this short: the caps are
@@ -283,7 +309,7 @@ def _stop_child(child: subprocess.Popen, signum: int, already_sent: bool) -> Non
     """
     if child.poll() is None and not already_sent:
         child.send_signal(signum)
-    deadline = time.monotonic() + CHILD_GRACE_S
+    deadline = time.monotonic() + grace_s
     while child.poll() is None:
         try:
             child.wait(timeout=max(0.1, deadline - time.monotonic()))

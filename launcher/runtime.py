@@ -34,7 +34,14 @@ def check_host_frameworks(framework: str = "torch") -> None:
         )
 
 
-def entrypoint_command(spec_path: str, nproc: int, python: str = sys.executable) -> list[str]:
+def entrypoint_command(spec_path: str, nproc: int, python: str = sys.executable,
+                       slurm: dict | None = None) -> list[str]:
+    if slurm and slurm["nodes"] > 1:
+        # Across nodes: every node's torchrun meets at the first node (c10d).
+        return [python, "-m", "torch.distributed.run", f"--nnodes={slurm['nodes']}",
+                f"--nproc-per-node={nproc}", "--rdzv-backend=c10d",
+                f"--rdzv-endpoint={slurm['rdzv_endpoint']}", f"--rdzv-id={slurm['rdzv_id']}",
+                *ENTRYPOINT, "--spec", spec_path]
     if nproc <= 1:
         return [python, *ENTRYPOINT, "--spec", spec_path]
     # torchrun: one process per GPU (or per CPU share); --standalone picks a free port.
@@ -76,7 +83,7 @@ def select(requested: str, site: dict, vendor: str | None, family: str,
 
 
 def command(spec: dict, site: dict, spec_path: str) -> list[str]:
-    inner = entrypoint_command(spec_path, spec["devices"]["nproc"])
+    inner = entrypoint_command(spec_path, spec["devices"]["nproc"], slurm=spec.get("slurm"))
     if spec["runtime"]["kind"] == "host":
         return inner
     from hpcai.launcher import container

@@ -90,6 +90,16 @@ def result_schema() -> dict:
     return json.loads((ROOT / "hpcai/schema/result-v1.schema.json").read_text())
 
 
+def one_line_error(done, *fragments):
+    """A failed command that said what is wrong, and what to do, in one line."""
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("hpcai-launch: error: ")
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
 def pid_alive(pid: int) -> bool:
     """Running (a zombie no one reaped yet does not count)."""
     try:
@@ -108,4 +118,8 @@ def assert_valid_result(doc: dict, schema: dict) -> None:
 
 
 # Real Apptainer, a tiny SIF, a real OCI registry, signing keys (tests/image_fixtures.py).
-from image_fixtures import apptainer_exe, registry, signing_keys, tiny_image  # noqa: E402,F401
+from image_fixtures import (apptainer_exe, cpu_cv_image, registry, signing_keys,  # noqa: E402,F401
+                            tiny_image)
+
+# A real two-node Slurm cluster, private to the session (tests/slurm_fixtures.py).
+from slurm_fixtures import slurm_cluster  # noqa: E402,F401

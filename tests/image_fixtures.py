@@ -105,3 +105,38 @@ def signing_keys(tmp_path_factory) -> tuple[Path, Path]:
     subprocess.run(["openssl", "pkey", "-in", str(private), "-pubout", "-out", str(public)],
                    check=True, capture_output=True)
     return private, public
+
+
+HOST_CERTS = Path("/etc/ssl/certs/ca-certificates.crt")
+
+
+def ci_site(folder: Path, images: Path) -> Path:
+    """A site for this machine: pip inside the build trusts the host's CA bundle
+    (a build-time setting, never baked into the image)."""
+    lines = ['name = "ci"', "[images]", f'dir = "{images}"']
+    if HOST_CERTS.exists():
+        lines += ['build_binds = ["/etc/ssl/certs:/mnt/host-certs"]',
+                  'build_args = {PIP_CERT = "/mnt/host-certs/ca-certificates.crt"}']
+    path = folder / "ci-site.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture(scope="session")
+def cpu_cv_image(apptainer_exe, tmp_path_factory) -> dict:
+    """The CPU `cv` image built from definitions/cpu/ by `hpcai-launch images build`
+    (minutes), once per session. HPCAI_TEST_IMAGES_DIR keeps it between sessions."""
+    import sys
+
+    keep = os.environ.get("HPCAI_TEST_IMAGES_DIR")
+    images = Path(keep) if keep else tmp_path_factory.mktemp("images")
+    site = ci_site(tmp_path_factory.mktemp("ci-site"), images)
+    env = {k: v for k, v in os.environ.items() if k != "HPCAI_IMAGES_DIR"}
+    env["PYTHONUNBUFFERED"] = "1"
+    proc = subprocess.run([sys.executable, "-m", "hpcai.launcher.cli", "images", "build",
+                           "--site", str(site), "--flavour", "cpu", "--family", "cv"],
+                          capture_output=True, text=True, env=env, timeout=3600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    image = images / "hpcai-cpu-cv.sif"
+    assert image.is_file()
+    return {"image": image, "site": site, "build_output": proc.stderr}

@@ -1,7 +1,7 @@
 """Process placement: one process per GPU under torchrun (or one on CPU).
 
-torchrun sets RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE; without it
-this is a single process. On CPU the same path runs with gloo.
+torchrun sets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE and GROUP_RANK
+(the node's rank across nodes); without it this is a single process. On CPU the same path runs with gloo.
 """
 from __future__ import annotations
 
@@ -24,6 +24,11 @@ class Context:
     backend: str | None  # "nccl" | "gloo" | None when single process
     threads: int
     hostname: str
+    node_rank: int = 0  # torchrun's GROUP_RANK: which node of a multi-node run
+
+    @property
+    def nodes(self) -> int:
+        return max(1, self.world_size // max(1, self.local_world_size))
 
     @property
     def distributed(self) -> bool:
@@ -81,7 +86,7 @@ def init(device_request: str = "auto") -> Context:
         dist.init_process_group(backend=backend, **kwargs)
     return Context(
         rank, world, local_rank, local_world, device_type, device, backend, threads,
-        socket.gethostname(),
+        socket.gethostname(), _env_int("GROUP_RANK", 0),
     )
 
 

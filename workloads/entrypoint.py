@@ -165,6 +165,7 @@ class Run:
         if ctx is not None:
             summary["device"] = distributed.device_name(ctx, self.discovery)
             summary["local_rank"] = ctx.local_rank
+            summary["node_rank"] = ctx.node_rank
         if self.workload is not None:
             summary["peak_memory"] = self.workload.peak_memory()
         return summary
@@ -174,7 +175,8 @@ class Run:
         ranks = [mine]
         if self.status == "complete" and self.ctx is not None and self.ctx.distributed:
             ranks = distributed.gather(self.ctx, mine)
-            ranks = [r for r in ranks if r["hostname"] == self.ctx.hostname]
+            # This node's ranks only (two "nodes" may share a hostname, as in CI).
+            ranks = [r for r in ranks if r["node_rank"] == self.ctx.node_rank]
         if self.ctx is None or self.ctx.is_node_leader:
             if self.sampler is not None:
                 names = ([f"gpu{g.info().index}" for g in self.discovery.gpus]
@@ -201,7 +203,9 @@ class Run:
         gpus, packages, power = R.power_section(spec, self.discovery, self.sampler, window, units)
         config = self.workload.describe() if self.workload is not None else {}
         if ctx is not None:
-            config.update({"device_type": ctx.device_type, "processes": ctx.world_size,
+            # Per node: throughput per GPU divides by this node's processes.
+            config.update({"device_type": ctx.device_type, "processes": ctx.local_world_size,
+                           "nodes": ctx.nodes, "world_size": ctx.world_size,
                            "backend": ctx.backend, "threads_per_process": ctx.threads})
         flops = config.get("flops_per_unit")
         achieved = throughput["node"] * flops / 1e12 if flops and throughput["node"] else None

@@ -63,6 +63,7 @@ class Run:
     site: str = "?"
     host: str = "?"
     processes: int = 1  # GPUs (or CPU processes) the throughput is divided by
+    nodes: int = 1  # >1: one node's part of a multi-node run (Slurm)
     cap_w: float | None = None
     enforced: bool | None = None
     default_limit_w: float | None = None
@@ -208,6 +209,7 @@ def _fill(run: Run, path: Path, doc: dict) -> None:
     run.processes = int(config.get("processes") or (spec.get("devices") or {}).get("nproc") or 1)
     if run.device_type == "cuda" and used:
         run.processes = len(used)
+    run.nodes = int((spec.get("slurm") or {}).get("nodes") or 1)
     run.cap_w = spec["power"]["cap_w"]
     cap = (doc.get("power") or {}).get("cap") or {}
     run.enforced = cap.get("enforced") if run.cap_w is not None else None

@@ -26,9 +26,12 @@ class Group:
     site: str
     processes: int
     unit: str
+    nodes: int = 1  # per-node figures of a multi-node run are their own group
 
     def device_label(self, with_site: bool = False) -> str:
         label = f"{self.device} ×{self.processes}"
+        if self.nodes > 1:
+            label += f" per node, {self.nodes} nodes"
         return f"{label} @ {self.site}" if with_site else label
 
     def workload_label(self) -> str:
@@ -41,7 +44,7 @@ class Group:
 
 def group_of(run: Run) -> Group:
     return Group(run.workload, run.preset, run.device, run.device_full, run.device_type,
-                 run.site, run.processes, run.unit)
+                 run.site, run.processes, run.unit, run.nodes)
 
 
 @dataclass

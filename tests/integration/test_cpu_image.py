@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -21,21 +20,6 @@ from hpcai.provenance import hpcai_commit
 
 pytestmark = pytest.mark.slow
 LAUNCHER = [sys.executable, "-m", "hpcai.launcher.cli"]
-HOST_CERTS = Path("/etc/ssl/certs/ca-certificates.crt")
-
-
-def ci_site(folder: Path, images: Path) -> Path:
-    """A site for this machine: pip inside the build trusts the host's CA bundle
-    (a build-time setting, never baked into the image)."""
-    lines = ['name = "ci"', "[images]", f'dir = "{images}"']
-    if HOST_CERTS.exists():
-        lines += ['build_binds = ["/etc/ssl/certs:/mnt/host-certs"]',
-                  'build_args = {PIP_CERT = "/mnt/host-certs/ca-certificates.crt"}']
-    path = folder / "ci-site.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
 def launch(*args, cpu_env: dict, timeout=1800) -> subprocess.CompletedProcess:
     env = {k: v for k, v in cpu_env.items() if k != "HPCAI_IMAGES_DIR"}
     return subprocess.run([*LAUNCHER, *args], capture_output=True, text=True, env=env,
@@ -43,18 +27,8 @@ def launch(*args, cpu_env: dict, timeout=1800) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def built(apptainer_exe, tmp_path_factory):
-    keep = os.environ.get("HPCAI_TEST_IMAGES_DIR")
-    images = Path(keep) if keep else tmp_path_factory.mktemp("images")
-    folder = tmp_path_factory.mktemp("ci-site")
-    site = ci_site(folder, images)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = launch("images", "build", "--site", str(site), "--flavour", "cpu", "--family", "cv",
-                  cpu_env=env)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    image = images / "hpcai-cpu-cv.sif"
-    assert image.is_file()
-    return {"image": image, "site": site, "build_output": proc.stderr}
+def built(cpu_cv_image):
+    return cpu_cv_image
 
 
 def test_build_labels_the_image_with_what_it_carries(built, apptainer_exe):

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, one_line_error
 
 
 def test_help_imports_no_framework_or_validator():
@@ -24,15 +24,6 @@ def test_list_shows_workloads_and_presets(cpu_node):
     done = cpu_node.launch("list")
     assert done.returncode == 0
     assert "resnet50" in done.stdout and "paper" in done.stdout and "tiny" in done.stdout
-
-
-def one_line_error(done, *fragments):
-    assert done.returncode != 0
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1, done.stderr
-    assert lines[0].startswith("hpcai-launch: error: ")
-    for fragment in fragments:
-        assert fragment in lines[0]
 
 
 @pytest.mark.parametrize("args,fragments", [

@@ -1,0 +1,151 @@
+"""A multi-node run's aggregate, written by the batch script after the run's
+srun step: total throughput, throughput per GPU, power and energy summed over
+the nodes, and scaling efficiency against a single-node result of the same
+measurement found in the results folder.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from hpcai.launcher import results
+from hpcai.launcher.slurm.job import AGGREGATE_FILE, Job, node_dir, now_iso
+
+AGGREGATE_VERSION = 1
+
+
+def _gpus(doc: dict) -> int:
+    """Devices behind a node's throughput (processes x devices each)."""
+    per_process = int((doc.get("config") or {}).get("devices_per_process") or 1)
+    return max(1, len(doc.get("ranks") or [])) * per_process
+
+
+def comparable(spec: dict) -> dict:
+    """What a single-node baseline must share with a node of this run (the same
+    image, too: another framework build is another measurement)."""
+    protocol = spec["protocol"]
+    image = (spec.get("runtime") or {}).get("image") or {}
+    return {"runtime": [(spec.get("runtime") or {}).get("kind"), image.get("sha256")],
+            "workload": spec["workload"], "impl": spec.get("impl"), "preset": spec["preset"],
+            "params": spec["params"], "cap_w": spec["power"]["cap_w"],
+            "device_type": spec["devices"]["type"], "nproc": spec["devices"]["nproc"],
+            "protocol": {k: protocol[k] for k in ("warmup_epochs", "epochs", "steps_per_epoch")}}
+
+
+def _device(doc: dict) -> str | None:
+    ranks = doc.get("ranks") or []
+    return ranks[0].get("device") if ranks else None
+
+
+def find_baseline(results_root: Path, like: dict, skip: Path) -> tuple[dict, Path] | None:
+    """The newest complete single-node result of the same measurement."""
+    key, device = comparable(like["spec"]), _device(like)
+    best = None
+    for path in Path(results_root).rglob("result.json"):
+        if skip in path.parents:
+            continue
+        try:
+            doc = results.load(path)
+        except Exception:  # noqa: BLE001 - an unreadable file is simply not a baseline
+            continue
+        if not doc or doc.get("status") != "complete":
+            continue
+        spec = doc.get("spec") or {}
+        if (spec.get("slurm") or {}).get("nodes", 1) != 1:
+            continue
+        try:
+            if comparable(spec) != key or _device(doc) != device:
+                continue
+        except (KeyError, TypeError):
+            continue
+        started = (doc.get("timestamps") or {}).get("started") or ""
+        if best is None or started > best[0]:
+            best = (started, doc, path)
+    return (best[1], best[2]) if best else None
+
+
+def aggregate(job: Job, index: int) -> dict:
+    slot = job.run(index)
+    paths = [node_dir(job.folder, slot.run_id, k) / "result.json" for k in range(job.nodes)]
+    docs = [results.load(p) for p in paths]
+    nodes = []
+    for rank, (path, doc) in enumerate(zip(paths, docs)):
+        entry = {"node_rank": rank, "result": str(path.relative_to(job.folder)),
+                 "status": doc["status"] if doc else "missing", "host": None,
+                 "throughput": None, "gpus": None, "mean_power_w": None}
+        if doc:
+            entry.update(host=(doc.get("host") or {}).get("hostname"),
+                         throughput=doc["throughput"]["node"], gpus=_gpus(doc),
+                         mean_power_w=doc["power"].get("mean_power_w"))
+        nodes.append(entry)
+    complete = all(d and d["status"] == "complete" for d in docs)
+    unit = next((d["throughput"]["unit"] for d in docs if d), None)
+    doc = {"kind": "hpcai.aggregate", "aggregate_version": AGGREGATE_VERSION,
+           "status": "complete" if complete else "incomplete",
+           "run_id": slot.run_id, "job_id": job.job_id, "workload": job.doc["workload"],
+           "cap_w": slot.cap_w, "repeat": slot.repeat, "created": now_iso(),
+           "node_count": job.nodes, "nodes": nodes,
+           "throughput": None, "power": None, "scaling": None}
+    if not complete:
+        return doc
+    total = sum(d["throughput"]["node"] for d in docs)
+    gpus = sum(_gpus(d) for d in docs)
+    doc["throughput"] = {"unit": unit, "total": total, "per_gpu": total / gpus,
+                         "per_node": total / job.nodes, "gpus": gpus}
+    doc["power"] = _power(docs)
+    doc["scaling"] = _scaling(job, docs[0], doc["throughput"]["per_gpu"])
+    return doc
+
+
+def _power(docs: list[dict]) -> dict:
+    powers = [d["power"] for d in docs]
+    if not all(p.get("available") for p in powers):
+        return {"available": False, "reason": "power was not measured on every node"}
+    energy = sum(p["energy_j"] for p in powers)
+    window = max(p["window_s"] for p in powers)
+    units = sum(d["work"]["measured_units"] for d in docs)
+    overhead = sum(p["node_overhead_w"] for p in powers) * window
+    return {"available": True, "reason": None, "energy_j": energy, "window_s": window,
+            "mean_power_w": sum(p["mean_power_w"] for p in powers),
+            "units_per_joule": units / energy if energy else None,
+            "units_per_joule_with_overhead": units / (energy + overhead) if energy else None}
+
+
+def _scaling(job: Job, first: dict, per_gpu: float) -> dict:
+    if job.nodes == 1:
+        return {"efficiency": None, "baseline": None, "reason": "a single-node run"}
+    found = find_baseline(job.folder.parent, first, job.folder)
+    if found is None:
+        return {"efficiency": None, "baseline": None,
+                "reason": "no complete single-node result of the same workload, preset, "
+                          "parameters, cap and processes per node in the results folder"}
+    base, path = found
+    base_per_gpu = base["throughput"]["per_gpu"]
+    return {"efficiency": per_gpu / base_per_gpu if base_per_gpu else None,
+            "baseline": {"run_id": base["run_id"], "result": str(path),
+                         "per_gpu": base_per_gpu},
+            "reason": None}
+
+
+def write(job_dir: str, index: int) -> int:
+    from hpcai.workloads.result import clean, write_json_atomic
+
+    job = Job.load(job_dir)
+    doc = clean(aggregate(job, index))
+    path = job.folder / doc["run_id"] / AGGREGATE_FILE
+    write_json_atomic(path, doc)
+    print(summary_line(doc) + f"; {path}", file=sys.stderr, flush=True)
+    return 0 if doc["status"] == "complete" else 1
+
+
+def summary_line(doc: dict) -> str:
+    if doc["status"] != "complete":
+        states = ", ".join(f"node {n['node_rank']} {n['status']}" for n in doc["nodes"])
+        return f"hpcai: run {doc['run_id']} not complete ({states})"
+    tp = doc["throughput"]
+    line = (f"hpcai: {doc['workload']} on {doc['node_count']} node(s): {tp['total']:.1f} "
+            f"{tp['unit']} total, {tp['per_gpu']:.1f} per GPU")
+    eff = (doc.get("scaling") or {}).get("efficiency")
+    if eff is not None:
+        line += f", scaling efficiency {eff:.0%}"
+    return line

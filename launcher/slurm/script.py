@@ -1,0 +1,78 @@
+"""The batch script: plain bash a site admin can read, kept in the job folder.
+
+Each run is one srun step with one task per node (that node's launcher),
+followed by the run's aggregate on the batch host. At scancel or the time
+limit Slurm sends SIGTERM to every process of the job: the launchers restore
+their caps and mark their results interrupted, and the script stops after
+writing the aggregate of the run it was in.
+"""
+from __future__ import annotations
+
+import shlex
+import sys
+
+import hpcai
+from hpcai.launcher.slurm.job import Job, now_iso
+
+PYTHON_MODULE = ["-m", "hpcai.launcher.cli"]
+
+
+def sbatch_options(job: Job) -> list[str]:
+    slurm = job.doc["slurm"]
+    workload = job.doc["workload"]
+    options = [f"--job-name=hpcai-{workload}", f"--nodes={slurm['nodes']}",
+               "--ntasks-per-node=1"]
+    if job.is_array:
+        options += [f"--array=0-{len(job.runs) - 1}", "--output=slurm-%A_%a.out"]
+    else:
+        options.append("--output=slurm-%j.out")
+    for key in ("partition", "account", "time"):
+        if slurm.get(key):
+            options.append(f"--{key}={slurm[key]}")
+    if slurm.get("gpus_per_node"):
+        options.append(f"--gpus-per-node={slurm['gpus_per_node']}")
+    options += list(slurm.get("extra_options") or [])
+    return options
+
+
+def render(job: Job, python: str = sys.executable) -> str:
+    runs = job.runs
+    caps = sorted({r.cap_w for r in runs}, key=lambda c: (c is None, c or 0))
+    caps_text = ", ".join("no cap" if c is None else f"{c:g} W" for c in caps)
+    hpcai_cmd = shlex.join([python, *PYTHON_MODULE])
+    lines = ["#!/bin/bash"]
+    lines += [f"#SBATCH {opt}" for opt in sbatch_options(job)]
+    lines += [
+        f"# hpcai {hpcai.__version__}, written {now_iso()} by: {shlex.join(job.doc['command'])}",
+        f"# {job.doc['workload']}: {len(runs)} run(s) on {job.nodes} node(s) ({caps_text}),"
+        f" {'a job array, one run per task' if job.is_array else 'one after another'}.",
+        "# Each run: one launcher per node (it caps that node's GPUs and restores them),",
+        "# then the run's aggregate.json. Submit again with `sbatch job.sbatch` from here.",
+        "set -u",
+        f"JOB_DIR={shlex.quote(str(job.folder))}",
+        f"HPCAI=({hpcai_cmd})",
+        'cd "$JOB_DIR" || exit 1',
+        "status=0",
+        'stopped=""',
+        "# scancel or the time limit: the launchers get SIGTERM from Slurm themselves.",
+        "trap 'stopped=1' TERM INT",
+        "run() {",
+        '  echo "hpcai: run $1 on $SLURM_JOB_NUM_NODES node(s): $SLURM_JOB_NODELIST"',
+        '  srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --kill-on-bad-exit=1 \\',
+        '    "${HPCAI[@]}" slurm-node "$JOB_DIR" --run "$1"',
+        "  local rc=$?",
+        '  "${HPCAI[@]}" slurm-aggregate "$JOB_DIR" --run "$1"',
+        '  local aggregate_rc=$?',
+        '  [ "$rc" -ne 0 ] || rc=$aggregate_rc',
+        '  [ "$rc" -eq 0 ] || status=$rc',
+        "}",
+    ]
+    if job.is_array:
+        lines.append('run "$SLURM_ARRAY_TASK_ID"')
+    else:
+        lines += [f"for index in {' '.join(str(r.index) for r in runs)}; do",
+                  '  run "$index"',
+                  '  [ -z "$stopped" ] || break',
+                  "done"]
+    lines.append('exit "$status"')
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,120 @@
+"""`hpcai-launch WORKLOAD ... --slurm`: check what can be checked on the
+login node, write the job folder and submit it. Nothing is left behind when
+sbatch refuses the job."""
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+from hpcai.errors import HpcaiError, SlurmError, UsageError
+from hpcai.launcher import sites
+from hpcai.launcher.slurm import commands
+from hpcai.launcher.slurm.job import (SCRIPT_FILE, Job, RunSlot, SlurmOptions, log_path,
+                                      new_job_doc, now_iso, stamp)
+from hpcai.workloads.catalog import get_workload
+
+
+def with_site_defaults(slurm: SlurmOptions, site: dict, device: str) -> SlurmOptions:
+    scheduler = site["scheduler"]
+    if scheduler["kind"] != "slurm":
+        raise UsageError(f"site {site['name']!r} has no Slurm (scheduler.kind = "
+                         f"{scheduler['kind']!r})", "set [scheduler] kind = \"slurm\" in its file, "
+                         "or drop --slurm")
+    if slurm.nodes < 1:
+        raise UsageError("--nodes must be at least 1", f"got {slurm.nodes}")
+    gpus = slurm.gpus_per_node
+    if gpus is None and device != "cpu":
+        gpus = site["gpu"].get("per_node")
+    return SlurmOptions(
+        nodes=slurm.nodes, array=slurm.array,
+        partition=slurm.partition or scheduler["partition"] or None,
+        account=slurm.account or scheduler["account"] or None,
+        time=slurm.time or scheduler["time"] or None,
+        gpus_per_node=gpus or None,
+        extra_options=[*scheduler["extra_options"], *slurm.extra_options])
+
+
+def run_slots(opts, nodes: int) -> tuple[list[RunSlot], int | None]:
+    """One slot per cap and repeat, in the sweep's order; run ids shared by all nodes."""
+    from hpcai.launcher.sweep import new_seed, schedule
+
+    preset = opts.preset or "auto"
+    seed = None
+    if opts.is_sweep:
+        seed = opts.seed if opts.seed is not None else new_seed()
+        slots = schedule(list(opts.caps), opts.repeat, opts.order, seed)
+    else:
+        from hpcai.launcher.sweep import Slot
+
+        slots = [Slot(opts.cap_w, 0)]
+    when = stamp()
+    runs = []
+    for i, slot in enumerate(slots):
+        cap = "" if slot.cap_w is None else f"-cap{slot.cap_w:g}W"
+        suffix = f"-{i:03d}" if len(slots) > 1 else ""
+        runs.append(RunSlot(i, f"{when}-{opts.workload}-{preset}{cap}-{nodes}n{suffix}",
+                            slot.cap_w, slot.repeat))
+    return runs, seed
+
+
+def check_options(opts, slurm: SlurmOptions, site: dict) -> None:
+    """What the login node can check; each node checks its GPUs again before a cap."""
+    workload = get_workload(opts.workload)
+    impl = workload.impl(opts.impl)
+    if slurm.nodes > 1 and impl.process_model != "torchrun":
+        raise UsageError(f"{workload.name} ({impl.framework}) runs on one node",
+                         "drop --nodes, or use --nodes 1")
+    if opts.preset:
+        workload.preset(opts.preset)
+    allowed = site["power"].get("allowed_cap_range_w")
+    for cap in (opts.caps or [opts.cap_w]):
+        if cap is not None and allowed and not allowed[0] <= cap <= allowed[1]:
+            raise UsageError(f"cap {cap:g} W is outside this site's allowed range "
+                             f"{allowed[0]:g}-{allowed[1]:g} W", "choose a cap inside it")
+    if slurm.array and not opts.is_sweep:
+        raise UsageError("--array needs several runs", "give a cap list or range, or --repeat N")
+    if opts.image and not Path(opts.image).is_file():
+        raise UsageError(f"image {opts.image} does not exist", "check the --image path")
+
+
+def submit(opts, slurm: SlurmOptions, argv: list[str] | None = None) -> int:
+    site = sites.load(opts.site)
+    slurm = with_site_defaults(slurm, site, opts.device)
+    check_options(opts, slurm, site)
+    results = Path(opts.output or site["paths"]["results"]).absolute()
+    runs, seed = run_slots(opts, slurm.nodes)
+    command = ["hpcai-launch", *(argv if argv is not None else sys.argv[1:])]
+    folder = results / f"slurm-{runs[0].run_id.split('-')[0]}-{opts.workload}-{opts.preset or 'auto'}"
+    job = Job(folder, new_job_doc(opts, slurm, runs, command, seed))
+    from hpcai.launcher.slurm.script import render
+
+    script = render(job)
+    if opts.dry_run:
+        print(script, end="")
+        print(f"hpcai: --dry-run: not submitted; the job folder would be {folder}", file=sys.stderr)
+        return 0
+    commands.require("sbatch")
+    if slurm.partition:
+        known = commands.partitions()
+        if slurm.partition not in known:
+            raise SlurmError(f"unknown partition {slurm.partition!r} (this cluster has: "
+                             f"{', '.join(known) or 'none'})",
+                             "pick one with --partition or the site's [scheduler] partition")
+    from hpcai.launcher.run import check_output_dir
+
+    check_output_dir(results)
+    folder.mkdir(parents=True)
+    try:
+        (folder / SCRIPT_FILE).write_text(script)
+        job.write()
+        job_id = commands.submit(folder / SCRIPT_FILE)
+    except (HpcaiError, OSError, KeyboardInterrupt):
+        shutil.rmtree(folder, ignore_errors=True)  # a refused job leaves nothing behind
+        raise
+    job.doc.update(job_id=job_id, submitted=now_iso())
+    job.write()
+    log = log_path(folder, job_id, "0" if job.is_array else None)
+    print(f"submitted job {job_id}: {opts.workload}, {len(runs)} run(s) on {slurm.nodes} "
+          f"node(s); job folder {folder}; log {log.name}; follow it with `hpcai-launch jobs`")
+    return 0

@@ -1,0 +1,43 @@
+#!/bin/bash
+# Stop the cluster tools/slurm-ci/start.sh started under CONFDIR: its jobs, its
+# daemons (by their pid files), and munged only if start.sh started it.
+set -uo pipefail
+
+[ $# = 1 ] || { echo "usage: $0 CONFDIR" >&2; exit 2; }
+CONFDIR=$(cd "$1" && pwd) || exit 1
+export SLURM_CONF=$CONFDIR/slurm.conf
+
+# Wait up to SECONDS for each PID to exit (they were sent SIGTERM), then SIGKILL it.
+wait_pids() {
+  local seconds=$1 pid; shift
+  for pid in "$@"; do
+    for _ in $(seq $((seconds * 10))); do
+      kill -0 "$pid" 2>/dev/null || continue 2
+      sleep 0.1
+    done
+    echo "$0: pid $pid did not exit in ${seconds}s; killing it" >&2
+    kill -KILL "$pid" 2>/dev/null
+  done
+}
+
+# Jobs first: their slurmstepd processes outlive slurmd. Bounded by KillWait (30 s).
+if [ -s "$CONFDIR/run/slurmctld.pid" ] && scancel -p ci 2>/dev/null; then
+  for _ in $(seq 80); do
+    [ -z "$(squeue -h -t PD,R,CG -o %i 2>/dev/null)" ] && break
+    sleep 0.5
+  done
+fi
+
+# All daemons at once: each takes a second or more to shut down.
+pids=()
+for pidfile in "$CONFDIR"/run/slurmd-*.pid "$CONFDIR/run/slurmctld.pid"; do
+  pid=$(cat "$pidfile" 2>/dev/null) && kill -TERM "$pid" 2>/dev/null && pids+=("$pid")
+done
+wait_pids 15 "${pids[@]}"
+rm -f "$CONFDIR"/run/*.pid
+if [ -s "$CONFDIR/munged.started" ]; then
+  pid=$(cat "$CONFDIR/munged.started")
+  kill -TERM "$pid" 2>/dev/null && wait_pids 10 "$pid"
+  rm -f "$CONFDIR/munged.started"
+fi
+exit 0
