@@ -27,6 +27,7 @@ from hpcai.workloads.catalog import get_workload
 CHILD_GRACE_S = 30  # after a forwarded signal, before the workload is killed
 # Under Slurm, below its default KillWait (30 s): the caps must be back before SIGKILL.
 SLURM_CHILD_GRACE_S = 20
+ORPHAN_WAIT_S = 5  # then, caps restored, for workers that outlived torchrun
 
 
 @dataclass
@@ -289,6 +290,8 @@ def execute(spec: dict, command: list[str], site: dict, node: Node, opts: Option
     if cap_w is not None and backend is not None:
         log("power limits restored")
     code = child.returncode if child is not None else None
+    if interrupted is not None and under_slurm:
+        _await_final_result(run_dir / "result.json", ORPHAN_WAIT_S)
     try:
         doc = _finish_result(run_dir, spec, code, limits)
     except WorkloadError:
@@ -318,6 +321,19 @@ def _stop_child(child: subprocess.Popen, signum: int, already_sent: bool,
                 os.killpg(child.pid, signal.SIGKILL)  # torchrun and every worker it started
         except (Interrupted, KeyboardInterrupt):
             continue
+
+
+def _await_final_result(path: Path, seconds: float) -> None:
+    """Under Slurm, torchrun may die of the second SIGTERM (srun forwards one
+    after Slurm's own) while its workers are still writing the result."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if json.loads(path.read_text()).get("status") != "running":
+                return
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.2)
 
 
 def _finish_result(run_dir: Path, spec: dict, code: int | None, limits: dict) -> dict:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from hpcai import provenance
 from hpcai.errors import HpcaiError, Interrupted
-from hpcai.signals import install_signal_handlers
+from hpcai.signals import deferred_signals, install_signal_handlers
 from hpcai.workloads import catalog, distributed
 from hpcai.workloads import result as R
 from hpcai.workloads.base import EngineWorkload
@@ -97,10 +97,12 @@ class Run:
                 self.status = "failed"
                 self.error = {"type": type(exc).__name__, "message": str(exc)}
                 traceback.print_exc()
-            finally:
+            # The run is over; more signals (under Slurm every process gets one,
+            # then srun forwards another) must not stop the result being written.
+            with deferred_signals():
                 if self.sampler is not None:
                     self.sampler.stop()
-            self._finish()
+                self._finish()
         return {"complete": 0, "interrupted": 130}.get(self.status, 1)
 
     def _setup(self) -> None:

@@ -8,10 +8,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from hpcai.errors import ResultError
 from hpcai.launcher import results
 from hpcai.launcher.slurm.job import AGGREGATE_FILE, Job, node_dir, now_iso
 
 AGGREGATE_VERSION = 1
+SCHEMA_FILE = "schema/aggregate-v1.schema.json"
 
 
 def _gpus(doc: dict) -> int:
@@ -133,9 +135,24 @@ def write(job_dir: str, index: int) -> int:
     job = Job.load(job_dir)
     doc = clean(aggregate(job, index))
     path = job.folder / doc["run_id"] / AGGREGATE_FILE
+    errors = schema_errors(doc)
+    if errors:
+        raise ResultError(f"the aggregate does not match its schema: {errors[0]}",
+                          "this is a bug in hpcai; please report it with the node results")
     write_json_atomic(path, doc)
     print(summary_line(doc) + f"; {path}", file=sys.stderr, flush=True)
     return 0 if doc["status"] == "complete" else 1
+
+
+def schema_errors(doc: dict) -> list[str]:
+    import json
+    from importlib import resources
+
+    import jsonschema
+
+    schema = json.loads(resources.files("hpcai").joinpath(SCHEMA_FILE).read_text())
+    return [f"{e.json_path}: {e.message}"
+            for e in jsonschema.Draft202012Validator(schema).iter_errors(doc)]
 
 
 def summary_line(doc: dict) -> str:

@@ -117,4 +117,7 @@ def submit(opts, slurm: SlurmOptions, argv: list[str] | None = None) -> int:
     log = log_path(folder, job_id, "0" if job.is_array else None)
     print(f"submitted job {job_id}: {opts.workload}, {len(runs)} run(s) on {slurm.nodes} "
           f"node(s); job folder {folder}; log {log.name}; follow it with `hpcai-launch jobs`")
+    if slurm.gpus_per_node is None and opts.device != "cpu":
+        print("note: the job asked Slurm for no GPUs (no --gpus, no [gpu] per_node in the "
+              "site); where a partition hands out GPUs as resources, submit with --gpus N")
     return 0

@@ -90,6 +90,33 @@ def test_two_nodes_train_together_in_the_image(cluster_env, cpu_cv_image, result
         aggregate["throughput"]["per_gpu"] / baseline["throughput"]["per_gpu"])
 
 
+def test_vit_sd2_and_litgpt_pretraining_span_two_nodes(cluster_env, tmp_path):
+    """The other training workloads on the host runtime, submitted together
+    (each job holds one CPU per node, so they run side by side)."""
+    from test_llm_pretrain import make_corpus_and_tokenizer
+
+    make_corpus_and_tokenizer(tmp_path)
+    env = {**cluster_env, "HPCAI_DATA_DIR": str(tmp_path), "HPCAI_MODELS_DIR": str(tmp_path)}
+    results = tmp_path / "results"
+    common = ["--preset", "tiny", "--nproc", "1", "--runtime", "host", "--nodes", "2",
+              "-o", str(results)]
+    folders = {w: submit(env, w, *common, *extra)[1] for w, extra in [
+        ("vit-l16", []), ("sd2", []),
+        ("llama3-8b-pretrain", ["--data", "corpus", "--tokenizer", "tokenizer"])]}
+    waited = hpcai(env, "jobs", "-o", str(results), "--wait")
+    assert waited.returncode == 0, waited.stderr
+    for workload, folder in folders.items():
+        [(run_id, nodes)] = node_results(folder).items()
+        assert [d["status"] for d in nodes] == ["complete", "complete"], workload
+        assert all(d["config"]["world_size"] == 2 for d in nodes), workload
+        aggregate = json.loads((folder / run_id / "aggregate.json").read_text())
+        assert aggregate["status"] == "complete" and aggregate["throughput"]["total"] > 0
+    # LitGPT's Fabric saw two nodes: one global batch over both.
+    pretrain = node_results(folders["llama3-8b-pretrain"])
+    [node0, _] = next(iter(pretrain.values()))
+    assert node0["config"]["global_batch_size"] == 2 * node0["config"]["micro_batch_size"]
+
+
 def test_a_sweep_as_a_job_array_lands_in_one_folder(cluster_env, slurm_cluster, tmp_path):
     results = tmp_path / "results"
     job_id, folder = submit(cluster_env, "resnet50", "--preset", "tiny", "--nproc", "1",
@@ -129,9 +156,27 @@ def test_scancel_interrupts_the_run_and_restores_the_caps(slurm_cluster, fake_nv
     runs = node_results(folder)
     assert len(runs) == 1  # the second cap never started
     [doc] = next(iter(runs.values()))
-    assert doc["status"] in ("interrupted", "failed") and doc["status"] != "complete"
+    assert doc["status"] == "interrupted"
     waited = hpcai(env, "jobs", "-o", str(results), "--wait", job_id)
     one_line_error(waited, f"job {job_id} ended CANCELLED", f"slurm-{job_id}.out")
+
+
+def test_the_time_limit_interrupts_the_run_and_restores_the_caps(slurm_cluster,
+                                                                fake_nvidia_node):
+    env = {**fake_nvidia_node.env, "SLURM_CONF": slurm_cluster.env["SLURM_CONF"]}
+    results = fake_nvidia_node.results
+    # One minute, far less than 5000 epochs take: Slurm ends it with SIGTERM.
+    job_id, folder = submit(env, "resnet50", "--preset", "tiny", "--device", "cpu", "--nproc",
+                            "1", "--runtime", "host", "--cap", "250", "--epochs", "5000",
+                            "--time", "1", "-o", str(results))
+    assert slurm_cluster.wait(job_id, 300) == "TIMEOUT"
+    assert fake_nvidia_node.limits() == [700.0, 700.0]
+    assert fake_nvidia_node.journal_files() == []
+    [doc] = next(iter(node_results(folder).values()))
+    assert doc["status"] == "interrupted" and "SIGTERM" in doc["error"]["message"]
+    assert doc["power"]["cap"]["requested_w"] == 250.0
+    waited = hpcai(env, "jobs", "-o", str(results), "--wait", job_id)
+    one_line_error(waited, f"job {job_id} ended TIMEOUT")
 
 
 def test_a_failing_job_points_to_its_log(cluster_env, tmp_path):

@@ -72,6 +72,8 @@ def test_totals_per_gpu_power_and_scaling(tmp_path):
     assert doc["scaling"]["baseline"]["result"] == str(tmp_path / "new" / "result.json")
     assert doc["scaling"]["efficiency"] == 40.0 / 50.0
     assert aggregate.summary_line(doc).endswith("scaling efficiency 80%")
+    assert aggregate.schema_errors(doc) == []
+    assert aggregate.schema_errors({**doc, "status": "done"})  # the schema can say no
 
 
 def test_without_a_baseline_the_reason_is_given(tmp_path):
@@ -94,3 +96,4 @@ def test_a_missing_or_interrupted_node_makes_it_incomplete(tmp_path):
     assert doc["status"] == "incomplete" and doc["throughput"] is None
     assert [n["status"] for n in doc["nodes"]] == ["interrupted", "missing"]
     assert "node 1 missing" in aggregate.summary_line(doc)
+    assert aggregate.schema_errors(doc) == []

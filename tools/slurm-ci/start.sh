@@ -13,8 +13,10 @@ done
 mkdir -p "$1"
 CONFDIR=$(cd "$1" && pwd)
 HOST=$(hostname -s)
-# Fixed, non-default ports, so a system Slurm on 6817/6818 does not clash.
-CTLD_PORT=16817 NODE1_PORT=17001 NODE2_PORT=17002
+# Non-default ports, so a system Slurm on 6817/6818 does not clash;
+# HPCAI_SLURM_CI_PORT_BASE moves them, for a second cluster on one machine.
+BASE=${HPCAI_SLURM_CI_PORT_BASE:-17000}
+CTLD_PORT=$BASE NODE1_PORT=$((BASE + 1)) NODE2_PORT=$((BASE + 2))
 export SLURM_CONF=$CONFDIR/slurm.conf
 
 # A port someone already listens on means another cluster (or ours, not stopped).
