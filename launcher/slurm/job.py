@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -125,7 +126,8 @@ def new_job_doc(opts, slurm: SlurmOptions, runs: list[RunSlot], argv: list[str],
     return {
         "kind": "hpcai.slurm-job", "job_version": JOB_VERSION,
         "job_id": None, "created": now_iso(), "submitted": None,
-        "command": argv, "workload": opts.workload,
+        # The job runs where it was submitted from: relative paths keep their meaning.
+        "command": argv, "workdir": os.getcwd(), "workload": opts.workload,
         "slurm": dataclasses.asdict(slurm), "seed": seed, "order": opts.order,
         "options": stored,
         "runs": [dataclasses.asdict(r) for r in runs],

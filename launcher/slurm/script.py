@@ -22,10 +22,10 @@ def sbatch_options(job: Job) -> list[str]:
     workload = job.doc["workload"]
     options = [f"--job-name=hpcai-{workload}", f"--nodes={slurm['nodes']}",
                "--ntasks-per-node=1"]
+    log = job.folder / ("slurm-%A_%a.out" if job.is_array else "slurm-%j.out")
     if job.is_array:
-        options += [f"--array=0-{len(job.runs) - 1}", "--output=slurm-%A_%a.out"]
-    else:
-        options.append("--output=slurm-%j.out")
+        options.append(f"--array=0-{len(job.runs) - 1}")
+    options.append(f"--output={log}")
     for key in ("partition", "account", "time"):
         if slurm.get(key):
             options.append(f"--{key}={slurm[key]}")
@@ -51,7 +51,7 @@ def render(job: Job, python: str = sys.executable) -> str:
         "set -u",
         f"JOB_DIR={shlex.quote(str(job.folder))}",
         f"HPCAI=({hpcai_cmd})",
-        'cd "$JOB_DIR" || exit 1',
+        f"cd {shlex.quote(job.doc['workdir'])} || exit 1  # where it was submitted from",
         "status=0",
         'stopped=""',
         "# scancel or the time limit: the launchers get SIGTERM from Slurm themselves.",

@@ -35,7 +35,7 @@ def with_site_defaults(slurm: SlurmOptions, site: dict, device: str) -> SlurmOpt
         extra_options=[*scheduler["extra_options"], *slurm.extra_options])
 
 
-def run_slots(opts, nodes: int) -> tuple[list[RunSlot], int | None]:
+def run_slots(opts, nodes: int, when: str | None = None) -> tuple[list[RunSlot], int | None]:
     """One slot per cap and repeat, in the sweep's order; run ids shared by all nodes."""
     from hpcai.launcher.sweep import new_seed, schedule
 
@@ -48,7 +48,7 @@ def run_slots(opts, nodes: int) -> tuple[list[RunSlot], int | None]:
         from hpcai.launcher.sweep import Slot
 
         slots = [Slot(opts.cap_w, 0)]
-    when = stamp()
+    when = when or stamp()
     runs = []
     for i, slot in enumerate(slots):
         cap = "" if slot.cap_w is None else f"-cap{slot.cap_w:g}W"
@@ -83,9 +83,10 @@ def submit(opts, slurm: SlurmOptions, argv: list[str] | None = None) -> int:
     slurm = with_site_defaults(slurm, site, opts.device)
     check_options(opts, slurm, site)
     results = Path(opts.output or site["paths"]["results"]).absolute()
-    runs, seed = run_slots(opts, slurm.nodes)
+    when = stamp()
+    runs, seed = run_slots(opts, slurm.nodes, when)
     command = ["hpcai-launch", *(argv if argv is not None else sys.argv[1:])]
-    folder = results / f"slurm-{runs[0].run_id.split('-')[0]}-{opts.workload}-{opts.preset or 'auto'}"
+    folder = results / f"slurm-{when}-{opts.workload}-{opts.preset or 'auto'}"
     job = Job(folder, new_job_doc(opts, slurm, runs, command, seed))
     from hpcai.launcher.slurm.script import render
 

@@ -15,11 +15,16 @@ import sys
 import pytest
 
 from conftest import assert_valid_result
+from image_fixtures import IMAGE_BUILD_TIMEOUT_S
 from hpcai.launcher.images import store
 from hpcai.provenance import hpcai_commit
 
-pytestmark = pytest.mark.slow
+# The first test pays for the image build (about 10 minutes on 2 cores, more
+# when the machine is busy), which pytest-timeout counts as the test's time.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(IMAGE_BUILD_TIMEOUT_S)]
 LAUNCHER = [sys.executable, "-m", "hpcai.launcher.cli"]
+
+
 def launch(*args, cpu_env: dict, timeout=1800) -> subprocess.CompletedProcess:
     env = {k: v for k, v in cpu_env.items() if k != "HPCAI_IMAGES_DIR"}
     return subprocess.run([*LAUNCHER, *args], capture_output=True, text=True, env=env,

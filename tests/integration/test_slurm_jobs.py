@@ -16,6 +16,7 @@ import pytest
 
 from conftest import assert_valid_result
 from conftest import one_line_error
+from image_fixtures import IMAGE_BUILD_TIMEOUT_S
 
 pytestmark = pytest.mark.slow
 LAUNCHER = [sys.executable, "-m", "hpcai.launcher.cli"]
@@ -49,6 +50,7 @@ def cluster_env(slurm_cluster, cpu_node) -> dict:
     return {**cpu_node.env, "SLURM_CONF": slurm_cluster.env["SLURM_CONF"]}
 
 
+@pytest.mark.timeout(IMAGE_BUILD_TIMEOUT_S)  # it builds the image when run alone
 def test_two_nodes_train_together_in_the_image(cluster_env, cpu_cv_image, result_schema,
                                                tmp_path):
     results = tmp_path / "results"

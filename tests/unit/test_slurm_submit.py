@@ -62,6 +62,8 @@ def test_allocation_script_runs_every_slot_in_the_sweep_order(tmp_path):
     assert "for index in 0 1 2 3; do" in script
     assert "srun --nodes=\"$SLURM_JOB_NUM_NODES\" --ntasks-per-node=1 --kill-on-bad-exit=1" in script
     assert "HPCAI=(/opt/py/bin/python -m hpcai.launcher.cli)" in script
+    # It runs where it was submitted from, so relative paths keep their meaning.
+    assert f"\ncd {os.getcwd()} || exit 1" in script
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)
 
 
@@ -69,7 +71,7 @@ def test_array_script_runs_one_slot_per_task(tmp_path):
     opts = Options("resnet50", preset="tiny", caps=[200.0, 250.0, 300.0], seed=1)
     job = make_job(tmp_path, opts, SlurmOptions(array=True))
     options = sbatch_options(job)
-    assert "--array=0-2" in options and "--output=slurm-%A_%a.out" in options
+    assert "--array=0-2" in options and f"--output={job.folder}/slurm-%A_%a.out" in options
     script = render(job)
     assert 'run "$SLURM_ARRAY_TASK_ID"' in script and "for index" not in script
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)

@@ -7,15 +7,22 @@ set -uo pipefail
 CONFDIR=$(cd "$1" && pwd) || exit 1
 export SLURM_CONF=$CONFDIR/slurm.conf
 
-# Wait up to SECONDS for each PID to exit (they were sent SIGTERM), then SIGKILL it.
+# A pid from a file is signalled only while it is still that daemon: pids wrap
+# around quickly, and a stale file must not kill whatever has the number now.
+is_daemon() {  # PID NAME
+  [ "$(cat "/proc/$1/comm" 2>/dev/null)" = "$2" ]
+}
+
+# Wait up to SECONDS for each PID:NAME to exit (they were sent SIGTERM), then SIGKILL it.
 wait_pids() {
-  local seconds=$1 pid; shift
-  for pid in "$@"; do
+  local seconds=$1 entry pid name; shift
+  for entry in "$@"; do
+    pid=${entry%%:*} name=${entry#*:}
     for _ in $(seq $((seconds * 10))); do
-      kill -0 "$pid" 2>/dev/null || continue 2
+      is_daemon "$pid" "$name" || continue 2
       sleep 0.1
     done
-    echo "$0: pid $pid did not exit in ${seconds}s; killing it" >&2
+    echo "$0: $name (pid $pid) did not exit in ${seconds}s; killing it" >&2
     kill -KILL "$pid" 2>/dev/null
   done
 }
@@ -31,13 +38,15 @@ fi
 # All daemons at once: each takes a second or more to shut down.
 pids=()
 for pidfile in "$CONFDIR"/run/slurmd-*.pid "$CONFDIR/run/slurmctld.pid"; do
-  pid=$(cat "$pidfile" 2>/dev/null) && kill -TERM "$pid" 2>/dev/null && pids+=("$pid")
+  name=$(basename "$pidfile" .pid); name=${name%%-*}
+  pid=$(cat "$pidfile" 2>/dev/null) && is_daemon "$pid" "$name" &&
+    kill -TERM "$pid" 2>/dev/null && pids+=("$pid:$name")
 done
 wait_pids 15 "${pids[@]}"
 rm -f "$CONFDIR"/run/*.pid
 if [ -s "$CONFDIR/munged.started" ]; then
   pid=$(cat "$CONFDIR/munged.started")
-  kill -TERM "$pid" 2>/dev/null && wait_pids 10 "$pid"
+  is_daemon "$pid" munged && kill -TERM "$pid" 2>/dev/null && wait_pids 10 "$pid:munged"
   rm -f "$CONFDIR/munged.started"
 fi
 exit 0
