@@ -52,8 +52,7 @@ def _worst(states: list[str]) -> str:
 def complete_runs(job: Job) -> int:
     done = 0
     for slot in job.runs:
-        doc = load(job.folder / slot.run_id / AGGREGATE_FILE) \
-            if (job.folder / slot.run_id / AGGREGATE_FILE).exists() else None
+        doc = load(job.folder / slot.run_id / AGGREGATE_FILE)  # None until it is written
         done += bool(doc and doc.get("status") == "complete")
     return done
 

@@ -90,3 +90,18 @@ def test_sites_and_gpu_counts_are_separate_rows(tmp_path):
         ("centre-b", 4, 900.0), ("default", 4, 1000.0), ("default", 8, 950.0)]
     assert {c.group.device_label(True) for c in cells} == {
         "H100 ×4 @ centre-b", "H100 ×4 @ default", "H100 ×8 @ default"}
+
+
+def test_each_node_of_a_multi_node_run_is_its_own_row(tmp_path):
+    """A node's figures from a two-node Slurm run include the cost of talking
+    across nodes: they are not repeats of the single-node measurement."""
+    write_result(tmp_path, make_result(cap_w=300.0, per_gpu=1000.0))
+    for rank, per_gpu in enumerate((900.0, 880.0)):
+        doc = make_result(cap_w=300.0, per_gpu=per_gpu, run_id=f"two-nodes-{rank}")
+        doc["spec"]["slurm"] = {"job_id": "7", "nodes": 2, "node_rank": rank}
+        write_result(tmp_path, doc)
+    runs, _ = load_results([tmp_path])
+    assert all(r.usable for r in runs)
+    cells = aggregate(runs, None, 0.05)
+    assert sorted((c.group.nodes, c.throughput) for c in cells) == [(1, 1000.0), (2, 890.0)]
+    assert {c.group.device_label() for c in cells} == {"H100 ×4", "H100 ×4 per node, 2 nodes"}
