@@ -1,7 +1,8 @@
 """Process placement: one process per GPU under torchrun (or one on CPU).
 
 torchrun sets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE and GROUP_RANK
-(the node's rank across nodes); without it this is a single process. On CPU the same path runs with gloo.
+(the node's rank across nodes); without it this is a single process. On CPU
+the same path runs with gloo.
 """
 from __future__ import annotations
 
