@@ -14,14 +14,15 @@ SCHEMA_FILE = "schema/result-v1.schema.json"
 CAP_STATISTIC = "median"
 
 
-def schema() -> dict:
-    return json.loads(resources.files("hpcai").joinpath(SCHEMA_FILE).read_text())
+def schema(file: str = SCHEMA_FILE) -> dict:
+    return json.loads(resources.files("hpcai").joinpath(file).read_text())
 
 
-def validation_errors(doc: dict) -> list[str]:
+def validation_errors(doc: dict, schema_file: str = SCHEMA_FILE) -> list[str]:
+    """Every way doc breaks its schema (a result's, or another of hpcai/schema/)."""
     import jsonschema
 
-    validator = jsonschema.Draft202012Validator(schema())
+    validator = jsonschema.Draft202012Validator(schema(schema_file))
     return [f"{e.json_path}: {e.message}" for e in
             sorted(validator.iter_errors(doc), key=lambda e: list(e.path))]
 

@@ -128,11 +128,11 @@ def _visible(gpu) -> bool:
     return str(gpu.index) in entries or gpu.uuid in entries
 
 
-def plan(opts: Options, slurm: dict | None = None,
+def plan(opts: Options, placement: dict | None = None,
          run_id: str | None = None) -> tuple[dict, list[str], dict, Node]:
     """Everything decided and checked; nothing changed yet.
 
-    Inside a Slurm job, `slurm` is this node's place (launcher/slurm/node.py)
+    Inside a Slurm job, `placement` is this node's place (launcher/slurm/node.py)
     and `run_id` the id all nodes share; the node writes `<run_id>/node-<K>/`.
     """
     site = sites.load(opts.site)
@@ -185,9 +185,9 @@ def plan(opts: Options, slurm: dict | None = None,
     if run_id is not None:
         spec["run_id"] = run_id
     spec["output_dir"] = str(output / spec["run_id"])
-    if slurm is not None:
-        spec["slurm"] = slurm
-        spec["output_dir"] = str(output / spec["run_id"] / f"node-{slurm['node_rank']}")
+    if placement is not None:
+        spec["slurm"] = placement
+        spec["output_dir"] = str(output / spec["run_id"] / f"node-{placement['node_rank']}")
     command = runtime.command(spec, site, str(Path(spec["output_dir"]) / "spec.json"))
     return spec, command, site, node
 
@@ -205,7 +205,7 @@ def check_cap(backend, cap_w: float, indices: list[int], site: dict) -> None:
     check_cap_range(cap_w, {i: backend.limits(i) for i in indices})
 
 
-def launch(opts: Options, slurm: dict | None = None, run_id: str | None = None) -> int:
+def launch(opts: Options, placement: dict | None = None, run_id: str | None = None) -> int:
     if opts.slurm is not None:
         from hpcai.launcher.slurm.submit import submit
 
@@ -214,7 +214,7 @@ def launch(opts: Options, slurm: dict | None = None, run_id: str | None = None) 
         from hpcai.launcher.sweep import run_sweep
 
         return run_sweep(opts)
-    spec, command, site, node = plan(opts, slurm, run_id)
+    spec, command, site, node = plan(opts, placement, run_id)
     if opts.cap_w is not None:
         from hpcai.launcher.power import make_backend
 

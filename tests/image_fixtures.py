@@ -7,6 +7,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -128,8 +129,6 @@ def ci_site(folder: Path, images: Path) -> Path:
 def cpu_cv_image(apptainer_exe, tmp_path_factory) -> dict:
     """The CPU `cv` image built from definitions/cpu/ by `hpcai-launch images build`
     (minutes), once per session. HPCAI_TEST_IMAGES_DIR keeps it between sessions."""
-    import sys
-
     keep = os.environ.get("HPCAI_TEST_IMAGES_DIR")
     images = Path(keep) if keep else tmp_path_factory.mktemp("images")
     site = ci_site(tmp_path_factory.mktemp("ci-site"), images)

@@ -48,7 +48,7 @@ def find_baseline(results_root: Path, like: dict, skip: Path) -> tuple[dict, Pat
             continue
         try:
             doc = results.load(path)
-        except Exception:  # noqa: BLE001 - an unreadable file is simply not a baseline
+        except ResultError:  # half-written or not JSON: simply not a baseline
             continue
         if not doc or doc.get("status") != "complete":
             continue
@@ -145,14 +145,7 @@ def write(job_dir: str, index: int) -> int:
 
 
 def schema_errors(doc: dict) -> list[str]:
-    import json
-    from importlib import resources
-
-    import jsonschema
-
-    schema = json.loads(resources.files("hpcai").joinpath(SCHEMA_FILE).read_text())
-    return [f"{e.json_path}: {e.message}"
-            for e in jsonschema.Draft202012Validator(schema).iter_errors(doc)]
+    return results.validation_errors(doc, SCHEMA_FILE)
 
 
 def summary_line(doc: dict) -> str:

@@ -21,13 +21,18 @@ def require(name: str = "sbatch") -> str:
     return path
 
 
-def _run(args: list[str], what: str) -> str:
+def _call(args: list[str], cwd: Path | None = None) -> subprocess.CompletedProcess:
     exe = require(args[0])
     try:
-        done = subprocess.run([exe, *args[1:]], capture_output=True, text=True, timeout=TIMEOUT_S)
+        return subprocess.run([exe, *args[1:]], capture_output=True, text=True,
+                              timeout=TIMEOUT_S, cwd=cwd)
     except subprocess.TimeoutExpired:
         raise SlurmError(f"`{' '.join(args)}` did not answer in {TIMEOUT_S} s",
                          "check that slurmctld is up (`sinfo`)") from None
+
+
+def _run(args: list[str], what: str) -> str:
+    done = _call(args)
     if done.returncode != 0:
         raise SlurmError(f"{what} failed: {_last_line(done.stderr) or f'exit {done.returncode}'}",
                          f"command: {' '.join(args)}")
@@ -46,13 +51,7 @@ def partitions() -> list[str]:
 
 def submit(script: Path) -> str:
     """sbatch the script from its folder; the job id ("123")."""
-    exe = require("sbatch")
-    try:
-        done = subprocess.run([exe, "--parsable", str(script)], capture_output=True, text=True,
-                              timeout=TIMEOUT_S, cwd=script.parent)
-    except subprocess.TimeoutExpired:
-        raise SlurmError(f"sbatch did not answer in {TIMEOUT_S} s",
-                         "check that slurmctld is up (`sinfo`)") from None
+    done = _call(["sbatch", "--parsable", str(script)], cwd=script.parent)
     if done.returncode != 0:
         reason = re.sub(r"^sbatch: (error|fatal): ", "", _last_line(done.stderr))
         raise SlurmError(f"sbatch rejected the job: {reason or f'exit {done.returncode}'}",
@@ -78,9 +77,7 @@ def queued(job_ids: list[str]) -> dict[str, str]:
     """State of each job (or array task, "123_4") still known to squeue."""
     if not job_ids:
         return {}
-    exe = require("squeue")
-    done = subprocess.run([exe, "-h", "-r", "-o", "%i|%T", "-j", ",".join(job_ids)],
-                          capture_output=True, text=True, timeout=TIMEOUT_S)
+    done = _call(["squeue", "-h", "-r", "-o", "%i|%T", "-j", ",".join(job_ids)])
     states = {}
     for line in done.stdout.splitlines():  # unknown ids make squeue fail: treated as gone
         job, _, state = line.strip().partition("|")
@@ -91,9 +88,7 @@ def queued(job_ids: list[str]) -> dict[str, str]:
 
 def job_records(job_id: str) -> list[dict[str, str]]:
     """`scontrol show job` (one record per array task); [] once Slurm has forgotten it."""
-    exe = require("scontrol")
-    done = subprocess.run([exe, "-o", "show", "job", job_id], capture_output=True, text=True,
-                          timeout=TIMEOUT_S)
+    done = _call(["scontrol", "-o", "show", "job", job_id])
     if done.returncode != 0:
         return []
     return [parse_fields(line) for line in done.stdout.splitlines() if line.strip()]

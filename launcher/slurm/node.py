@@ -14,7 +14,7 @@ from hpcai.errors import SlurmError
 
 RDZV_PORT_BASE = 29500
 RDZV_PORT_SPAN = 2000
-PORT_ENV = "HPCAI_RDZV_PORT"  # set it when the derived port is taken at a site
+PORT_ENV = "HPCAI_RDZV_PORT"
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,7 @@ class Placement:
     nodes: int
     node_rank: int
     nodelist: str
+    port: int | None = None  # HPCAI_RDZV_PORT: where the derived port is taken at a site
 
     @classmethod
     def from_environ(cls, environ=os.environ) -> "Placement":
@@ -35,12 +36,13 @@ class Placement:
         return cls(job_id=environ["SLURM_JOB_ID"], step_id=environ.get("SLURM_STEP_ID", "0"),
                    nodes=int(nodes), node_rank=int(environ["SLURM_NODEID"]),
                    nodelist=environ.get("SLURM_STEP_NODELIST")
-                   or environ.get("SLURM_JOB_NODELIST", ""))
+                   or environ.get("SLURM_JOB_NODELIST", ""),
+                   port=int(environ[PORT_ENV]) if environ.get(PORT_ENV) else None)
 
     def rendezvous_port(self) -> int:
         """One port per job step, the same on every node, away from torchrun's 29500."""
-        if os.environ.get(PORT_ENV):
-            return int(os.environ[PORT_ENV])
+        if self.port is not None:
+            return self.port
         return RDZV_PORT_BASE + 1 + (int(self.job_id) * 31 + int(self.step_id)) % RDZV_PORT_SPAN
 
 
@@ -77,4 +79,4 @@ def run_node(job_dir: str, run_index: int) -> int:
         raise SlurmError(f"this step has {placement.nodes} node(s), the job asked for {job.nodes}",
                          "run slurm-node through the job's batch script")
     entry = slurm_entry(placement, run_index, "array" if job.is_array else "allocation")
-    return launch(job.options(slot.cap_w), slurm=entry, run_id=slot.run_id)
+    return launch(job.options(slot.cap_w), placement=entry, run_id=slot.run_id)

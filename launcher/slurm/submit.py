@@ -37,7 +37,7 @@ def with_site_defaults(slurm: SlurmOptions, site: dict, device: str) -> SlurmOpt
 
 def run_slots(opts, nodes: int, when: str | None = None) -> tuple[list[RunSlot], int | None]:
     """One slot per cap and repeat, in the sweep's order; run ids shared by all nodes."""
-    from hpcai.launcher.sweep import new_seed, schedule
+    from hpcai.launcher.sweep import Slot, new_seed, schedule
 
     preset = opts.preset or "auto"
     seed = None
@@ -45,8 +45,6 @@ def run_slots(opts, nodes: int, when: str | None = None) -> tuple[list[RunSlot],
         seed = opts.seed if opts.seed is not None else new_seed()
         slots = schedule(list(opts.caps), opts.repeat, opts.order, seed)
     else:
-        from hpcai.launcher.sweep import Slot
-
         slots = [Slot(opts.cap_w, 0)]
     when = when or stamp()
     runs = []

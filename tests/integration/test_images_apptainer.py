@@ -35,6 +35,7 @@ def launch(*args, env=None, **kwargs) -> subprocess.CompletedProcess:
 
 
 def one_line_error(proc: subprocess.CompletedProcess) -> str:
+    """The error line; unlike conftest's, image commands may log progress on stderr too."""
     assert proc.returncode != 0, proc.stdout + proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("hpcai-launch: error:")]
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
@@ -105,18 +106,25 @@ def test_push_signs_and_pull_verifies_through_a_real_registry(tiny_image, regist
     assert verified.returncode == 0 and "verified" in verified.stdout
 
 
-def test_pull_that_does_not_verify_leaves_no_image(tiny_image, registry, signing_keys, tmp_path):
+def push_unsigned_to_a_verifying_node(tiny_image, registry, signing_keys, tmp_path,
+                                      *tag: str) -> tuple[Path, Path]:
+    """An unsigned image pushed from a build host, and a node whose site verifies."""
     _private, public = signing_keys
-    images = tmp_path / "images"
+    images = tmp_path / "build"
     images.mkdir()
-    shutil.copy(tiny_image, images / "hpcai-cpu-cv.sif")  # unsigned
+    shutil.copy(tiny_image, images / "hpcai-cpu-cv.sif")
     site = write_site(tmp_path, images, registry=registry, registry_https=False)
     assert launch("images", "push", "--site", str(site), "--flavour", "cpu", "--family", "cv",
-                  "--tag", "unsigned").returncode == 0
+                  *tag).returncode == 0
     node = tmp_path / "node"
     node.mkdir()
-    node_site = write_site(node, node / "images", registry=registry, registry_https=False,
-                           verify_key=str(public))
+    return node, write_site(node, node / "images", registry=registry, registry_https=False,
+                            verify_key=str(public))
+
+
+def test_pull_that_does_not_verify_leaves_no_image(tiny_image, registry, signing_keys, tmp_path):
+    node, node_site = push_unsigned_to_a_verifying_node(tiny_image, registry, signing_keys,
+                                                        tmp_path, "--tag", "unsigned")
     proc = launch("images", "pull", "--site", str(node_site), "--flavour", "cpu", "--family", "cv",
                   "--tag", "unsigned")
     assert "does not verify" in one_line_error(proc)
@@ -225,16 +233,8 @@ def test_missing_executable_error_is_typed(monkeypatch):
 
 
 def test_runtime_pull_that_does_not_verify_leaves_no_image(tiny_image, registry, signing_keys, tmp_path):
-    _private, public = signing_keys
-    images = tmp_path / "build"
-    images.mkdir()
-    shutil.copy(tiny_image, images / "hpcai-cpu-cv.sif")  # unsigned
-    site = write_site(tmp_path, images, registry=registry, registry_https=False)
-    assert launch("images", "push", "--site", str(site), "--flavour", "cpu", "--family", "cv").returncode == 0
-    node = tmp_path / "node"
-    node.mkdir()
-    node_site = write_site(node, node / "images", registry=registry, registry_https=False,
-                           verify_key=str(public))
+    node, node_site = push_unsigned_to_a_verifying_node(tiny_image, registry, signing_keys,
+                                                        tmp_path)
     line = one_line_error(launch("resnet50", "--preset", "tiny", "--runtime", "apptainer",
                                  "--site", str(node_site), "--dry-run"))
     assert "does not verify" in line

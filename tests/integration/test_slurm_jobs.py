@@ -50,6 +50,12 @@ def cluster_env(slurm_cluster, cpu_node) -> dict:
     return {**cpu_node.env, "SLURM_CONF": slurm_cluster.env["SLURM_CONF"]}
 
 
+@pytest.fixture
+def capped_cluster_env(slurm_cluster, fake_nvidia_node) -> dict:
+    """Two FAKE H100s (tests/fakes) whose caps the jobs set, on the test cluster."""
+    return {**fake_nvidia_node.env, "SLURM_CONF": slurm_cluster.env["SLURM_CONF"]}
+
+
 @pytest.mark.timeout(IMAGE_BUILD_TIMEOUT_S)  # it builds the image when run alone
 def test_two_nodes_train_together_in_the_image(cluster_env, cpu_cv_image, result_schema,
                                                tmp_path):
@@ -137,8 +143,8 @@ def test_a_sweep_as_a_job_array_lands_in_one_folder(cluster_env, slurm_cluster, 
 
 
 def test_scancel_interrupts_the_run_and_restores_the_caps(slurm_cluster, fake_nvidia_node,
-                                                         tmp_path):
-    env = {**fake_nvidia_node.env, "SLURM_CONF": slurm_cluster.env["SLURM_CONF"]}
+                                                          capped_cluster_env):
+    env = capped_cluster_env
     results = fake_nvidia_node.results
     # Two caps in one allocation; the job is cancelled during the first run.
     job_id, folder = submit(env, "resnet50", "--preset", "tiny", "--device", "cpu", "--nproc",
@@ -163,9 +169,9 @@ def test_scancel_interrupts_the_run_and_restores_the_caps(slurm_cluster, fake_nv
     one_line_error(waited, f"job {job_id} ended CANCELLED", f"slurm-{job_id}.out")
 
 
-def test_the_time_limit_interrupts_the_run_and_restores_the_caps(slurm_cluster,
-                                                                fake_nvidia_node):
-    env = {**fake_nvidia_node.env, "SLURM_CONF": slurm_cluster.env["SLURM_CONF"]}
+def test_the_time_limit_interrupts_the_run_and_restores_the_caps(slurm_cluster, fake_nvidia_node,
+                                                                 capped_cluster_env):
+    env = capped_cluster_env
     results = fake_nvidia_node.results
     # One minute, far less than 5000 epochs take: Slurm ends it with SIGTERM.
     job_id, folder = submit(env, "resnet50", "--preset", "tiny", "--device", "cpu", "--nproc",
@@ -193,17 +199,15 @@ def test_a_failing_job_points_to_its_log(cluster_env, tmp_path):
     assert "FAILED" in listed.stdout and "0/1" in listed.stdout
 
 
-def test_unknown_partition_is_refused_before_sbatch(cluster_env, tmp_path):
+@pytest.mark.parametrize("options,fragments", [
+    (["--partition", "gpu-xl"], ["unknown partition 'gpu-xl'", "this cluster has: ci"]),
+    (["--time", "soon"], ["sbatch rejected the job: Invalid --time specification",
+                          "job.sbatch"]),
+])
+def test_a_refused_submission_is_one_line_and_leaves_nothing(cluster_env, tmp_path, options,
+                                                             fragments):
     results = tmp_path / "results"
-    done = hpcai(cluster_env, "resnet50", "--preset", "tiny", "--slurm", "--partition", "gpu-xl",
+    done = hpcai(cluster_env, "resnet50", "--preset", "tiny", "--slurm", *options,
                  "-o", str(results))
-    one_line_error(done, "unknown partition 'gpu-xl'", "this cluster has: ci")
-    assert not list(results.glob("slurm-*"))
-
-
-def test_sbatch_refusal_is_one_line_and_leaves_nothing(cluster_env, tmp_path):
-    results = tmp_path / "results"
-    done = hpcai(cluster_env, "resnet50", "--preset", "tiny", "--slurm", "--time", "soon",
-                 "-o", str(results))
-    one_line_error(done, "sbatch rejected the job: Invalid --time specification", "job.sbatch")
+    one_line_error(done, *fragments)
     assert not list(results.glob("slurm-*"))
