@@ -41,12 +41,14 @@ setup-system:
 	  else \
 	    echo "make: docker-registry is missing: install Debian's docker-registry package as root; the image push/pull tests need it" >&2; exit 1; \
 	  fi; }
-	@command -v apptainer >/dev/null 2>&1 || { \
+	@# Missing, or our sid shim older than this checkout's: (re)install it.
+	@if ! command -v apptainer >/dev/null 2>&1 || tools/apptainer-sid/setup.sh --stale; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    tools/apptainer-sid/setup.sh; \
 	  else \
-	    echo "make: apptainer is missing: install Apptainer 1.2+, or run tools/apptainer-sid/setup.sh as root; the image tests need it" >&2; exit 1; \
-	  fi; }
+	    echo "make: apptainer is missing or its tools/apptainer-sid shim is out of date: install Apptainer 1.2+, or run tools/apptainer-sid/setup.sh as root; the image tests need it" >&2; exit 1; \
+	  fi; \
+	fi
 	@command -v sbatch >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    if [ ! -e /usr/sbin/policy-rc.d ]; then \

@@ -239,3 +239,31 @@ def test_runtime_pull_that_does_not_verify_leaves_no_image(tiny_image, registry,
                                  "--site", str(node_site), "--dry-run"))
     assert "does not verify" in line
     assert not (node / "images" / "hpcai-cpu-cv.sif").exists()
+
+
+def _sid_shim_root(apptainer_exe: str) -> str | None:
+    """The sid root of the tools/apptainer-sid shim installed as `apptainer`, if it is one."""
+    text = Path(apptainer_exe).read_text(errors="replace")
+    if "Runs Debian sid's Apptainer" not in text:
+        return None
+    return next(line.split("=", 1)[1] for line in text.splitlines()
+                if line.startswith("ROOT_DEFAULT="))
+
+
+def test_sid_shim_sees_the_working_folder_on_every_call(apptainer_exe, tiny_image, tmp_path):
+    # CI checks the repository out outside the shim's bound folders (/check/...).
+    # The first call leaves its mount point behind in the sid root; later calls
+    # must still bind the working folder, not find an empty folder there.
+    root = _sid_shim_root(apptainer_exe)
+    if root is None:
+        pytest.skip("this host's apptainer is its own, not the tools/apptainer-sid shim")
+    shim = Path(__file__).resolve().parents[2] / "tools" / "apptainer-sid" / "shim.sh"
+    work = tmp_path / "checkout"
+    work.mkdir()
+    shutil.copy(tiny_image, work / "tiny.sif")
+    env = {**os.environ, "HPCAI_APPTAINER_ROOT": root, "HPCAI_APPTAINER_BINDS": "/var/tmp"}
+    for call in (1, 2):
+        proc = subprocess.run(["bash", str(shim), "run", "tiny.sif", f"call-{call}"], cwd=work,
+                              env=env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, f"call {call}: {proc.stderr}"
+        assert f"tiny-image call-{call}" in proc.stdout

@@ -10,12 +10,23 @@
 # paths. Nothing here is used on a host with its own Apptainer.
 #
 # Usage (as root): tools/apptainer-sid/setup.sh [ROOT] [BINDIR]
+#        tools/apptainer-sid/setup.sh --stale   (any user: exit 0 when the
+#        `apptainer` on PATH is this shim but older than shim.sh, so that
+#        `make setup-system` reinstalls it)
 set -euo pipefail
 
 ROOT=${1:-${HPCAI_APPTAINER_ROOT:-/var/lib/hpcai/apptainer-sid}}
 BINDIR=${2:-/usr/local/bin}
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 HERE=$(cd "$(dirname "$0")" && pwd)
+
+if [ "${1:-}" = --stale ]; then
+  installed=$(command -v apptainer) || exit 1
+  grep -q "Runs Debian sid's Apptainer" "$installed" || exit 1  # a site's own Apptainer
+  # setup.sh rewrites ROOT_DEFAULT on install; the rest must match.
+  cmp -s <(sed '/^ROOT_DEFAULT=/d' "$installed") <(sed '/^ROOT_DEFAULT=/d' "$HERE/shim.sh") && exit 1
+  exit 0
+fi
 
 die() { echo "apptainer-sid: $*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || die "must run as root (it debootstraps a root file system and installs $BINDIR/apptainer)"

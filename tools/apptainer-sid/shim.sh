@@ -48,13 +48,19 @@ exec unshare --mount --propagation private -- /bin/bash -c '
       mount --rbind "$dir" "$ROOT$dir"
     fi
   done
-  # The working folder too, wherever it is.
+  # The working folder too, wherever it is. Whether it is under a bound folder
+  # is decided by path, not by "exists in the root": the mount point made by an
+  # earlier call stays behind in the root as an empty folder.
+  under_bound=no
+  for dir in $BINDS; do
+    case "$HPCAI_SHIM_CWD/" in "${dir%/}/"*) [ -d "$dir" ] && [ ! -L "$dir" ] && under_bound=yes ;; esac
+  done
+  unset IFS
   case "$HPCAI_SHIM_CWD" in
     /|/etc*|/usr*|/bin*|/sbin*|/lib*|/dev*|/proc*|/sys*|/var/lib/hpcai*) ;;
-    *) if [ ! -d "$ROOT$HPCAI_SHIM_CWD" ]; then  # not under a bound folder
+    *) if [ "$under_bound" = no ]; then
          mkdir -p "$ROOT$HPCAI_SHIM_CWD" && mount --rbind "$HPCAI_SHIM_CWD" "$ROOT$HPCAI_SHIM_CWD"
        fi ;;
   esac
-  unset IFS
   exec "$0" __inside "$@"
 ' "$0" "$ROOT" "$BINDS" "$@"
