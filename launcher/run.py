@@ -25,8 +25,10 @@ from hpcai.signals import install_signal_handlers
 from hpcai.workloads.catalog import get_workload
 
 CHILD_GRACE_S = 30  # after a forwarded signal, before the workload is killed
-# Under Slurm, below its default KillWait (30 s): the caps must be back before SIGKILL.
+# Under Slurm the caps must be back before its SIGKILL, KillWait after the SIGTERM
+# (30 s by default): the workload gets at most 20 s, and 10 s stay for the restore.
 SLURM_CHILD_GRACE_S = 20
+CAP_RESTORE_RESERVE_S = 10
 ORPHAN_WAIT_S = 5  # then, caps restored, for workers that outlived torchrun
 
 
@@ -247,7 +249,7 @@ def execute(spec: dict, command: list[str], site: dict, node: Node, opts: Option
     # forwarding would make it a second signal, and torchrun then abandons its
     # workers' clean-up.
     under_slurm = "slurm" in spec
-    grace_s = SLURM_CHILD_GRACE_S if under_slurm else CHILD_GRACE_S
+    grace_s = slurm_grace_s(spec["slurm"].get("kill_wait_s")) if under_slurm else CHILD_GRACE_S
 
     def forward(signum: int) -> None:
         # Exactly once: torchrun abandons its workers' clean-up on a second signal.
@@ -301,6 +303,14 @@ def execute(spec: dict, command: list[str], site: dict, node: Node, opts: Option
     if interrupted is not None:
         raise interrupted
     return _summarize(doc, run_dir)
+
+
+def slurm_grace_s(kill_wait_s: int | None) -> float:
+    """The workload's time to stop after Slurm's SIGTERM, leaving the cap restore
+    its reserve before Slurm's SIGKILL (a site's KillWait may be short)."""
+    if kill_wait_s is None:
+        return SLURM_CHILD_GRACE_S
+    return max(1.0, min(SLURM_CHILD_GRACE_S, kill_wait_s - CAP_RESTORE_RESERVE_S))
 
 
 def _stop_child(child: subprocess.Popen, signum: int, already_sent: bool,

@@ -103,3 +103,13 @@ def node_address(name: str) -> str:
     """The node's NodeAddr: what its name resolves to for Slurm itself."""
     out = _run(["scontrol", "-o", "show", "node", name], f"looking up node {name}")
     return parse_fields(out).get("NodeAddr") or name
+
+
+def kill_wait_s() -> int | None:
+    """Slurm's KillWait, the seconds from a job's SIGTERM to its SIGKILL; None if unknown."""
+    try:
+        done = _call(["scontrol", "show", "config"])
+    except SlurmError:
+        return None
+    match = re.search(r"^KillWait\s*=\s*(\d+)", done.stdout, re.MULTILINE)
+    return int(match.group(1)) if match and done.returncode == 0 else None

@@ -58,9 +58,11 @@ def first_node_address(nodelist: str) -> str:
 
 def slurm_entry(placement: Placement, run_index: int, mode: str) -> dict:
     """The spec's `slurm` part: where this node sits and how torchrun meets the others."""
+    from hpcai.launcher.slurm import commands
+
     entry = {"job_id": placement.job_id, "step_id": placement.step_id, "run_index": run_index,
              "mode": mode, "nodes": placement.nodes, "node_rank": placement.node_rank,
-             "rdzv_endpoint": None, "rdzv_id": None}
+             "rdzv_endpoint": None, "rdzv_id": None, "kill_wait_s": commands.kill_wait_s()}
     if placement.nodes > 1:
         address = first_node_address(placement.nodelist)
         entry["rdzv_endpoint"] = f"{address}:{placement.rendezvous_port()}"

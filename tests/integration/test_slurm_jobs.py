@@ -80,6 +80,7 @@ def test_two_nodes_train_together_in_the_image(cluster_env, cpu_cv_image, result
         slurm = doc["spec"]["slurm"]
         assert (slurm["job_id"], slurm["nodes"], slurm["node_rank"]) == (job_id, 2, rank)
         assert slurm["rdzv_endpoint"].startswith("127.0.0.1:")  # node1's NodeAddr
+        assert slurm["kill_wait_s"] == 30  # tools/slurm-ci's KillWait, read on the node
         # One process per node, two in the world: gloo really spanned both nodes.
         assert doc["config"]["processes"] == 1 and doc["config"]["world_size"] == 2
         assert doc["config"]["nodes"] == 2 and len(doc["ranks"]) == 1

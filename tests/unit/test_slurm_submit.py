@@ -11,7 +11,7 @@ import pytest
 
 from hpcai.errors import SlurmError, UsageError
 from hpcai.launcher import runtime, sites
-from hpcai.launcher.run import Options
+from hpcai.launcher.run import Options, slurm_grace_s
 from hpcai.launcher.slurm.job import Job, SlurmOptions, new_job_doc
 from hpcai.launcher.slurm.node import Placement
 from hpcai.launcher.slurm.script import render, sbatch_options
@@ -113,6 +113,12 @@ def test_placement_comes_from_slurms_environment():
         {**env, "SLURM_STEP_ID": "4"}).rendezvous_port()
     with pytest.raises(SlurmError, match="SLURM_JOB_ID, SLURM_NODEID not set"):
         Placement.from_environ({})
+
+
+@pytest.mark.parametrize("kill_wait_s, grace_s", [(None, 20), (30, 20), (120, 20), (15, 5), (5, 1)])
+def test_workload_stops_early_enough_for_the_cap_restore(kill_wait_s, grace_s):
+    # Slurm SIGKILLs KillWait seconds after its SIGTERM; the restore keeps its 10 s.
+    assert slurm_grace_s(kill_wait_s) == grace_s
 
 
 def test_multi_node_torchrun_meets_at_the_rendezvous():
