@@ -106,7 +106,8 @@ def build_one(site: dict, flavour: str, family: str, *, extra_args: dict[str, st
         started = time.monotonic()
         # The copy's definition, not the checkout's: only the copy's folder is
         # known to be visible to the container runtime.
-        apptainer.build(source / definition.relative_to(root), image, build_args=args, binds=binds, fakeroot=fakeroot,
+        apptainer.build(source / definition.relative_to(root), image, build_args=args,
+                        binds=binds, fakeroot=fakeroot,
                         on_line=lambda line: echo(f"  {line}"), log_path=log_path)
     labels = store.hpcai_labels(apptainer.labels(image))
     expected = {"flavour": flavour, "family": family, "commit": args["HPCAI_COMMIT"]}
