@@ -1,5 +1,5 @@
 """`hpcai-launch jobs`: what was submitted from this results folder and where
-each job stands: Slurm's state while it knows the job (squeue, then scontrol),
+each job stands: Slurm's state while it knows the job (scontrol, then squeue),
 the results' own state after that. `--wait` follows jobs until they end."""
 from __future__ import annotations
 

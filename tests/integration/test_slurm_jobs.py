@@ -143,14 +143,18 @@ def test_a_sweep_as_a_job_array_lands_in_one_folder(cluster_env, slurm_cluster, 
         assert json.loads((folder / run_id / "aggregate.json").read_text())["status"] == "complete"
 
 
+def submit_capped_cpu_run(env: dict, results, caps: str, epochs: int, *extra: str):
+    """A one-node tiny ResNet-50 on CPU whose caps land on the fake NVIDIA node."""
+    return submit(env, "resnet50", "--preset", "tiny", "--device", "cpu", "--nproc", "1",
+                  "--runtime", "host", "--cap", caps, "--epochs", str(epochs), *extra,
+                  "-o", str(results))
+
+
 def test_scancel_interrupts_the_run_and_restores_the_caps(slurm_cluster, fake_nvidia_node,
                                                           capped_cluster_env):
-    env = capped_cluster_env
-    results = fake_nvidia_node.results
+    env, results = capped_cluster_env, fake_nvidia_node.results
     # Two caps in one allocation; the job is cancelled during the first run.
-    job_id, folder = submit(env, "resnet50", "--preset", "tiny", "--device", "cpu", "--nproc",
-                            "1", "--runtime", "host", "--cap", "250,300", "--epochs", "200",
-                            "-o", str(results))
+    job_id, folder = submit_capped_cpu_run(env, results, "250,300", 200)
     deadline = time.monotonic() + 300
     while not list(folder.glob("*/node-0/result.json")):
         assert time.monotonic() < deadline, "the run did not start"
@@ -172,12 +176,9 @@ def test_scancel_interrupts_the_run_and_restores_the_caps(slurm_cluster, fake_nv
 
 def test_the_time_limit_interrupts_the_run_and_restores_the_caps(slurm_cluster, fake_nvidia_node,
                                                                  capped_cluster_env):
-    env = capped_cluster_env
-    results = fake_nvidia_node.results
+    env, results = capped_cluster_env, fake_nvidia_node.results
     # One minute, far less than 5000 epochs take: Slurm ends it with SIGTERM.
-    job_id, folder = submit(env, "resnet50", "--preset", "tiny", "--device", "cpu", "--nproc",
-                            "1", "--runtime", "host", "--cap", "250", "--epochs", "5000",
-                            "--time", "1", "-o", str(results))
+    job_id, folder = submit_capped_cpu_run(env, results, "250", 5000, "--time", "1")
     assert slurm_cluster.wait(job_id, 300) == "TIMEOUT"
     assert fake_nvidia_node.limits() == [700.0, 700.0]
     assert fake_nvidia_node.journal_files() == []
