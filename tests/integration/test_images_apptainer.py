@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -267,3 +268,34 @@ def test_sid_shim_sees_the_working_folder_on_every_call(apptainer_exe, tiny_imag
                               env=env, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, f"call {call}: {proc.stderr}"
         assert f"tiny-image call-{call}" in proc.stdout
+
+
+def test_build_needs_only_its_source_copy_visible_to_apptainer(apptainer_exe, tiny_image,
+                                                               tmp_path, monkeypatch):
+    # A checkout Apptainer cannot see (the sid shim here binds only /var/tmp):
+    # the build must read the definition from the source copy beside the image.
+    from hpcai.launcher.images import build
+    from hpcai.launcher.sites import DEFAULTS
+
+    checkout = tmp_path / "checkout"
+    (checkout / "definitions" / "cpu").mkdir(parents=True)
+    (checkout / "pyproject.toml").write_text("")
+    visible = Path(tempfile.mkdtemp(dir="/var/tmp", prefix="hpcai-build-test-"))
+    try:
+        base = visible / "base.sif"  # the tiny image's unlabelled base: labels come from here
+        shutil.copy(tiny_image.with_name("tiny-base.sif"), base)
+        (checkout / "definitions" / "cpu" / "cv.def").write_text(
+            f"Bootstrap: localimage\nFrom: {base}\n\n%arguments\n    HPCAI_COMMIT=unknown\n\n"
+            "%labels\n    org.hpcai.flavour cpu\n    org.hpcai.family cv\n"
+            "    org.hpcai.commit {{ HPCAI_COMMIT }}\n")
+        monkeypatch.setattr(build, "repository_root", lambda: checkout)
+        monkeypatch.setenv("HPCAI_APPTAINER_BINDS", "/var/tmp")
+        monkeypatch.setenv("HPCAI_IMAGES_DIR", str(visible / "images"))
+        site = {**DEFAULTS, "name": "t", "path": ""}
+        image = build.build_one(site, "cpu", "cv", extra_args={}, extra_binds=[],
+                                fakeroot=True, force=True, apptainer=Apptainer(apptainer_exe),
+                                echo=lambda line: None)
+        assert image == visible / "images" / "hpcai-cpu-cv.sif" and image.is_file()
+        assert store.hpcai_labels(Apptainer(apptainer_exe).labels(image))["family"] == "cv"
+    finally:
+        shutil.rmtree(visible, ignore_errors=True)

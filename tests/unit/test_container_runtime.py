@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-from pathlib import Path
 
 import pytest
 
 from hpcai.errors import UsageError
 from hpcai.launcher import container, runtime
 from hpcai.launcher.images import store
-from hpcai.launcher.images.build import build_one, export_source
+from hpcai.launcher.images.build import export_source
 from hpcai.launcher.sites import DEFAULTS
 
 
@@ -130,36 +129,3 @@ def test_build_source_is_what_git_would_commit(tmp_path):
     copied = sorted(str(p.relative_to(tmp_path / "out")) for p in (tmp_path / "out").rglob("*") if p.is_file())
     assert copied == [".gitignore", "new_untracked.py", "pyproject.toml"]
 
-
-class RecordingApptainer:
-    """Stands in for the Apptainer wrapper: records what a build is given."""
-
-    def __init__(self, commit: str):
-        self.commit = commit
-
-    def build(self, definition, image, *, build_args, **_):
-        self.definition, self.source = definition, build_args["HPCAI_SRC"]
-        self.definition_text = definition.read_text()
-        image.write_bytes(b"sif")
-
-    def labels(self, image):
-        return {f"{store.LABEL_PREFIX}{k}": v for k, v in
-                {"flavour": "cpu", "family": "cv", "commit": self.commit}.items()}
-
-
-def test_build_reads_the_definition_from_its_clean_copy(tmp_path, monkeypatch):
-    # The container runtime may not see the checkout (CI clones to paths the
-    # sid shim does not bind); the copy beside the image it does see.
-    from hpcai.launcher.images import build
-    from hpcai.provenance import hpcai_commit
-
-    monkeypatch.setenv("HPCAI_IMAGES_DIR", str(tmp_path / "images"))
-    fake = RecordingApptainer(hpcai_commit() or "unknown")
-    image = build_one(site(), "cpu", "cv", extra_args={}, extra_binds=[], fakeroot=True,
-                      force=True, apptainer=fake, echo=lambda line: None)
-    copy = Path(fake.source)
-    assert fake.definition == copy / "definitions" / "cpu" / "cv.def"
-    assert copy.parent.parent == image.parent  # the copy lived beside the image
-    checkout_def = build.repository_root() / "definitions" / "cpu" / "cv.def"
-    assert fake.definition_text == checkout_def.read_text()
-    assert not copy.exists()  # and is gone after the build
