@@ -11,7 +11,7 @@ import hpcai
 from hpcai.errors import HpcaiError, Interrupted
 from hpcai.workloads.catalog import WORKLOADS
 
-PRECISIONS = ("auto", "fp32", "tf32", "bf16-mixed", "fp16-mixed")
+PRECISIONS = ("auto", "fp32", "tf32", "32-true", "bf16-mixed", "fp16-mixed", "bf16-true")
 POWER_METHODS = ("auto", "nvml", "amdsmi", "command", "none")
 
 
@@ -213,7 +213,9 @@ def _workload_command(workload):
         click.option("--warmup-epochs", type=click.IntRange(min=0), help="discarded epochs"),
         click.option("--steps-per-epoch", type=click.IntRange(min=1)),
         click.option("--precision", type=click.Choice(PRECISIONS),
-                     help="default auto: bf16-mixed where supported"),
+                     help="default: the preset's (auto: bf16-mixed where supported); "
+                          "32-true: fp32 weights, TF32 math on NVIDIA (the paper's vision "
+                          "setting); bf16-true: bf16 weights and optimizer (LitGPT)"),
         click.option("--channels-last/--no-channels-last", default=None,
                      help="memory format (default: on)"),
         click.option("--compile/--no-compile", "compile_", default=None,

@@ -150,10 +150,12 @@ def plan(opts: Options, placement: dict | None = None,
     if opts.cap_w is not None and not node.gpus:
         raise UsageError("--cap needs GPUs, and no GPU management library sees one here",
                          "drop --cap, or install nvidia-ml-py / amdsmi on a GPU node")
+    preset = opts.preset or (workload.gpu_default_preset if device == "cuda"
+                             else workload.cpu_default_preset)
     if device == "cuda":
         if opts.nproc is not None:
             raise UsageError("--nproc is for CPU runs", "use --gpus N to choose GPUs")
-        gpu_indices = select_gpus(node, opts.gpus)
+        gpu_indices = select_gpus(node, _preset_gpus(workload.preset(preset), node, opts.gpus))
         nproc = len(gpu_indices) if impl.process_model == "torchrun" else 1
     else:
         if opts.gpus is not None:
@@ -169,8 +171,6 @@ def plan(opts: Options, placement: dict | None = None,
             nproc = 1
         # Telemetry and caps still cover the node's GPUs, if it has any.
         gpu_indices = [g.index for g in node.gpus if _visible(g)] or None
-    preset = opts.preset or (workload.gpu_default_preset if device == "cuda"
-                             else workload.cpu_default_preset)
     method = opts.power_method or site["power"]["method"]
     output = Path(opts.output or site["paths"]["results"]).absolute()
     chosen = runtime.select(opts.runtime, site, node.vendor, workload.image_family, opts.image, log)
@@ -183,6 +183,7 @@ def plan(opts: Options, placement: dict | None = None,
         node_overhead_w=float(site["power"]["node_overhead_w"]),
         site={"name": site["name"], "path": site["path"]},
         output_dir=str(output), runtime=chosen,
+        gpu_name=_gpu_name(node, gpu_indices) if device == "cuda" else None,
     )
     if run_id is not None:
         spec["run_id"] = run_id
@@ -192,6 +193,19 @@ def plan(opts: Options, placement: dict | None = None,
         spec["output_dir"] = str(output / spec["run_id"] / f"node-{placement['node_rank']}")
     command = runtime.command(spec, site, str(Path(spec["output_dir"]) / "spec.json"))
     return spec, command, site, node
+
+
+def _preset_gpus(preset, node: Node, requested: int | None) -> int | None:
+    """--gpus, else the preset's GPUs per run (the paper's: 1 for vision, 4 for
+    LLMs) as far as this node has them; None: all."""
+    if requested is not None or preset.gpus is None:
+        return requested
+    return min(preset.gpus, max(1, sum(1 for g in node.gpus if _visible(g))))
+
+
+def _gpu_name(node: Node, indices: list[int]) -> str | None:
+    names = [g.name for g in node.gpus if g.index in indices]
+    return names[0] if names else None
 
 
 def check_cap(backend, cap_w: float, indices: list[int], site: dict) -> None:

@@ -39,9 +39,15 @@ def build_spec(
     output_dir: str,
     runtime: dict,
     seed: int = 0,
+    gpu_name: str | None = None,
 ) -> dict:
+    """gpu_name: the model of the run's GPUs (NVML/amdsmi's name), for settings
+    a preset sets per GPU (the paper's ViT-L/16 batch on H100 and MI300X)."""
+    from hpcai.launcher.comparability import assess
+
     preset = workload.preset(preset_name)
-    params = {**preset.params, **{k: v for k, v in overrides.items() if v is not None}}
+    preset_params = preset.resolve(gpu_name, vendor)
+    params = {**preset_params, **{k: v for k, v in overrides.items() if v is not None}}
     protocol = {**PROTOCOL_DEFAULTS, **preset.protocol,
                 **{k: v for k, v in protocol_overrides.items() if v is not None}}
     protocol.setdefault("telemetry", True)
@@ -50,19 +56,27 @@ def build_spec(
         if int(protocol[key]) < minimum:
             raise UsageError(f"--{key.replace('_', '-')} must be at least {minimum}",
                              f"got {protocol[key]}")
-    if params.get("batch_size") != "auto" and int(params.get("batch_size", 1)) < 1:
+    if params.get("batch_size") not in ("auto", "unlimited") and int(params.get("batch_size", 1)) < 1:
         raise UsageError("--batch-size must be at least 1", f"got {params['batch_size']}")
     if not 0.01 <= float(protocol["sample_interval_s"]) <= 10:
         raise UsageError("--sample-interval-ms must be between 10 and 10000",
                          "100 ms is the protocol's default")
     run_id = make_run_id(workload.name, preset.name, cap_w)
+    comparability = assess(workload, preset, impl=impl, params=params,
+                           preset_params=preset_params, protocol=protocol,
+                           device_type=device_type,
+                           gpus=len(gpu_indices) if device_type == "cuda" and gpu_indices else None)
     return {
         "spec_version": SPEC_VERSION,
         "run_id": run_id,
         "workload": workload.name,
         "impl": impl,
         "preset": preset.name,
+        "preset_kind": preset.kind,
         "params": params,
+        # Parameters the command line set over the preset's.
+        "overridden": sorted(k for k, v in overrides.items() if v is not None),
+        "comparability": comparability,
         "protocol": protocol,
         "devices": {"type": device_type, "vendor": vendor or "auto", "nproc": nproc,
                     "gpu_indices": gpu_indices},

@@ -214,8 +214,11 @@ class Run:
         peak = config.get("peak_tflops") or {}
         # One process may drive several GPUs (MirroredStrategy): per GPU means per device.
         per_gpu = throughput["per_gpu"]
+        devices_per_process = int(config.get("devices_per_process") or 1)
         if per_gpu is not None:
-            per_gpu /= int(config.get("devices_per_process") or 1)
+            per_gpu /= devices_per_process
+        # What the node figure covers: per GPU = node / this many.
+        node_devices = len(ranks) * devices_per_process
         software = provenance.hpcai_versions()
         if ctx is not None:
             software.update(framework_versions(ctx, self.impl.framework))
@@ -255,6 +258,7 @@ class Run:
                 "unit": f"{self.workload_def.unit}/s",
                 "node": throughput["node"],
                 "per_gpu": per_gpu,
+                "devices_node": node_devices,
                 "per_epoch_node": throughput["per_epoch_node"],
                 "stats_node": throughput["stats_node"],
                 "achieved_tflops_node": achieved,
@@ -271,6 +275,7 @@ class Run:
             "memory": {"peak_bytes": max(p["bytes"] for p in peaks),
                        "kind": peaks[0]["kind"]} if peaks else None,
             "workload_metrics": self.workload.metrics() if self.workload is not None else None,
+            **({"comparability": spec["comparability"]} if spec.get("comparability") else {}),
             "sidecar": {"samples": SAMPLES_FILE if self.sampler and self.status != "running" else None},
         }
         return doc

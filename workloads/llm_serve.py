@@ -11,8 +11,11 @@ One entrypoint process (process model "single") runs the protocol:
 3. warm-up epochs: one wave of `batch_size` requests each, sent by hpcai to
    /generate at the measured lengths (CUDA graphs, caches, first batches);
 4. the measured epoch: one run of SGLang's benchmark client, random token
-   ids at fixed input/output lengths, `batch_size` requests in flight (and
-   a Poisson request rate if given), `steps_per_epoch` requests;
+   ids, `batch_size` requests in flight ("unlimited": all at once, as the
+   seed paper sends them) and a Poisson request rate if given,
+   `steps_per_epoch` requests; lengths fixed at --input-len/--output-len, or
+   uniform from `length_range_ratio` of them up to them (the paper's mix:
+   ratio 0, inputs up to 1024, outputs up to 256);
 5. stops the server's process group on every path (SIGTERM, SIGKILL after
    `server_stop_grace_s`, kept under the launcher's 30 s grace).
 
@@ -105,7 +108,14 @@ class SglangServe(EngineWorkload):
         if params.get("batch_size") == "auto":
             raise UsageError("--batch-size auto has no meaning for serving",
                              "give the number of requests in flight, e.g. --batch-size 64")
-        self.concurrency = int(params["batch_size"])
+        # "unlimited": no --max-concurrency, every request in flight at once.
+        self.concurrency = (None if params["batch_size"] == "unlimited"
+                            else int(params["batch_size"]))
+        self.range_ratio = float(params.get("length_range_ratio", 1.0))
+        if not 0.0 <= self.range_ratio <= 1.0:
+            raise UsageError("--length-range-ratio must be between 0 and 1",
+                             f"got {self.range_ratio:g} (1: fixed lengths)")
+        self.warmup_requests = int(params.get("warmup_requests") or self.concurrency or 64)
         self.input_len, self.output_len = int(params["input_len"]), int(params["output_len"])
         if self.input_len < 1 or self.output_len < 1:
             raise UsageError("--input-len and --output-len must be at least 1",
@@ -172,8 +182,10 @@ class SglangServe(EngineWorkload):
                 "--dataset-name", "random-ids", "--num-prompts", str(num_prompts),
                 "--random-input-len", str(self.input_len),
                 "--random-output-len", str(self.output_len),
-                "--random-range-ratio", "1.0",  # fixed lengths
-                "--request-rate", rate, "--max-concurrency", str(self.concurrency),
+                "--random-range-ratio", f"{self.range_ratio:.1f}" if self.range_ratio in (0, 1)
+                else f"{self.range_ratio:g}",
+                "--request-rate", rate,
+                *(["--max-concurrency", str(self.concurrency)] if self.concurrency else []),
                 "--seed", str(self.seed), "--warmup-requests", "0",  # hpcai warmed up
                 "--output-file", str(self.out_dir / CLIENT_RESULT), "--disable-tqdm"]
 
@@ -227,8 +239,8 @@ class SglangServe(EngineWorkload):
         """One wave of requests at the measured lengths, sent all at once."""
         rng = random.Random(self.seed * 7919 + index)
         prompts = [[rng.randrange(self.vocab_size) for _ in range(self.input_len)]
-                   for _ in range(self.concurrency)]
-        pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="warmup")
+                   for _ in range(self.warmup_requests)]
+        pool = ThreadPoolExecutor(max_workers=self.warmup_requests, thread_name_prefix="warmup")
         start_wall, start = time.time(), time.perf_counter()
         try:
             futures = [pool.submit(self._generate, p) for p in prompts]
@@ -287,11 +299,17 @@ class SglangServe(EngineWorkload):
             "model_config": self.model_cfg,
             "gpus": self.gpus, "tp": self.tp, "dp": self.dp,
             "devices_per_process": self.gpus,  # the server drives them all: per GPU divides by it
-            "batch_size_per_process": self.concurrency,
-            "max_concurrency": self.concurrency,
+            "batch_size_per_process": self.concurrency or "unlimited",
+            "max_concurrency": self.concurrency or "unlimited",
+            "warmup_requests": self.warmup_requests,
+            "length_range_ratio": self.range_ratio,
             "request_rate": None if self.request_rate == float("inf") else self.request_rate,
             "input_len": self.input_len, "output_len": self.output_len,
-            "dataset": "random-ids, fixed lengths (--random-range-ratio 1.0)",
+            "dataset": ("random-ids, fixed lengths (--random-range-ratio 1.0)"
+                        if self.range_ratio == 1 else
+                        f"random-ids, lengths uniform from {self.range_ratio:g} x up to "
+                        f"{self.input_len} in / {self.output_len} out "
+                        f"(--random-range-ratio {self.range_ratio:g})"),
             "throughput_counts": "output tokens",
             "server_command": self.server_command(),
             "server_timeout_s": self.server_timeout_s,

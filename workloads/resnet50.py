@@ -27,7 +27,9 @@ class ResNet50(ImageClassifier):
     def make_optimizer(self, parameters):
         import torch
 
-        return torch.optim.SGD(parameters, lr=0.1, momentum=0.9, weight_decay=1e-4)
+        return self.adam_or(parameters, lambda: torch.optim.SGD(
+            parameters, lr=0.1, momentum=0.9, weight_decay=1e-4,
+            fused=self.fused_optimizer or None))
 
     def learning_rate(self) -> float:
         # Linear scaling rule (Goyal et al.): 0.1 per 256 images of global batch.
@@ -46,7 +48,8 @@ class ResNet50(ImageClassifier):
             "image_size": self.image_size,
             "num_classes": self.num_classes,
             "channels_last": self.channels_last,
-            "optimizer": "SGD(momentum=0.9, weight_decay=1e-4)",
+            "optimizer": ("Adam()" if self.params.get("optimizer") == "adam"
+                          else "SGD(momentum=0.9, weight_decay=1e-4)"),
             **self.describe_training(),
         }
 

@@ -40,9 +40,12 @@ def _import_tensorflow(threads: int):
 def resolve_precision(requested: str, gpu_capabilities: list[tuple[int, int]]) -> str:
     """auto: mixed_float16 where every GPU has tensor cores (compute
     capability 7.0+), else fp32; fp32 on CPUs."""
-    if requested not in ("auto", *POLICIES):
+    if requested not in ("auto", "32-true", *POLICIES):
         raise UsageError(f"unknown precision {requested!r}",
-                         f"choose one of: auto, {', '.join(POLICIES)}")
+                         f"choose one of: auto, 32-true, {', '.join(POLICIES)}")
+    if requested == "32-true":  # fp32 weights, TF32 math where the GPUs have it
+        return "tf32" if gpu_capabilities and all(cc >= (8, 0) for cc in gpu_capabilities) \
+            else "fp32"
     if requested == "tf32" and not gpu_capabilities:
         raise UsageError("tf32 needs an NVIDIA GPU", "use fp32 or bf16-mixed on CPU")
     if requested != "auto":
@@ -87,6 +90,8 @@ class KerasResNet50(StepWorkload):
 
         self.strategy = self._strategy(gpus)
         self.replicas = self.strategy.num_replicas_in_sync
+        if self.compiled and self.replicas > 1 and "compile" not in spec.get("overridden", ()):
+            self.compiled = False  # the preset's compile: XLA needs one device here
         if self.compiled and self.replicas > 1:
             raise UsageError("--compile (XLA) is supported on one device with --impl tensorflow",
                              "drop --compile, or use --gpus 1")
@@ -110,7 +115,7 @@ class KerasResNet50(StepWorkload):
         self.batch_size_search = None
         requested = params.get("batch_size")
         if requested == "auto":
-            start = catalog.get_workload(spec["workload"]).preset(spec["preset"]).params["batch_size"]
+            start = catalog.batch_search_start(spec)
             self.batch_size_search = batch_search.find(
                 self._probe, on_gpu=bool(gpus), start=int(start))
             self._reset_optimizer()

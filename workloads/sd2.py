@@ -96,7 +96,8 @@ class StableDiffusion2(TorchTrainer):
     def make_optimizer(self, parameters):
         import torch
 
-        return torch.optim.AdamW(parameters, lr=0.0, betas=(0.9, 0.999), weight_decay=1e-2)
+        return torch.optim.AdamW(parameters, lr=0.0, betas=(0.9, 0.999), weight_decay=1e-2,
+                                 fused=self.fused_optimizer or None)
 
     def learning_rate(self) -> float:
         return float(self.params.get("lr") or 1e-4)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 
+from hpcai.errors import UsageError
 from hpcai.workloads import batch_search, catalog, distributed, flops
 from hpcai.workloads import precision as prec
 from hpcai.workloads.base import StepWorkload
@@ -24,7 +25,11 @@ class TorchTrainer(StepWorkload):
 
         self.spec, self.ctx, self.params = spec, ctx, spec["params"]
         self.precision = prec.resolve(self.params.get("precision", "auto"), ctx.device_type)
-        prec.configure(self.precision, ctx.device_type)
+        if self.precision == "bf16-true":
+            raise UsageError("bf16-true is for LLM pretraining (LitGPT)",
+                             "use bf16-mixed, fp16-mixed, tf32 or fp32 for vision workloads")
+        self.cudnn_benchmark = self.params.get("cudnn_benchmark", True) is not False
+        prec.configure(self.precision, ctx.device_type, self.cudnn_benchmark)
         self.compiled = bool(self.params.get("compile", False))
         torch.manual_seed(int(spec.get("seed", 0)) + ctx.rank)
         self.batch_size: int | None = None
@@ -44,6 +49,19 @@ class TorchTrainer(StepWorkload):
     @abc.abstractmethod
     def make_optimizer(self, parameters):
         """The optimizer of the trained parameters."""
+
+    @property
+    def fused_optimizer(self) -> bool:
+        """PyTorch's fused (single-kernel) optimizer step, where the preset asks for it on a GPU."""
+        return bool(self.params.get("fused_optimizer")) and self.ctx.device_type == "cuda"
+
+    def adam_or(self, parameters, default):
+        """The paper preset's Adam (lr set later), else the workload's own optimizer."""
+        import torch
+
+        if self.params.get("optimizer") == "adam":
+            return torch.optim.Adam(parameters, lr=0.0, fused=self.fused_optimizer or None)
+        return default()
 
     def learning_rate(self) -> float:
         """Called once the batch size is known (it may scale with it)."""
@@ -75,9 +93,8 @@ class TorchTrainer(StepWorkload):
         requested = self.params.get("batch_size")
         if requested == "auto":
             # The search runs eagerly, before compiling: every size would recompile.
-            start = catalog.get_workload(self.spec["workload"]).preset(
-                self.spec["preset"]).params["batch_size"]
-            self.batch_size_search = batch_search.find_for_torch(self, self.ctx, int(start))
+            start = catalog.batch_search_start(self.spec)
+            self.batch_size_search = batch_search.find_for_torch(self, self.ctx, start)
         else:
             self.set_batch_size(int(requested))
         self.lr = self.learning_rate()
@@ -133,6 +150,8 @@ class TorchTrainer(StepWorkload):
             "global_batch_size": self.batch_size * self.ctx.world_size,
             "precision": self.precision,
             "compile": self.compiled,
+            "cudnn_benchmark": self.cudnn_benchmark if self.ctx.device_type == "cuda" else None,
+            "optimizer_fused": self.fused_optimizer,
             "learning_rate": self.lr,
             "flops_per_unit": self.flops["train_per_image"],
             "flops": self.flops,

@@ -48,7 +48,9 @@ class ViTL16(ImageClassifier):
     def make_optimizer(self, parameters):
         import torch
 
-        return torch.optim.AdamW(parameters, lr=0.0, betas=(0.9, 0.999), weight_decay=0.05)
+        return self.adam_or(parameters, lambda: torch.optim.AdamW(
+            parameters, lr=0.0, betas=(0.9, 0.999), weight_decay=0.05,
+            fused=self.fused_optimizer or None))
 
     def learning_rate(self) -> float:
         # DeiT's recipe: 5e-4 per 512 images of global batch.
@@ -66,7 +68,8 @@ class ViTL16(ImageClassifier):
             "shrunk": self.shrunk or None,
             "image_size": self.image_size,
             "num_classes": self.num_classes,
-            "optimizer": "AdamW(betas=(0.9, 0.999), weight_decay=0.05)",
+            "optimizer": ("Adam()" if self.params.get("optimizer") == "adam"
+                          else "AdamW(betas=(0.9, 0.999), weight_decay=0.05)"),
             **self.describe_training(),
         }
 

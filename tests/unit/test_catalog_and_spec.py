@@ -24,7 +24,7 @@ def test_paper_preset_follows_the_seed_paper_protocol():
 def test_overrides_win_and_none_means_keep_the_preset():
     s = spec(overrides={"batch_size": 32, "precision": None},
              protocol_overrides={"epochs": 3, "steps_per_epoch": None})
-    assert s["params"]["batch_size"] == 32 and "precision" not in s["params"]
+    assert s["params"]["batch_size"] == 32 and s["params"]["precision"] == "32-true"
     assert s["protocol"]["epochs"] == 3 and s["protocol"]["steps_per_epoch"] == 50
 
 
@@ -41,7 +41,7 @@ def test_unknown_workload_is_a_usage_error(name):
 def test_unknown_preset_lists_the_known_ones():
     with pytest.raises(UsageError) as err:
         get_workload("resnet50").preset("huge")
-    assert "paper, short, tiny" in err.value.one_line()
+    assert "paper, fast, short, tiny" in err.value.one_line()
 
 
 def test_zero_measured_epochs_is_refused():

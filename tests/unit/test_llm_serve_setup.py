@@ -50,7 +50,7 @@ def spec(tmp_path, preset="tiny", gpus=None, **params):
 
 
 def test_commands_serve_dummy_weights_and_drive_fixed_lengths(tmp_path):
-    workload = S.build(spec(tmp_path, "paper", gpus=[0, 1, 2, 3], tp=2,
+    workload = S.build(spec(tmp_path, "fast", gpus=[0, 1, 2, 3], tp=2,
                             server_args="--mem-fraction-static 0.8"), ctx("cuda"))
     workload.port = 4321
     server = workload.server_command()

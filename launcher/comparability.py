@@ -1,0 +1,61 @@
+"""Whether a run is comparable with the seed paper's published tables.
+
+Only a `paper` preset run as the preset says is: any override of a setting
+the preset takes from the upstream (a batch size, the precision, the
+protocol, the GPUs) still runs, but the result says it is not comparable,
+and why. The record travels in the spec and lands in the result as
+`comparability` (result schema).
+"""
+from __future__ import annotations
+
+from hpcai.workloads.catalog import PRESET_KINDS, UPSTREAM, Preset, Workload
+
+PROTOCOL_KEYS = ("warmup_epochs", "epochs", "steps_per_epoch")
+# Parameters that change where results go or how long a server may take to start,
+# never the measured work.
+NEUTRAL = {"server_timeout_s", "server_stop_grace_s", "weights", "port"}
+# The implementation the upstream runs; another (TensorFlow) is hpcai's own.
+PAPER_IMPLS = {"resnet50": "pytorch", "vit-l16": "pytorch", "sd2": "pytorch",
+               "llama3-8b-pretrain": "litgpt", "llama3-8b-inference": "sglang"}
+
+
+def _flag(key: str) -> str:
+    return "--" + key.replace("_", "-")
+
+
+def assess(workload: Workload, preset: Preset, *, impl: str, params: dict, preset_params: dict,
+           protocol: dict, device_type: str, gpus: int | None) -> dict:
+    """The comparability record for a spec: its preset's kind, whether it is the
+    paper's configuration, the reasons when not, and each setting's source."""
+    reasons: list[str] = []
+    if preset.kind != "paper":
+        reasons.append(f"preset {preset.name!r} is {PRESET_KINDS.get(preset.kind, preset.kind)}, "
+                       "not the paper's workload (use --preset paper)")
+    else:
+        if impl != PAPER_IMPLS.get(workload.name, impl):
+            reasons.append(f"implementation {impl!r} is hpcai's own; the upstream runs "
+                           f"{PAPER_IMPLS[workload.name]!r}")
+        for key in sorted(set(params) | set(preset_params)):
+            if key in NEUTRAL or params.get(key) == preset_params.get(key):
+                continue
+            source = preset.source_of(key)
+            reasons.append(f"{_flag(key)} {params.get(key)!r} overrides the paper preset's "
+                           f"{preset_params.get(key)!r}" + (f" ({source})" if source else ""))
+        for key in PROTOCOL_KEYS:
+            if protocol.get(key) != preset.protocol.get(key):
+                reasons.append(f"{_flag(key)} {protocol.get(key)} overrides the paper preset's "
+                               f"{preset.protocol.get(key)} ({preset.source_of('protocol')})")
+        if device_type != "cuda":
+            reasons.append("the run is on the CPU; the paper measured GPUs")
+        elif preset.gpus is not None and gpus is not None and gpus != preset.gpus:
+            reasons.append(f"--gpus {gpus}: the paper's runs use {preset.gpus} "
+                           f"({preset.source_of('gpus')})")
+    return {
+        "preset_kind": preset.kind,
+        "comparable_to_paper": not reasons,
+        "reasons": reasons,
+        "upstream": UPSTREAM if preset.kind == "paper" else None,
+        "sources": dict(preset.sources),
+        "ours": preset.ours(),
+        "known_differences": list(preset.known_differences),
+    }
