@@ -93,7 +93,8 @@ def _keras_layers(model):
 # What a run's precision means for the peak it can reach: mixed precision does
 # its matrix products in the half type; plain fp32 runs on the FP32 units (on
 # AMD, FP32 matrix cores).
-PRECISION_PEAK = {"bf16-mixed": "bf16", "fp16-mixed": "fp16", "tf32": "tf32", "fp32": "fp32"}
+PRECISION_PEAK = {"bf16-mixed": "bf16", "bf16-true": "bf16", "fp16-mixed": "fp16", "tf32": "tf32",
+                  "fp32": "fp32"}
 
 _SPARSITY = "datasheet figures marked 'with sparsity' halved to dense"
 

@@ -35,7 +35,21 @@ from hpcai.workloads.protocol import Epoch
 OPTIMIZER = {"class_path": "torch.optim.AdamW",
              "init_args": {"lr": 4e-4, "weight_decay": 0.1, "betas": [0.9, 0.95]}}
 FABRIC_PRECISION = {"bf16-mixed": "bf16-mixed", "fp16-mixed": "16-mixed",
-                    "fp32": "32-true", "tf32": "32-true"}
+                    "fp32": "32-true", "tf32": "32-true", "bf16-true": "bf16-true"}
+SHARDING = ("FULL_SHARD", "HYBRID_SHARD", "SHARD_GRAD_OP")
+
+
+def accumulation_steps(global_batch: int | None, micro_batch: int, world: int) -> int:
+    """Micro-batches per optimizer step on each GPU: global / (micro x GPUs),
+    as LitGPT's TrainArgs.gradient_accumulation_iters computes it."""
+    if global_batch is None:
+        return 1
+    per_step = micro_batch * world
+    if global_batch < per_step or global_batch % per_step:
+        raise UsageError(f"--global-batch-size {global_batch} is not a multiple of --batch-size "
+                         f"{micro_batch} x {world} GPU(s)",
+                         f"use a multiple of {per_step}, e.g. {per_step * max(1, global_batch // per_step)}")
+    return global_batch // per_step
 
 
 class EpochClock:
@@ -60,10 +74,12 @@ class EpochClock:
         return len(self.progress.epochs) >= self.total_epochs
 
     def step(self, wall: float, perf: float, iter_time_s: float, loss: float,
-             extra: dict | None = None) -> bool:
-        """One finished step; returns True when the last epoch is complete."""
+             extra: dict | None = None, micro_steps: int = 1) -> bool:
+        """One finished (optimizer) step of `micro_steps` micro-batches, the last
+        of which took iter_time_s; returns True when the last epoch is complete."""
         if self._start_wall is None:
-            self._start_wall, self._start_perf = wall - iter_time_s, perf - iter_time_s
+            first = iter_time_s * micro_steps  # the step's micro-batches take about as long each
+            self._start_wall, self._start_perf = wall - first, perf - first
         index = len(self.progress.epochs)
         self.steps.append({"step": len(self.steps) + 1, "epoch": index, "warmup": index < self.warmup,
                            "end": wall, "iter_time_s": iter_time_s, "loss": loss, **(extra or {})})
@@ -148,6 +164,17 @@ class LitgptPretrain(EngineWorkload):
             raise UsageError("--batch-size auto is not supported for LitGPT pretraining",
                              "give a micro-batch size per GPU, e.g. --batch-size 1")
         self.micro_batch = int(params["batch_size"])
+        global_batch = params.get("global_batch_size")
+        self.accumulation = accumulation_steps(int(global_batch) if global_batch else None,
+                                               self.micro_batch, ctx.world_size)
+        self.sharding = params.get("sharding") or "HYBRID_SHARD"
+        if self.sharding not in SHARDING:
+            raise UsageError(f"unknown FSDP sharding {self.sharding!r}",
+                             f"choose one of: {', '.join(SHARDING)}")
+        self.optimizer = copy.deepcopy(OPTIMIZER)
+        if params.get("lr"):
+            self.optimizer["init_args"]["lr"] = float(params["lr"])
+        self.min_lr = float(params.get("min_lr") or 4e-5)
         self.out_dir = Path(spec["output_dir"]) / "litgpt"
         self.weights = (llm_assets.resolve_site_path(params["weights"], llm_assets.MODELS_DIR_ENV,
                                                      "checkpoint folder", "--weights")
@@ -173,6 +200,8 @@ class LitgptPretrain(EngineWorkload):
             if ctx.world_size > 1 else "single-device"
         self.clock: EpochClock | None = None
         self._litgpt_items_per_sec = None
+        self._state: dict | None = None  # LitGPT's training state (model, optimizer, counters)
+        self.observed: dict = {}  # what the running model holds: parameter and optimizer dtypes
         torch.manual_seed(self.seed)
 
     # ---- set-up ---------------------------------------------------------
@@ -231,7 +260,7 @@ class LitgptPretrain(EngineWorkload):
 
             # As litgpt.pretrain.setup builds it for more than one device.
             strategy = FSDPStrategy(auto_wrap_policy={Block}, state_dict_type="full",
-                                    sharding_strategy="HYBRID_SHARD")
+                                    sharding_strategy=self.sharding)
         elif self.strategy == "ddp":
             strategy = "ddp"  # Lightning has no FSDP on CPUs
         nodes = max(1, ctx.world_size // ctx.local_world_size)
@@ -248,22 +277,29 @@ class LitgptPretrain(EngineWorkload):
 
         from hpcai.workloads.litgpt_hooks import MeasurementComplete, StepClock
 
-        clock = self.clock = EpochClock(protocol, self.micro_batch * self.seq_len, progress, on_epoch)
+        # A step is one optimizer step: `accumulation` micro-batches on each GPU.
+        tokens_per_step = self.micro_batch * self.accumulation * self.seq_len
+        clock = self.clock = EpochClock(protocol, tokens_per_step, progress, on_epoch)
 
         def on_step(wall, perf, metrics) -> bool:
             self._litgpt_items_per_sec = metrics.get("device/items_per_sec")
-            return clock.step(wall, perf, float(metrics["iter_time"]), float(metrics["loss"]))
+            if not self.observed:
+                self.observed = self._observe()
+            # LitGPT logs once per optimizer step (log_interval 1 x accumulation iterations).
+            extra = {"iter": int(metrics["iter"]), "optimizer_step": int(metrics["step"]),
+                     "tokens_this_rank": int(metrics["tokens"])}
+            return clock.step(wall, perf, float(metrics["iter_time"]), float(metrics["loss"]),
+                              extra, micro_steps=self.accumulation)
 
         fabric, nodes = self._fabric(StepClock(on_step))
         world = self.ctx.world_size
-        tokens_per_iter = self.micro_batch * self.seq_len
         train = TrainArgs(
             save_interval=None, log_interval=1,
-            global_batch_size=self.micro_batch * world,  # one optimizer step per iteration
+            global_batch_size=self.micro_batch * self.accumulation * world,
             micro_batch_size=self.micro_batch,
-            # Two spare iterations: the clock, not LitGPT, ends the loop (before its final save).
-            max_tokens=(clock.total_steps + 2) * tokens_per_iter * world,
-            max_seq_length=self.seq_len, max_norm=1.0, min_lr=4e-5,
+            # Two spare steps: the clock, not LitGPT, ends the loop (before its final save).
+            max_tokens=(clock.total_steps + 2) * tokens_per_step * world,
+            max_seq_length=self.seq_len, max_norm=1.0, min_lr=self.min_lr,
             lr_warmup_steps=max(1, clock.total_steps // 4), tie_embeddings=False,
         )
         evaluation = EvalArgs(interval=10**9, max_iters=2, initial_validation=False,
@@ -273,6 +309,13 @@ class LitgptPretrain(EngineWorkload):
             from litgpt import Tokenizer
 
             tokenizer = Tokenizer(self.tokenizer_dir)
+        original_fit = litgpt_pretrain.fit
+
+        def fit(**kwargs):  # LitGPT's main calls fit(...) with keywords; keep its state
+            self._state = kwargs.get("state")
+            return original_fit(**kwargs)
+
+        litgpt_pretrain.fit = fit
         try:
             with dynamo_disabled(not self.compiled):
                 litgpt_pretrain.main(
@@ -280,16 +323,33 @@ class LitgptPretrain(EngineWorkload):
                     seed=self.seed, initial_checkpoint_dir=self.weights, resume=False,
                     config=self.config, data=self._data_module(), out_dir=self.out_dir,
                     tokenizer_dir=self.tokenizer_dir, tokenizer=tokenizer, train=train,
-                    eval=evaluation, optimizer=copy.deepcopy(OPTIMIZER))  # LitGPT edits it
+                    eval=evaluation, optimizer=copy.deepcopy(self.optimizer))  # LitGPT edits it
         except MeasurementComplete:
             # The energy counter is read at the window's end from the samples
             # around it: let the sampler tick past the end before returning.
             end = progress.epochs[-1].end
             time.sleep(max(0.0, end + 2 * float(protocol["sample_interval_s"]) - time.time()))
             return
+        finally:
+            litgpt_pretrain.fit = original_fit
         raise WorkloadError(f"LitGPT's loop ended after {len(clock.steps)} of "
                             f"{clock.total_steps} steps",
                             "see its output above")
+
+    def _observe(self) -> dict:
+        """The dtypes the trained model and its optimizer state really hold
+        (bf16-true: bf16 for both; mixed: fp32 weights)."""
+        state = self._state or {}
+        model, optimizer = state.get("model"), state.get("optimizer")
+        if model is None:
+            return {}
+        params = sorted({str(p.dtype).replace("torch.", "") for p in model.parameters()})
+        moments = set()
+        if optimizer is not None:
+            for entry in optimizer.state_dict().get("state", {}).values():
+                moments |= {str(v.dtype).replace("torch.", "") for k, v in entry.items()
+                            if k != "step" and hasattr(v, "dtype")}
+        return {"parameter_dtypes": params, "optimizer_state_dtypes": sorted(moments)}
 
     # ---- what the result records ---------------------------------------------
     def latest_loss(self) -> float | None:
@@ -315,13 +375,18 @@ class LitgptPretrain(EngineWorkload):
             "seq_len": self.seq_len,
             "micro_batch_size": self.micro_batch,
             "batch_size_per_process": self.micro_batch,
-            "global_batch_size": self.micro_batch * self.ctx.world_size,
-            "tokens_per_step_per_process": self.micro_batch * self.seq_len,
+            "gradient_accumulation_steps": self.accumulation,
+            "global_batch_size": self.micro_batch * self.accumulation * self.ctx.world_size,
+            # A step is one optimizer step: every micro-batch it accumulates.
+            "tokens_per_step_per_process": self.micro_batch * self.accumulation * self.seq_len,
             "precision": self.precision,
             "fabric_precision": FABRIC_PRECISION[self.precision],
+            **self.observed,
             "strategy": self.strategy,
+            "fsdp_sharding": self.sharding if self.strategy == "fsdp" else None,
             "compile": self.compiled,
-            "optimizer": OPTIMIZER,
+            "optimizer": self.optimizer,
+            "min_lr": self.min_lr,
             "flops_per_unit": self.flops_per_token,
             "flops_method": "torch.utils.flop_counter on a meta-device copy of LitGPT's GPT, "
                             "forward + backward of one sequence, per token",

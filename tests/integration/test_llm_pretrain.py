@@ -94,6 +94,9 @@ def test_synthetic_tokens_one_process(cpu_node, result_schema):
     assert doc["config"]["strategy"] == "single-device" and doc["config"]["processes"] == 1
     assert doc["config"]["data"] == "synthetic (random token ids)"
     assert doc["work"]["measured_units"] == 2 * 64 * 3 * 2
+    # Without bf16-true the weights stay fp32 (autocast, or fp32 on CPUs without bf16).
+    assert doc["config"]["parameter_dtypes"] == ["float32"]
+    assert doc["config"]["gradient_accumulation_steps"] == 1
     assert doc["throughput"]["node"] > 0
     metrics = doc["workload_metrics"]
     assert metrics["tokens_per_s_rank0"] == pytest.approx(doc["throughput"]["node"])
@@ -116,3 +119,30 @@ def test_a_missing_data_folder_is_a_one_line_error(cpu_node):
     assert len(error) == 1 and "data folder 'no-such-corpus' not found" in error[0], done.stderr
     assert "HPCAI_DATA_DIR" in error[0]
     assert cpu_node.only_result()["status"] == "failed"
+
+
+def test_gradient_accumulation_and_bf16_true(cpu_node, result_schema):
+    """The paper's pretraining settings for real on the tiny model: a global
+    batch above micro-batch x processes accumulates gradients (LitGPT's
+    TrainArgs), and bf16-true keeps parameters and AdamW state in bf16."""
+    done = cpu_node.launch(*TINY, "--nproc", "2", "--batch-size", "2", "--global-batch-size", "8",
+                           "--precision", "bf16-true", "-o", str(cpu_node.results))
+    assert done.returncode == 0, done.stderr
+    doc = cpu_node.only_result()
+    assert_valid_result(doc, result_schema)
+    cfg = doc["config"]
+    # 8 sequences per optimizer step = 2 per micro-batch x 2 processes x 2 accumulated.
+    assert cfg["gradient_accumulation_steps"] == 2 and cfg["global_batch_size"] == 8
+    assert cfg["tokens_per_step_per_process"] == 2 * 2 * 64
+    assert cfg["precision"] == "bf16-true" and cfg["fabric_precision"] == "bf16-true"
+    assert cfg["parameter_dtypes"] == ["bfloat16"]
+    assert cfg["optimizer_state_dtypes"] == ["bfloat16"]
+    steps = doc["workload_metrics"]["steps"]
+    # One logged step per optimizer step, two micro-batches (LitGPT iterations) each.
+    assert [s["optimizer_step"] for s in steps] == list(range(1, 10))
+    assert [s["iter"] for s in steps] == list(range(2, 20, 2))
+    assert [b["tokens_this_rank"] - a["tokens_this_rank"] for a, b in zip(steps, steps[1:])] \
+        == [2 * 2 * 64] * 8
+    # Units: 2 processes x 256 tokens per optimizer step x 3 steps x 2 measured epochs.
+    assert doc["work"]["measured_units"] == 2 * 256 * 3 * 2
+    assert doc["comparability"]["comparable_to_paper"] is False  # a test preset on the CPU

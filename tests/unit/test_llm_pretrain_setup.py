@@ -141,3 +141,16 @@ def test_weights_folder_needs_a_litgpt_checkpoint(tmp_path, monkeypatch):
     monkeypatch.setenv("HPCAI_MODELS_DIR", str(tmp_path / "models"))
     with pytest.raises(UsageError, match="holds no lit_model.pth"):
         P.build(spec(tmp_path, weights="ckpt"), cpu_ctx())
+
+
+@pytest.mark.parametrize("global_batch,micro,world,expected", [
+    (64, 4, 4, 4),  # the paper's: 64 sequences over 4 GPUs of micro-batch 4
+    (64, 4, 8, 2), (64, 4, 1, 16), (None, 4, 4, 1), (16, 4, 4, 1)])
+def test_accumulation_follows_from_global_and_micro_batch(global_batch, micro, world, expected):
+    assert P.accumulation_steps(global_batch, micro, world) == expected
+
+
+@pytest.mark.parametrize("global_batch", [8, 24, 65])
+def test_a_global_batch_that_does_not_divide_is_a_usage_error(global_batch):
+    with pytest.raises(UsageError, match="--global-batch-size"):
+        P.accumulation_steps(global_batch, 4, 4)
