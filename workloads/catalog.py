@@ -136,8 +136,9 @@ _CV_PRECISION_SOURCE = ("Lightning's default 32-true, no precision= passed (comp
                         "nvidia_cuda12_9_xformers.def:2), which runs matmuls and convolutions in "
                         "TF32: 32-true (fp32 weights; TF32 math on NVIDIA, fp32 on MI300X "
                         "with ROCm 6.3, scripts/environment/amd_rocm6_3_xformers.def:2)")
-_NO_COMPILE = "no torch.compile in the upstream's CV scripts"
-_CUDNN = "torch.backends.cudnn.benchmark is never set, so False"
+_NO_COMPILE = "no torch.compile in computer_vision/main_resnet.py, main_vit.py or main_ldm.py"
+_CUDNN = ("torch.backends.cudnn.benchmark never set in computer_vision/main_resnet.py, "
+          "main_vit.py or main_ldm.py, so False")
 _SEARCH = "workloads/batch_search.py"
 
 RESNET50_PAPER = Preset(
@@ -158,7 +159,8 @@ RESNET50_PAPER = Preset(
         "image_size": "224 (computer_vision/main_resnet.py:106)",
         "num_classes": "torchvision resnet50(), 1000 classes (computer_vision/resnet/model/lit_model.py:15)",
         "precision": _CV_PRECISION_SOURCE,
-        "channels_last": "NCHW, PyTorch's default: the upstream never changes the memory format",
+        "channels_last": ("NCHW, PyTorch's default: random NCHW images, no memory-format change "
+                          "(computer_vision/main_resnet.py:19-37)"),
         "compile": _NO_COMPILE,
         "cudnn_benchmark": _CUDNN,
         "optimizer": "Adam (computer_vision/resnet/model/lit_model.py:40)",

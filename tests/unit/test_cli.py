@@ -24,6 +24,10 @@ def test_list_shows_workloads_and_presets(cpu_node):
     done = cpu_node.launch("list")
     assert done.returncode == 0
     assert "resnet50" in done.stdout and "paper" in done.stdout and "tiny" in done.stdout
+    # Which preset is comparable to the seed paper, and which is hpcai's best.
+    lines = done.stdout.splitlines()
+    assert sum("paper  (comparable to the seed paper)" in line for line in lines) == 5
+    assert sum("fast   (hpcai's best configuration)" in line for line in lines) == 5
 
 
 @pytest.mark.parametrize("args,fragments", [
