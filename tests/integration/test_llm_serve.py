@@ -181,3 +181,44 @@ def test_bad_options_are_one_line_errors(cpu_node, args, message):
     doc = node.only_result()
     assert doc["status"] == "failed"
     assert not (run_dir(node) / "sglang-server.log").exists()  # nothing was started
+
+
+def test_the_paper_request_mix_reaches_bench_serving(tmp_path, result_schema):
+    """The paper preset on four FAKE GPUs: one server with --tp 4, and the
+    client gets the upstream's mix (inputs up to 1024, outputs up to 256,
+    lengths uniform from 0: --random-range-ratio 0, no --max-concurrency, rate
+    inf). Only the number of prompts is cut, which the result says breaks
+    comparability."""
+    from conftest import FakeNode
+    from fakes.fake_gpu_state import make_devices
+
+    node = with_standin(FakeNode(tmp_path, make_devices(4, "nvidia")),
+                        HPCAI_SGLANG_STANDIN_TOKEN_S="0.0005")
+    done = node.launch("llama3-8b-inference", "--preset", "paper", "--device", "cuda",
+                       "--steps-per-epoch", "40", "-o", str(node.results))
+    assert done.returncode == 0, done.stderr
+    doc = node.only_result()
+    assert_valid_result(doc, result_schema)
+    folder = run_dir(node)
+    assert "--tp-size 4 --dp-size 1" in (folder / "sglang-server.log").read_text()
+    # What the client parsed (the stand-in prints its argparse namespace, as SGLang's does).
+    client_log = (folder / "sglang-bench.log").read_text()
+    for fragment in ("random_input_len=1024", "random_output_len=256", "random_range_ratio=0.0",
+                     "max_concurrency=None", "request_rate=inf", "num_prompts=40",
+                     "dataset_name='random-ids'"):
+        assert fragment in client_log, (fragment, client_log[:2000])
+    m = doc["workload_metrics"]
+    assert m["requests"]["completed"] == 40
+    # Uniform lengths: far fewer tokens than 40 full-length requests, and not fixed.
+    assert not m["lengths_fixed"]
+    assert 0 < m["tokens"]["input"] < 40 * 1024 and 0 < m["tokens"]["output"] < 40 * 256
+    cfg = doc["config"]
+    assert cfg["max_concurrency"] == "unlimited" and cfg["length_range_ratio"] == 0.0
+    assert cfg["warmup_requests"] == 100
+    # Per GPU and per node, whatever the preset; the node figure covers the 4 GPUs.
+    assert doc["throughput"]["devices_node"] == 4
+    assert doc["throughput"]["per_gpu"] == pytest.approx(doc["throughput"]["node"] / 4)
+    c = doc["comparability"]
+    assert c["preset_kind"] == "paper" and c["comparable_to_paper"] is False
+    assert c["reasons"] == [c["reasons"][0]] and c["reasons"][0].startswith(
+        "--steps-per-epoch 40 overrides the paper preset's 2048")

@@ -123,6 +123,9 @@ def send(host, port, prompt, prompt_len, output_len, args):
 def main(argv=None) -> int:
     args = parse_args(argv)
     print(f"standin client pid={os.getpid()}", flush=True)
+    # As SGLang's run_benchmark does first: the parsed arguments, so a log shows
+    # the request mix the client really used.
+    print(f"{args}\n", flush=True)
     if "client-crash" in failure_modes():
         print("stand-in bench_serving: crashing, as asked", flush=True)
         return 2

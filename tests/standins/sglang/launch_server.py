@@ -146,6 +146,9 @@ def main(argv=None) -> int:
         while True:
             time.sleep(1)
     model = Model(Path(args.model_path), args.random_seed)
+    # SGLang serves through uvicorn, whose listen backlog is 2048 (uvicorn's Config
+    # backlog default); http.server's is 5, which would reset a burst of requests.
+    ThreadingHTTPServer.request_queue_size = 2048
     server = ThreadingHTTPServer((args.host, args.port), make_handler(model, modes))
     server.daemon_threads = True
     print("The server is fired up and ready to roll!", flush=True)
