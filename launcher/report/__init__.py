@@ -50,7 +50,7 @@ def make_report(paths: list, opts: ReportOptions) -> dict:
     from hpcai.launcher.report.plots import make_plots
     from hpcai.launcher.report.stats import aggregate
 
-    runs, sweeps = load_results(paths)
+    runs, sweeps = load_results(paths, allow_empty=opts.reference)
     reference = load_reference(opts.reference_file) if opts.reference else None
     if opts.power_run and all(r.run_id != opts.power_run for r in runs):
         raise UsageError(f"--power-run {opts.power_run!r} is not among the results read",

@@ -6,14 +6,12 @@ kept, with why, so the report can list it instead of averaging it.
 """
 from __future__ import annotations
 
-import csv
 import json
 import re
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 
-from hpcai.errors import ConfigError, UsageError
+from hpcai.errors import UsageError
 
 REFERENCE_FILE = "reference/seed-paper-throughput.csv"
 REFERENCE_COLUMNS = ["workload", "gpu", "cap_w", "throughput", "unit", "enforced"]
@@ -87,6 +85,10 @@ class Run:
     sweep_id: str | None = None
     repeat: int | None = None
     started: str | None = None
+    # result.comparability (None: a result from before it existed); see report/reference.py.
+    preset_kind: str | None = None
+    comparable_to_paper: bool | None = None
+    comparability_reasons: list[str] = field(default_factory=list)
 
     @property
     def usable(self) -> bool:
@@ -120,12 +122,22 @@ class RefPoint:
     workload: str
     gpu: str
     cap_w: float
-    throughput: float
+    throughput: float  # as published
     unit: str
     enforced: bool
+    basis: str = "per_gpu"  # or node_4gpu: the published figure is a 4-GPU node's total
+    gpus: int = 1  # GPUs the published figure covers
+    precision: str = ""
+    batch: str = ""
+    request_mix: str = ""
+
+    @property
+    def per_gpu(self) -> float:
+        """The published figure on the report's basis: per GPU."""
+        return self.throughput / self.gpus
 
 
-def find_files(paths: list[str | Path]) -> tuple[list[Path], list[Path]]:
+def find_files(paths: list[str | Path], allow_empty: bool = False) -> tuple[list[Path], list[Path]]:
     """result.json and sweep.json files under the given files and folders."""
     results, sweeps = [], []
     for given in paths:
@@ -138,16 +150,16 @@ def find_files(paths: list[str | Path]) -> tuple[list[Path], list[Path]]:
         else:
             raise UsageError(f"{path} does not exist", "give result files or folders")
     results = list(dict.fromkeys(p.resolve() for p in results))
-    if not results:
+    if not results and not allow_empty:  # --reference alone: the paper's tables
         raise UsageError(f"no result.json under {', '.join(map(str, paths))}",
                          "give result files, run folders, sweep folders or a results folder")
     return results, list(dict.fromkeys(p.resolve() for p in sweeps))
 
 
-def load_results(paths: list[str | Path]) -> tuple[list[Run], list[Sweep]]:
+def load_results(paths: list[str | Path], allow_empty: bool = False) -> tuple[list[Run], list[Sweep]]:
     from hpcai.launcher.results import validation_errors
 
-    result_files, sweep_files = find_files(paths)
+    result_files, sweep_files = find_files(paths, allow_empty)
     runs = []
     for path in result_files:
         try:
@@ -190,6 +202,10 @@ def _fill(run: Run, path: Path, doc: dict) -> None:
     spec = doc["spec"]
     run.workload = doc["workload"]
     run.preset = spec.get("preset", "?")
+    comparability = doc.get("comparability") or {}
+    run.preset_kind = comparability.get("preset_kind")
+    run.comparable_to_paper = comparability.get("comparable_to_paper")
+    run.comparability_reasons = list(comparability.get("reasons") or [])
     run.unit = doc["throughput"]["unit"]
     run.work_unit = doc["work"]["unit"]
     run.site = (spec.get("site") or {}).get("name") or "?"
@@ -248,39 +264,7 @@ def _mean(values):
 
 # ---- the seed paper's figures ------------------------------------------------------
 def load_reference(path: str | Path | None = None) -> list[RefPoint]:
-    """The packaged CSV (or another with the same columns); '#' lines are comments."""
-    if path is None:
-        text = resources.files("hpcai").joinpath(REFERENCE_FILE).read_text()
-        where = f"hpcai/{REFERENCE_FILE}"
-    else:
-        try:
-            text = Path(path).read_text()
-        except OSError as exc:
-            raise ConfigError(f"cannot read reference file {path} ({exc.strerror})",
-                              "check the path given to --reference-file") from None
-        where = str(path)
-    lines = [(n, line) for n, line in enumerate(text.splitlines(), 1)
-             if line.strip() and not line.lstrip().startswith("#")]
-    if not lines:
-        raise ConfigError(f"reference file {where} has no rows", f"columns: {REFERENCE_COLUMNS}")
-    header = [h.strip() for h in next(csv.reader([lines[0][1]]))]
-    if header != REFERENCE_COLUMNS:
-        raise ConfigError(f"reference file {where} has columns {header}",
-                          f"expected {','.join(REFERENCE_COLUMNS)}")
-    points = []
-    for number, line in lines[1:]:
-        cells = [c.strip() for c in next(csv.reader([line]))]
-        try:
-            if len(cells) != len(REFERENCE_COLUMNS):
-                raise ValueError(f"{len(cells)} fields")
-            workload, gpu, cap, value, unit, enforced = cells
-            if unit not in UNITS or enforced not in ("true", "false"):
-                raise ValueError(f"unit {unit!r} or enforced {enforced!r}")
-            point = RefPoint(workload, gpu, float(cap), float(value), unit, enforced == "true")
-            if point.cap_w <= 0 or point.throughput < 0:
-                raise ValueError("negative number")
-        except ValueError as exc:
-            raise ConfigError(f"reference file {where} line {number} is malformed ({exc})",
-                              "fix the line or leave it out") from None
-        points.append(point)
-    return points
+    """The seed paper's figures (see report/reference.py, which reads them)."""
+    from hpcai.launcher.report.reference import read_reference
+
+    return read_reference(path)

@@ -136,7 +136,7 @@ def throughput_plot(folder: Path, workload: str, cells: list[Cell], refs: list[R
                        label=f"{group.device_label(sites)}: cap not enforced")
     for gpu in dict.fromkeys(p.gpu for p in refs):
         mine = sorted((p for p in refs if p.gpu == gpu), key=lambda p: p.cap_w)
-        ax.plot([pos[p.cap_w] for p in mine], [p.throughput for p in mine], linestyle="--",
+        ax.plot([pos[p.cap_w] for p in mine], [p.per_gpu for p in mine], linestyle="--",
                 alpha=0.6, label=f"{gpu} (paper)", **styles[gpu])
     ax.set_xticks(list(pos.values()), [cap_label(c) for c in pos])
     ax.set_xlabel("power cap per GPU")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from hpcai.launcher.report import reference as ref
 from hpcai.launcher.report.efficiency import Analysis, edp_per_unit, fixed_work
 from hpcai.launcher.report.load import RefPoint, Run, workload_key
 from hpcai.launcher.report.stats import Cell, cap_label, cap_sort_key
@@ -24,6 +25,7 @@ class TCell:
     unenforced: bool = False
     noisy: bool = False
     reference: bool = False
+    ratio: float | None = None  # ours / the paper's, where comparable (report/reference.py)
 
 
 @dataclass
@@ -72,8 +74,10 @@ def throughput_tables(cells: list[Cell], analyses: list[Analysis],
     tables = []
     best = {a.group: a.best for a in analyses}
     sites = _with_site(cells)
-    units = sorted({c.group.unit for c in cells})
-    workloads = {workload_key(c.group.workload) for c in cells}
+    # With no results of ours, the reference's tables alone.
+    units = sorted({c.group.unit for c in cells} or {p.unit for p in reference or []})
+    workloads = ({workload_key(c.group.workload) for c in cells}
+                 or {workload_key(p.workload) for p in reference or []})
     for unit in units:
         mine = [c for c in cells if c.group.unit == unit]
         # The paper's rows only beside workloads measured here.
@@ -81,7 +85,7 @@ def throughput_tables(cells: list[Cell], analyses: list[Analysis],
                 and workload_key(p.workload) in workloads]
         caps = sorted({c.cap_w for c in mine} | {p.cap_w for p in refs}, key=cap_sort_key)
         header = ["Workload", "GPU", *[cap_label(c) for c in caps]]
-        rows = []
+        rows, why_not = [], []
         groups = list(dict.fromkeys(c.group for c in mine))
         for group in groups:
             by_cap = {c.cap_w: c for c in mine if c.group == group}
@@ -90,13 +94,17 @@ def throughput_tables(cells: list[Cell], analyses: list[Analysis],
                 cell = by_cap.get(cap)
                 row.append(_value_cell(cell.throughput, enforced=cell.enforced, noisy=cell.noisy,
                                        best=cell is best.get(group)) if cell else _t("–"))
+            if refs:
+                _beside_the_paper(row[2:], group, [by_cap.get(cap) for cap in caps], caps, refs,
+                                  why_not)
             rows.append(row)
         for (workload, gpu) in dict.fromkeys((p.workload, p.gpu) for p in refs):
             by_cap = {p.cap_w: p for p in refs if p.workload == workload and p.gpu == gpu}
             row = [_t(workload), _t(f"{gpu} (paper)")]
             for cap in caps:
                 p = by_cap.get(cap)
-                row.append(_value_cell(p.throughput, enforced=p.enforced, reference=True)
+                # Per GPU, as our rows: the paper's node totals divided by their GPUs.
+                row.append(_value_cell(p.per_gpu, enforced=p.enforced, reference=True)
                            if p else _t("–"))
             rows.append(row)
         if not rows:
@@ -108,12 +116,31 @@ def throughput_tables(cells: list[Cell], analyses: list[Analysis],
         if any(c.noisy for c in mine):
             notes.append(f"{NOISY_MARK}: noisy (coefficient of variation above the threshold; see the "
                          "statistics table).")
-        if refs:
-            notes.append("Rows marked (paper): the seed paper's published per-GPU throughput "
-                         "(4 GPUs per node).")
+        notes += ref.notes(refs) + why_not
         key = "throughput-" + unit.split("/")[0]
         tables.append(Table(key, UNIT_TITLES.get(unit, unit), header, rows, notes))
     return tables
+
+
+def _beside_the_paper(tcells: list[TCell], group, cells: list, caps: list,
+                      refs: list[RefPoint], why_not: list[str]) -> None:
+    """Ours / paper beside each of our cells where the paper has the same workload,
+    GPU and cap and our runs are its configuration; else a note saying why not."""
+    reasons = []
+    for tcell, cell, cap in zip(tcells, cells, caps):
+        point = ref.matching_point(refs, workload_key(group.workload), group.device, cap)
+        if cell is None or point is None:
+            continue
+        comparable, why = ref.cell_comparability(cell)
+        if not comparable:
+            reasons.append(why)
+            continue
+        text, ratio = ref.ratio_text(cell.throughput, point)
+        tcell.text += f" [{text} paper]"
+        tcell.ratio = ratio
+    if reasons:
+        why_not.append(f"{group.workload_label()} on {group.device_label()}: not comparable with "
+                       f"the paper's row, so no ratio: {reasons[0]}.")
 
 
 def efficiency_tables(cells: list[Cell], analyses: list[Analysis], overhead_note: str) -> list[Table]:
