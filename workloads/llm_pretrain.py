@@ -346,7 +346,10 @@ class LitgptPretrain(EngineWorkload):
         params = sorted({str(p.dtype).replace("torch.", "") for p in model.parameters()})
         moments = set()
         if optimizer is not None:
-            for entry in optimizer.state_dict().get("state", {}).values():
+            # The wrapped optimizer's own (local, sharded) state: Fabric's state_dict()
+            # would gather FSDP's whole optimizer state, a collective of tens of GB.
+            raw = getattr(optimizer, "optimizer", optimizer)
+            for entry in raw.state.values():
                 moments |= {str(v.dtype).replace("torch.", "") for k, v in entry.items()
                             if k != "step" and hasattr(v, "dtype")}
         return {"parameter_dtypes": params, "optimizer_state_dtypes": sorted(moments)}
