@@ -109,7 +109,7 @@ def ratio_text(ours: float | None, point) -> tuple[str, float | None]:
     return f"{ratio:.2f}×", ratio
 
 
-def notes(refs: list) -> list[str]:
+def notes(refs: list, with_ours: bool = True) -> list[str]:
     """Footnotes for the reference rows: their basis, and what the paper ran."""
     if not refs:
         return []
@@ -124,16 +124,22 @@ def notes(refs: list) -> list[str]:
             f"{node[0].gpus} to put them per GPU: e.g. {example.workload} on {example.gpu} at "
             f"{example.cap_w:g} W, {example.throughput:,.0f} {example.unit} per node = "
             f"{example.per_gpu:,.0f} per GPU.")
-    described = {}
+    described: dict[str, dict[str, list[str]]] = {}
     for p in refs:
-        if p.precision or p.batch or p.request_mix:
-            described.setdefault(p.workload, set()).add(
-                "; ".join(x for x in (p.precision and f"precision {p.precision}",
-                                      p.batch and f"batch {p.batch}",
-                                      p.request_mix and f"requests {p.request_mix}") if x))
+        text = "; ".join(x for x in (p.precision and f"precision {p.precision}",
+                                     p.batch and f"batch {p.batch}",
+                                     p.request_mix and f"requests {p.request_mix}") if x)
+        if text:
+            gpus = described.setdefault(p.workload, {}).setdefault(text, [])
+            if p.gpu not in gpus:
+                gpus.append(p.gpu)
     for workload, texts in described.items():
-        out.append(f"The paper's {workload}: " + " | ".join(sorted(texts)) + ".")
-    out.append("Ours / paper: our per-GPU throughput over the paper's, where the workload, GPU "
-               "and cap match and our run is the paper's configuration (`--preset paper`, "
-               "nothing overridden); otherwise the row says why they are not comparable.")
+        parts = [text if len(texts) == 1 else f"{', '.join(gpus)}: {text}"
+                 for text, gpus in texts.items()]
+        out.append(f"The paper's {workload}: " + " | ".join(parts) + ".")
+    if with_ours:
+        out.append("Ours / paper (in brackets beside our cells): our per-GPU throughput over "
+                   "the paper's, where the workload, GPU and cap match and our run is the "
+                   "paper's configuration (`--preset paper`, nothing overridden); otherwise a "
+                   "note says why there is no ratio.")
     return out

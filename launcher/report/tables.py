@@ -116,7 +116,7 @@ def throughput_tables(cells: list[Cell], analyses: list[Analysis],
         if any(c.noisy for c in mine):
             notes.append(f"{NOISY_MARK}: noisy (coefficient of variation above the threshold; see the "
                          "statistics table).")
-        notes += ref.notes(refs) + why_not
+        notes += ref.notes(refs, with_ours=bool(mine)) + why_not
         key = "throughput-" + unit.split("/")[0]
         tables.append(Table(key, UNIT_TITLES.get(unit, unit), header, rows, notes))
     return tables
