@@ -50,12 +50,18 @@ def assess(workload: Workload, preset: Preset, *, impl: str, params: dict, prese
         elif preset.gpus is not None and gpus is not None and gpus != preset.gpus:
             reasons.append(f"--gpus {gpus}: the paper's runs use {preset.gpus} "
                            f"({preset.source_of('gpus')})")
+    ours = preset.ours()
+    # A per-GPU setting (the ViT batch) this GPU has no upstream value for stays the
+    # preset's own choice: ours.
+    for key in sorted({k for values in preset.by_gpu.values() for k in values}):
+        if preset_params.get(key) == preset.params.get(key) and key not in ours:
+            ours.append(key)
     return {
         "preset_kind": preset.kind,
         "comparable_to_paper": not reasons,
         "reasons": reasons,
         "upstream": UPSTREAM if preset.kind == "paper" else None,
         "sources": dict(preset.sources),
-        "ours": preset.ours(),
+        "ours": ours,
         "known_differences": list(preset.known_differences),
     }

@@ -53,6 +53,8 @@ def test_vit_l16_paper_batch_is_the_upstream_s_per_gpu(gpu, vendor, batch):
     assert p["optimizer"] == "adam" and p["lr"] == 1e-4
     assert {k: s["protocol"][k] for k in CV_PROTOCOL} == CV_PROTOCOL
     assert "computer_vision/README.md:67" in s["comparability"]["sources"]["batch_size"]
+    # H200's batch is not stated upstream: the largest that fits, recorded as ours.
+    assert ("batch_size" in s["comparability"]["ours"]) is (batch == "auto")
 
 
 def test_sd2_paper_is_fp16_mixed_at_512_with_our_batch():
@@ -146,3 +148,27 @@ def test_protocol_gpus_cpu_and_other_presets_are_not_comparable(kw, reason):
     assert s["comparability"]["comparable_to_paper"] is False
     assert any(r.startswith(reason) for r in s["comparability"]["reasons"]), \
         s["comparability"]["reasons"]
+
+
+def test_the_paper_serving_spec_builds_the_upstream_s_commands(tmp_path):
+    """What the SGLang server and bench_serving are given for the paper preset
+    (the integration test runs them against the stand-in)."""
+    from hpcai.workloads import distributed
+    from hpcai.workloads import llm_serve as S
+
+    s = paper_spec("llama3-8b-inference")
+    s["output_dir"] = str(tmp_path)
+    ctx = distributed.Context(0, 1, 0, 1, "cuda", None, None, 2, "host")
+    workload = S.build(s, ctx)
+    workload.port = 4321
+    server = workload.server_command()
+    flags = dict(zip(server[3::2], server[4::2]))
+    assert (flags["--tp-size"], flags["--dp-size"]) == ("4", "1")
+    client = workload.client_command(s["protocol"]["steps_per_epoch"])
+    assert "--max-concurrency" not in client  # every request in flight at once
+    flags = dict(zip(client[3::2], client[4::2]))
+    assert flags["--num-prompts"] == "2048" and flags["--request-rate"] == "inf"
+    assert (flags["--random-input-len"], flags["--random-output-len"]) == ("1024", "256")
+    assert flags["--random-range-ratio"] == "0.0" and flags["--dataset-name"] == "random-ids"
+    assert workload.describe()["max_concurrency"] == "unlimited"
+    assert workload.warmup_requests == 100
