@@ -252,7 +252,10 @@ def _workload_command(workload):
     ]
     for decorate in reversed(decorators):
         command = decorate(command)
-    help_text = f"{workload.summary}.\n\nPresets: {', '.join(presets)}."
+    from hpcai.workloads.catalog import PRESET_KINDS
+
+    help_text = (f"{workload.summary}.\n\nPresets: " + ", ".join(
+        f"{p.name} ({PRESET_KINDS[p.kind]})" for p in workload.presets.values()) + ".")
     return main.command(name=workload.name, help=help_text)(command)
 
 
