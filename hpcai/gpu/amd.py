@@ -291,6 +291,11 @@ class AmdDevice(GpuDevice):
             power_w, source = _measure(table.get("average_socket_power")), "average"
         return power_w, source if power_w is not None else None
 
+    def power_fields(self) -> dict[str, float | None]:
+        info = self._optional("amdsmi_get_power_info") or {}
+        return {"instant": _measure(info.get("current_socket_power")),
+                "average": _measure(info.get("average_socket_power"))}
+
     def read_power(self) -> GpuReading:
         """One read of the GPU metrics table per tick, where the library has it
         (power_info and energy_count each re-read that table)."""

@@ -73,6 +73,13 @@ class GpuDevice(abc.ABC):
         """Power and energy only: what the sampler reads on every tick."""
         return self.read()
 
+    def power_fields(self) -> dict[str, float | None]:
+        """Each power reading the device offers, in W: {"instant": .., "average": ..}
+        (None where it has none). For `hpcai-launch selftest`."""
+        reading = self.read_power()
+        return {"instant": reading.power_w if reading.power_source == "instant" else None,
+                "average": reading.power_w if reading.power_source == "average" else None}
+
     @abc.abstractmethod
     def energy_j(self) -> float | None:
         """Cumulative energy counter in joules, or None when the device has none."""

@@ -205,6 +205,15 @@ class NvidiaDevice(GpuDevice):
             return average / 1000.0, "average"
         return None, None
 
+    def power_fields(self) -> dict[str, float | None]:
+        nvml = self._nvml
+        instant = None
+        field = getattr(nvml, "NVML_FI_DEV_POWER_INSTANT", None)
+        values = self._optional("nvmlDeviceGetFieldValues", [field]) if field is not None else None
+        if values and values[0].nvmlReturn == getattr(nvml, "NVML_SUCCESS", 0):
+            instant = getattr(values[0].value, _VALUE_MEMBERS.get(values[0].valueType, "uiVal")) / 1000.0
+        return {"instant": instant, "average": self._w(self._optional("nvmlDeviceGetPowerUsage"))}
+
     def _first_present(self, names: tuple[str, ...], *args):
         """The first of several names for one query that the driver has: a symbol
         the driver lacks raises FunctionNotFound, the cue to try the next."""
