@@ -81,6 +81,7 @@ def test_caps_not_permitted_are_skipped_with_the_reason(tmp_path):
     node = FakeNode(tmp_path, fgs.make_devices(1, "nvidia"))
     out = tmp_path / "selftest.json"
     done = node.launch("selftest", *FAST, "--power-method", "none", "--workloads", "none", "-o", str(out))
+    assert done.returncode == 0, done.stderr
     doc = json.loads(out.read_text())
     caps = _rows(doc, "caps")["caps"]
     assert caps["status"] == "skipped" and "never sets caps" in caps["value"]
