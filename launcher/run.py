@@ -97,6 +97,7 @@ class Node:
 
     vendor: str | None
     gpus: list  # GpuInfo
+    inaccessible: list = field(default_factory=list)  # [{"index", "reason"}]: another job's, lost
 
     @classmethod
     def detect(cls, vendor: str) -> "Node":
@@ -106,7 +107,8 @@ class Node:
         if library is None:
             return cls(None, [])
         with library:
-            return cls(library.vendor, [d.info() for d in library.devices()])
+            gpus = [d.info() for d in library.devices()]
+            return cls(library.vendor, gpus, list(getattr(library, "inaccessible", [])))
 
 
 def select_gpus(node: Node, requested: int | None) -> list[tuple]:

@@ -226,3 +226,25 @@ def test_short_windows_and_missing_power_samples_are_flagged(tmp_path, monkeypat
     assert any("only 5 power samples" in n for n in power["notes"])
     schema = {**result_schema["properties"]["power"], "$defs": result_schema["$defs"]}
     jsonschema.validate(power, schema)
+
+
+def test_info_lists_the_gpus_this_job_may_not_open(tmp_path):
+    devices = fgs.make_devices(3, "nvidia")
+    devices[1]["inaccessible"] = "no_permission"
+    node = FakeNode(tmp_path, devices)
+    done = node.launch("info", "--json")
+    assert done.returncode == 0, done.stderr
+    facts = json.loads(done.stdout)
+    assert [g["index"] for g in facts["gpus"]] == [0, 2]
+    assert facts["inaccessible_gpus"] == [{"index": 1, "reason": "Insufficient Permissions"}]
+
+
+def test_the_result_records_requested_applied_and_enforced_limits(result_schema):
+    from hpcai.launcher.results import apply_limits
+
+    doc = {"gpus": [{"index": 0, "used": True, "power_w": {"median": 290.0}}], "power": {}}
+    limits = {0: {"default_w": 700.0, "min_w": 200.0, "max_w": 700.0, "requested_w": 300.0,
+                  "applied_w": 300.0, "enforced_w": 300.0}}
+    apply_limits(doc, limits, 300.0, 0.05)
+    assert doc["gpus"][0]["limits"]["enforced_w"] == 300.0
+    assert "enforced_w" in result_schema["$defs"]["limits"]["properties"]
