@@ -169,6 +169,9 @@ def plan(opts: Options, placement: dict | None = None,
 
         picked = visible_gpus(node.gpus)
         gpu_indices = [g.index for g, _ in picked] or None
+    if opts.cap_w is not None and not gpu_indices:
+        raise UsageError("--cap needs GPUs, and none of this node's GPUs is visible to this job",
+                         "check CUDA_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES, or drop --cap")
     preset = opts.preset or (workload.gpu_default_preset if device == "cuda"
                              else workload.cpu_default_preset)
     method = opts.power_method or site["power"]["method"]

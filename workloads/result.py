@@ -23,7 +23,7 @@ MIN_WINDOW_S = 10.0
 # Fewer power samples than this share of window / interval: flagged.
 MIN_SAMPLE_FRAC = 0.5
 # A counter that stays put this long while power is drawn has frozen.
-FROZEN_AFTER_S = 1.0
+FROZEN_AFTER_S = 2.0
 
 
 def now_iso() -> str:

@@ -64,7 +64,7 @@ def test_selftest_on_fake_gpus_measures_restores_and_writes_json(tmp_path):
 def test_a_frozen_counter_and_an_unenforced_cap_fail_with_exit_status_1(tmp_path):
     node = FakeNode(tmp_path, fgs.make_devices(1, "nvidia", energy_frozen=True, enforced_limit_w=500.0))
     out = tmp_path / "selftest.json"
-    done = node.launch("selftest", "--no-load", "--load-s", "2", "--only", "power,caps", "--site", str(_site(tmp_path, node)),
+    done = node.launch("selftest", "--no-load", "--load-s", "3", "--only", "power,caps", "--site", str(_site(tmp_path, node)),
                        "-o", str(out))
     assert done.returncode == 1, done.stdout + done.stderr
     doc = json.loads(out.read_text())

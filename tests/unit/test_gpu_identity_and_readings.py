@@ -248,3 +248,12 @@ def test_the_result_records_requested_applied_and_enforced_limits(result_schema)
     apply_limits(doc, limits, 300.0, 0.05)
     assert doc["gpus"][0]["limits"]["enforced_w"] == 300.0
     assert "enforced_w" in result_schema["$defs"]["limits"]["properties"]
+
+
+def test_a_cap_with_no_gpu_visible_to_the_job_is_one_line(tmp_path):
+    node = FakeNode(tmp_path, fgs.make_devices(2, "nvidia"))
+    node.env["CUDA_VISIBLE_DEVICES"] = "NoDevFiles"
+    done = node.launch("resnet50", "--preset", "tiny", "--device", "cpu", "--cap", "300",
+                       "-o", str(node.results))
+    one_line_error(done, "none of this node's GPUs is visible", "CUDA_VISIBLE_DEVICES")
+    assert all(d["set_log"] == [] for d in node.devices()) and node.journal_files() == []
