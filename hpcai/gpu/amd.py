@@ -120,6 +120,17 @@ def import_amdsmi():
     return amdsmi
 
 
+def python_package_origin(module) -> str:
+    """Where the imported amdsmi comes from: ROCm's copy, or elsewhere (a
+    mismatch risk when the node has ROCm's own)."""
+    path = Path(getattr(module, "__file__", "") or "").resolve()
+    rocm = rocm_amdsmi_dir()
+    if rocm is not None and rocm.resolve() in path.parents:
+        return f"ROCm's own ({rocm})"
+    where = str(path) if str(path) != "." else "unknown location"
+    return where + (f"; not ROCm's own at {rocm}: pip install {rocm}" if rocm is not None else "")
+
+
 def _where(name: str) -> str:
     from importlib import metadata
 
@@ -191,7 +202,7 @@ class AmdLibrary(GpuLibrary):
 
     def versions(self) -> dict[str, str]:
         amdsmi = self._amdsmi
-        out: dict[str, str] = {}
+        out: dict[str, str] = {"amdsmi_python": python_package_origin(amdsmi)}
         try:
             v = _call(amdsmi.amdsmi_get_lib_version)
             out["amdsmi"] = ".".join(str(v[k]) for k in ("major", "minor", "release") if k in v)

@@ -29,7 +29,9 @@ def check_library(ctx: Context) -> list[Check]:
                       {"reasons": ctx.no_gpu_reasons})]
     versions = ctx.library.versions()
     value = f"{ctx.library.vendor}: " + ", ".join(f"{k} {v}" for k, v in versions.items())
-    return [Check("library", "GPU library", "ok", value, {"versions": versions})]
+    # An amdsmi other than the ROCm copy on this node may not match its libamd_smi.so.
+    status = "warn" if "not ROCm's own" in versions.get("amdsmi_python", "") else "ok"
+    return [Check("library", "GPU library", status, value, {"versions": versions})]
 
 
 def check_gpus(ctx: Context) -> list[Check]:

@@ -191,3 +191,12 @@ def test_rocms_own_amdsmi_is_preferred_and_a_mismatch_is_one_line(tmp_path, monk
     assert "does not match this node's libamd_smi.so" in line and "share/amd_smi" in line
     assert "\n" not in line
     assert sys.path[0] == str(rocm / "share" / "amd_smi")
+
+
+def test_the_amdsmi_in_use_says_whether_it_is_rocms_own(node, tmp_path, monkeypatch):
+    node(fgs.make_devices(1, "amd"))
+    rocm = _rocm_tree(tmp_path, "")
+    monkeypatch.setenv("ROCM_PATH", str(rocm))
+    with AmdLibrary() as lib:  # the FAKE amdsmi, from tests/fakes, not ROCm's folder
+        origin = lib.versions()["amdsmi_python"]
+    assert "not ROCm's own" in origin and f"pip install {rocm / 'share' / 'amd_smi'}" in origin
