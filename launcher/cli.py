@@ -102,6 +102,7 @@ def main():
       hpcai-launch report results/            tables, plots and the best cap
       hpcai-launch resnet50 --slurm --nodes 2 a Slurm batch job across two nodes
       hpcai-launch jobs                       submitted jobs and their state
+      hpcai-launch selftest                   does hpcai measure this node correctly?
     """
 
 
@@ -402,6 +403,9 @@ main.add_command(_site_group)
 from hpcai.launcher.images.cli import images as _images_group  # noqa: E402
 
 main.add_command(_images_group)
+from hpcai.launcher.selftest import selftest_command  # noqa: E402
+
+main.add_command(selftest_command(_run_guarded))
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ def show_info(site_selector: str | None, as_json: bool) -> None:
     facts = {
         "vendor": node.vendor,
         "gpus": [g.to_dict() for g in node.gpus],
+        "inaccessible_gpus": node.inaccessible,
         "device": "cuda" if node.gpus else "cpu",
         "runtime": "apptainer" if images["present"].get("cv") and images["apptainer"] else "host",
         "python": sys.executable,
@@ -49,7 +50,10 @@ def show_info(site_selector: str | None, as_json: bool) -> None:
     if node.gpus:
         click.echo(f"vendor:        {node.vendor}, {len(node.gpus)} GPU(s)")
         for g in node.gpus:
-            click.echo(f"  GPU {g.index}: {g.name}, {g.memory_total_bytes / 2**30:.0f} GiB, {g.uuid}")
+            mig = ", MIG mode (measured as the whole GPU; no caps)" if g.mig_enabled else ""
+            click.echo(f"  GPU {g.index}: {g.name}, {g.memory_total_bytes / 2**30:.0f} GiB, {g.uuid}{mig}")
+        for g in node.inaccessible:
+            click.echo(f"  GPU {g['index']}: not accessible to this process ({g['reason']})")
     else:
         click.echo("vendor:        none (no GPU management library sees a GPU): runs use the CPU")
     if facts["runtime"] == "apptainer":

@@ -66,7 +66,7 @@ def apply_limits(doc: dict, limits: dict[int, dict], cap_w: float | None,
             gpu["cap_held"] = None
             continue
         gpu["limits"] = {k: lim.get(k) for k in
-                         ("default_w", "min_w", "max_w", "requested_w", "applied_w")}
+                         ("default_w", "min_w", "max_w", "requested_w", "applied_w", "enforced_w")}
         gpu["cap_held"] = None
         if cap_w is not None and gpu.get("used") and lim.get("requested_w") is not None:
             gpu["cap_held"] = cap_held(gpu.get("power_w"), cap_w, tolerance_frac)

@@ -97,6 +97,7 @@ class Node:
 
     vendor: str | None
     gpus: list  # GpuInfo
+    inaccessible: list = field(default_factory=list)  # [{"index", "reason"}]: another job's, lost
 
     @classmethod
     def detect(cls, vendor: str) -> "Node":
@@ -106,28 +107,23 @@ class Node:
         if library is None:
             return cls(None, [])
         with library:
-            return cls(library.vendor, [d.info() for d in library.devices()])
+            gpus = [d.info() for d in library.devices()]
+            return cls(library.vendor, gpus, list(getattr(library, "inaccessible", [])))
 
 
-def select_gpus(node: Node, requested: int | None) -> list[int]:
-    """The first N GPUs this job may use (respecting CUDA_VISIBLE_DEVICES)."""
-    allowed = [g for g in node.gpus if _visible(g)]
+def select_gpus(node: Node, requested: int | None) -> list[tuple]:
+    """The first N GPUs this job may use, as (GpuInfo, workload id), in the
+    order its inherited CUDA_/ROCR_VISIBLE_DEVICES gives (launcher/visibility.py)."""
+    from hpcai.launcher.visibility import visible_gpus
+
+    allowed = visible_gpus(node.gpus)
     count = requested if requested is not None else len(allowed)
     if count < 1:
         raise UsageError("--gpus must be at least 1", f"got {count}")
     if count > len(allowed):
         raise UsageError(f"--gpus {count} asked for, but this node has {len(allowed)} usable",
                          f"use --gpus {len(allowed)} or fewer")
-    return [g.index for g in allowed[:count]]
-
-
-def _visible(gpu) -> bool:
-    var = "ROCR_VISIBLE_DEVICES" if gpu.vendor == "amd" else "CUDA_VISIBLE_DEVICES"
-    value = os.environ.get(var)
-    if value is None:
-        return True
-    entries = {v.strip() for v in value.split(",") if v.strip()}
-    return str(gpu.index) in entries or gpu.uuid in entries
+    return allowed[:count]
 
 
 def plan(opts: Options, placement: dict | None = None,
@@ -155,7 +151,8 @@ def plan(opts: Options, placement: dict | None = None,
     if device == "cuda":
         if opts.nproc is not None:
             raise UsageError("--nproc is for CPU runs", "use --gpus N to choose GPUs")
-        gpu_indices = select_gpus(node, _preset_gpus(workload.preset(preset), node, opts.gpus))
+        picked = select_gpus(node, _preset_gpus(workload.preset(preset), node, opts.gpus))
+        gpu_indices = [g.index for g, _ in picked]
         nproc = len(gpu_indices) if impl.process_model == "torchrun" else 1
     else:
         if opts.gpus is not None:
@@ -170,7 +167,13 @@ def plan(opts: Options, placement: dict | None = None,
                                  "runs as one process", "drop --nproc")
             nproc = 1
         # Telemetry and caps still cover the node's GPUs, if it has any.
-        gpu_indices = [g.index for g in node.gpus if _visible(g)] or None
+        from hpcai.launcher.visibility import visible_gpus
+
+        picked = visible_gpus(node.gpus)
+        gpu_indices = [g.index for g, _ in picked] or None
+    if opts.cap_w is not None and not gpu_indices:
+        raise UsageError("--cap needs GPUs, and none of this node's GPUs is visible to this job",
+                         "check CUDA_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES, or drop --cap")
     method = opts.power_method or site["power"]["method"]
     output = Path(opts.output or site["paths"]["results"]).absolute()
     chosen = runtime.select(opts.runtime, site, node.vendor, workload.image_family, opts.image, log)
@@ -185,6 +188,9 @@ def plan(opts: Options, placement: dict | None = None,
         output_dir=str(output), runtime=chosen,
         gpu_name=_gpu_name(node, gpu_indices) if device == "cuda" else None,
     )
+    # GPUs by identity: the workload is handed these ids, its sampler keeps these UUIDs.
+    spec["devices"]["gpu_uuids"] = [g.uuid for g, _ in picked] if gpu_indices else None
+    spec["devices"]["visible_ids"] = [i for _, i in picked] if gpu_indices else None
     if run_id is not None:
         spec["run_id"] = run_id
     spec["output_dir"] = str(output / spec["run_id"])
@@ -200,7 +206,9 @@ def _preset_gpus(preset, node: Node, requested: int | None) -> int | None:
     LLMs) as far as this node has them; None: all."""
     if requested is not None or preset.gpus is None:
         return requested
-    return min(preset.gpus, max(1, sum(1 for g in node.gpus if _visible(g))))
+    from hpcai.launcher.visibility import visible_gpus
+
+    return min(preset.gpus, max(1, len(visible_gpus(node.gpus))))
 
 
 def _gpu_name(node: Node, indices: list[int]) -> str | None:
@@ -213,6 +221,11 @@ def check_cap(backend, cap_w: float, indices: list[int], site: dict) -> None:
     from hpcai.errors import CapOutOfRangeError
     from hpcai.launcher.power.session import check_cap_range
 
+    mig = [g.index for g in backend.gpus() if g.index in indices and g.mig_enabled]
+    if mig:
+        raise UsageError(f"--cap cannot be set on a MIG slice: GPU {mig[0]} is in MIG mode",
+                         "NVML limits the whole GPU, shared by every MIG instance; drop --cap, "
+                         "or run on a GPU with MIG disabled")
     allowed = site["power"].get("allowed_cap_range_w")
     if allowed and not allowed[0] <= cap_w <= allowed[1]:
         raise CapOutOfRangeError(

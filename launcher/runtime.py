@@ -50,15 +50,18 @@ def entrypoint_command(spec_path: str, nproc: int, python: str = sys.executable,
 
 
 def child_environment(vendor: str | None, gpu_indices: list[int] | None,
-                      device_type: str, nproc: int) -> dict[str, str]:
+                      device_type: str, nproc: int,
+                      visible_ids: list[str] | None = None) -> dict[str, str]:
+    from hpcai.launcher.visibility import workload_environment
+
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
-    # Make cuda:N the same GPU as NVML index N (CUDA's default order differs).
+    # Only matters for a spec without visible_ids: then cuda:N is NVML index N.
     env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     if device_type == "cuda" and gpu_indices is not None:
-        visible = ",".join(str(i) for i in gpu_indices)
-        var = "ROCR_VISIBLE_DEVICES" if vendor == "amd" else "CUDA_VISIBLE_DEVICES"
-        env[var] = visible
+        # UUIDs name the same GPUs whatever the job's cgroup renumbered.
+        ids = visible_ids or [str(i) for i in gpu_indices]
+        workload_environment(env, vendor, ids)
     if "OMP_NUM_THREADS" not in env:
         # Otherwise torchrun forces 1 thread per process, with a banner; share the cores.
         env["OMP_NUM_THREADS"] = str(max(1, usable_cpus() // max(1, nproc)))
@@ -94,7 +97,8 @@ def command(spec: dict, site: dict, spec_path: str) -> list[str]:
 def environment(spec: dict, site: dict) -> dict[str, str]:
     devices = spec["devices"]
     vendor = None if devices["vendor"] == "auto" else devices["vendor"]
-    env = child_environment(vendor, devices["gpu_indices"], devices["type"], devices["nproc"])
+    env = child_environment(vendor, devices["gpu_indices"], devices["type"], devices["nproc"],
+                            devices.get("visible_ids"))
     if spec["runtime"]["kind"] == "host":
         return env
     from hpcai.launcher import container

@@ -119,6 +119,7 @@ class Run:
                 from hpcai.workloads.telemetry import Sampler
 
                 self.discovery = discover(self.spec["devices"].get("vendor", "auto"))
+                self.discovery.restrict(self.spec["devices"])
                 sources = self.discovery.gpus or self.discovery.rapl
                 self.sampler = Sampler(sources, float(protocol["sample_interval_s"]))
             self._write(self._document())  # status "running" until we know better

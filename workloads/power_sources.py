@@ -21,6 +21,24 @@ class Discovery:
     reason: str | None = None  # why no power can be measured
     vendor: str | None = None
 
+    def restrict(self, devices: dict) -> None:
+        """Keep only the run's GPUs (by UUID, else by index), in the run's order:
+        the sampler neither pays for nor reports another job's GPUs."""
+        if self.kind != "gpu":
+            return
+        uuids, indices = devices.get("gpu_uuids"), devices.get("gpu_indices")
+        if uuids:
+            by_uuid = {g.info().uuid: g for g in self.gpus}
+            kept = [by_uuid[u] for u in uuids if u in by_uuid]
+        elif indices:
+            by_index = {g.info().index: g for g in self.gpus}
+            kept = [by_index[i] for i in indices if i in by_index]
+        else:
+            return
+        if not kept:
+            self.reason = "none of the run's GPUs is visible to the GPU management library here"
+        self.gpus = kept
+
     def close(self) -> None:
         if self.library is not None:
             self.library.close()
@@ -41,7 +59,7 @@ class RaplDomain:
     def read(self) -> GpuReading:
         """Cumulative energy, and power from the change since the last read."""
         uj = int((self.path / "energy_uj").read_text())
-        t = time.time()
+        t = time.monotonic()  # for the interval only: immune to clock steps
         power = None
         if self._last_uj is not None:
             delta = uj - self._last_uj

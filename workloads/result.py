@@ -16,6 +16,14 @@ from hpcai.workloads.telemetry import integrate_power_j, window_stats
 RESULT_SCHEMA_VERSION = "1.0"
 # Counter and integrated energy further apart than this: trust neither blindly.
 ENERGY_AGREEMENT_FRAC = 0.25
+# NVML's power sensor covers only part of each period on A100/H100 ("only 25%
+# of the runtime is sampled", Yang et al., SC24, arXiv 2312.02741): a measured
+# window shorter than this is flagged as unreliable.
+MIN_WINDOW_S = 10.0
+# Fewer power samples than this share of window / interval: flagged.
+MIN_SAMPLE_FRAC = 0.5
+# A counter that stays put this long while power is drawn has frozen.
+FROZEN_AFTER_S = 2.0
 
 
 def now_iso() -> str:
@@ -120,6 +128,15 @@ def source_energy(sampler, index: int, t0: float, t1: float) -> dict:
             # Mean power over the samples, stretched to the whole window.
             integrated = trapz / span * (t1 - t0)
     used, note = None, None
+    problem = counter_problem(sampler, index, t0, t1, counter)
+    if problem is not None:
+        # A frozen or backwards counter (ROCm/amdsmi#38, #115): never the figure.
+        note = f"energy counter {problem}; " + ("using integrated power" if integrated is not None
+                                                else "no energy figure")
+        used = "integrated" if integrated is not None else None
+        value = integrated if integrated is not None else None
+        return {"counter": counter, "integrated": integrated, "used": used, "value": value,
+                "note": note}
     if counter is not None and (integrated is None or _agree(counter, integrated)):
         used = "counter"
     elif integrated is not None:
@@ -132,6 +149,22 @@ def source_energy(sampler, index: int, t0: float, t1: float) -> dict:
     value = {"counter": counter, "integrated": integrated}.get(used)
     return {"counter": counter, "integrated": integrated, "used": used, "value": value,
             "note": note}
+
+
+def counter_problem(sampler, index: int, t0: float, t1: float,
+                    counter: float | None) -> str | None:
+    """Why the energy counter cannot be trusted over [t0, t1], or None."""
+    if counter is not None and counter < 0:
+        return "ran backwards"
+    points = [(t, row[index]) for t, row in zip(sampler.times, sampler.readings)
+              if t0 <= t <= t1 and row[index] is not None and row[index].energy_j is not None]
+    if any(b.energy_j < a.energy_j for (_, a), (_, b) in zip(points, points[1:])):
+        return "ran backwards"
+    if len(points) >= 2 and points[-1][0] - points[0][0] >= FROZEN_AFTER_S:
+        drawn = [r.power_w for _, r in points if r.power_w]
+        if points[-1][1].energy_j == points[0][1].energy_j and drawn and max(drawn) > 1.0:
+            return "stood still while power was drawn"
+    return None
 
 
 def _counter_from_marks(sampler, index: int, t0: float, t1: float) -> float | None:
@@ -172,6 +205,7 @@ def power_section(spec: dict, discovery, sampler, window, units: int) -> tuple[l
     used_indices = spec["devices"].get("gpu_indices")
     gpus, packages = [], []
     scope, energies, reasons = None, [], []
+    power_counts: list[int] = []  # power samples in the window, per measured source
     if discovery is not None and sampler is not None and window is not None:
         t0, t1 = window
         if discovery.kind == "gpu":
@@ -183,9 +217,13 @@ def power_section(spec: dict, discovery, sampler, window, units: int) -> tuple[l
                 energy = source_energy(sampler, i, t0, t1)
                 gpus.append({**info.to_dict(), "used": used, **stats, "energy_j": energy})
                 if used:
+                    power_counts.append(_power_samples(sampler, i, t0, t1))
                     energies.append(energy["value"])
                     if energy["note"]:
                         reasons.append(f"GPU {info.index}: {energy['note']}")
+                    if info.mig_enabled:
+                        reasons.append(f"GPU {info.index} is in MIG mode: its power and energy are "
+                                       "the whole GPU's, shared by every MIG instance")
         elif discovery.kind == "rapl":
             scope = "cpu_packages"
             for i, domain in enumerate(discovery.rapl):
@@ -193,6 +231,7 @@ def power_section(spec: dict, discovery, sampler, window, units: int) -> tuple[l
                 energy = source_energy(sampler, i, t0, t1)
                 packages.append({"name": domain.name, "path": str(domain.path), **stats,
                                  "energy_j": energy})
+                power_counts.append(_power_samples(sampler, i, t0, t1))
                 energies.append(energy["value"])
     available = bool(energies) and all(e is not None for e in energies)
     window_s = (window[1] - window[0]) if window else None
@@ -203,13 +242,21 @@ def power_section(spec: dict, discovery, sampler, window, units: int) -> tuple[l
             reason = ("telemetry was turned off for this run"
                       if not spec["protocol"].get("telemetry", True)
                       else "telemetry did not start (see the run's error)")
-        elif discovery.kind is None:
-            reason = discovery.reason
+        elif discovery.kind is None or (discovery.kind == "gpu" and not discovery.gpus):
+            reason = discovery.reason or "no GPU of the run could be read"
         elif window is None:
             reason = "no measured epoch completed"
         else:
             reason = "too few power samples in the measured window"
     overhead_j = overhead_w * window_s if window_s else None
+    quality = window_quality(sampler, window, power_counts)
+    if quality is not None:
+        if quality["window_short"]:
+            reasons.append(f"the measured window ({window_s:.1f} s) is shorter than "
+                           f"{MIN_WINDOW_S:g} s: the power sensor samples only part of each period")
+        if quality["samples_short"]:
+            reasons.append(f"only {quality['power_samples_min']} power samples where "
+                           f"{quality['power_samples_expected']} were expected")
     power = {
         "available": available,
         "reason": reason,
@@ -219,6 +266,7 @@ def power_section(spec: dict, discovery, sampler, window, units: int) -> tuple[l
         "energy_source": _energy_source([g["energy_j"] for g in gpus if g["used"]] or
                                         [p["energy_j"] for p in packages]),
         "notes": reasons,
+        "quality": quality,
         "window_s": window_s,
         "energy_j": energy,
         "mean_power_w": energy / window_s if available and window_s else None,
@@ -230,6 +278,27 @@ def power_section(spec: dict, discovery, sampler, window, units: int) -> tuple[l
                                           if available and overhead_j else None),
     }
     return gpus, packages, power
+
+
+def _power_samples(sampler, index: int, t0: float, t1: float) -> int:
+    return sum(1 for _, r in sampler.series(index, t0, t1) if r.power_w is not None)
+
+
+def window_quality(sampler, window, counts: list[int]) -> dict | None:
+    """Is the window long enough, and did enough power samples (per source)
+    land in it?"""
+    if sampler is None or window is None or not counts:
+        return None
+    window_s = window[1] - window[0]
+    expected = int(window_s / sampler.interval_s)
+    fewest = min(counts)
+    return {
+        "min_window_s": MIN_WINDOW_S,
+        "window_short": window_s < MIN_WINDOW_S,
+        "power_samples_expected": expected,
+        "power_samples_min": fewest,
+        "samples_short": fewest < MIN_SAMPLE_FRAC * expected,
+    }
 
 
 def _energy_source(entries: list[dict]) -> str | None:

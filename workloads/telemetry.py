@@ -1,6 +1,12 @@
 """The telemetry sampler: one thread reads every power source at a fixed
 interval; the protocol marks epoch boundaries, where energy counters are read
 directly so energy per window does not depend on the sampling grid.
+
+Each tick reads only power and energy (``read_power``); everything else
+(clocks, temperature, utilisation, limits, throttling) once a second, so the
+sampler's cost stays small on an 8-GPU node. Time stamps come from the
+monotonic clock, anchored to wall time once: an NTP step during a run moves
+neither the intervals nor the integrated energy.
 """
 from __future__ import annotations
 
@@ -26,9 +32,12 @@ class Mark:
     energy_j: list  # per source, None where no counter
 
 
+FULL_READ_S = 1.0  # everything beside power and energy, this often
+
+
 @dataclass
 class Sampler:
-    sources: list  # objects with read() -> GpuReading and energy_j()
+    sources: list  # objects with read() -> GpuReading and energy_j() (and read_power())
     interval_s: float = 0.1
     times: list = field(default_factory=list)  # one entry per tick
     readings: list = field(default_factory=list)  # per tick: list[GpuReading | None]
@@ -41,6 +50,13 @@ class Sampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._cpu_start = self._cpu_end = None
+        self._wall0, self._mono0 = time.time(), time.monotonic()
+        self.full_every = max(1, round(FULL_READ_S / self.interval_s))
+        self._ticks = 0
+
+    def now(self) -> float:
+        """Wall-clock seconds, advanced by the monotonic clock since the start."""
+        return self._wall0 + (time.monotonic() - self._mono0)
 
     # The thread keeps its own deadline grid so slow reads do not make it drift.
     def _loop(self) -> None:
@@ -58,12 +74,15 @@ class Sampler:
 
     def _tick(self) -> None:
         start = time.perf_counter()
+        full = self._ticks % self.full_every == 0
+        self._ticks += 1
         with self._lock:
-            t = time.time()
+            t = self.now()
             row = []
             for source in self.sources:
+                read = source.read if full or not hasattr(source, "read_power") else source.read_power
                 try:
-                    row.append(source.read())
+                    row.append(read())
                 except Exception:  # a failed read is a gap, not a failed run
                     self.errors += 1
                     row.append(None)
@@ -91,7 +110,7 @@ class Sampler:
                     energies.append(source.energy_j())
                 except Exception:
                     energies.append(None)
-            mark = Mark(label, time.time(), energies)
+            mark = Mark(label, self.now(), energies)
         self.marks.append(mark)
         return mark
 
@@ -140,7 +159,7 @@ class Sampler:
                     writer.writerow(
                         [f"{t:.4f}", name]
                         + [_fmt(r[c]) for c in SAMPLE_COLUMNS[2:-1]]
-                        + ["|".join(r["throttle_reasons"])]
+                        + ["|".join(r["throttle_reasons"] or [])]
                     )
                     rows += 1
         return rows
@@ -194,7 +213,8 @@ def window_stats(series: list[tuple[float, GpuReading]]) -> dict:
     """Power, clocks, temperature, utilisation and throttling over a window."""
     readings = [r for _, r in series]
     throttle: dict[str, float] = {}
-    for r in readings:
+    known = [r for r in readings if r.throttle_reasons is not None]  # read, and readable
+    for r in known:
         for reason in r.throttle_reasons:
             throttle[reason] = throttle.get(reason, 0) + 1
     n = len(readings)
@@ -207,5 +227,5 @@ def window_stats(series: list[tuple[float, GpuReading]]) -> dict:
         "temperature_c": summarize([r.temperature_c for r in readings]),
         "utilization_pct_mean": _mean([r.utilization_pct for r in readings]),
         "power_limit_w": _mean([r.power_limit_w for r in readings]),
-        "throttle_reasons": {k: v / n for k, v in sorted(throttle.items())} if n else {},
+        "throttle_reasons": {k: v / len(known) for k, v in sorted(throttle.items())} if known else {},
     }

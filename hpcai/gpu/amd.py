@@ -1,5 +1,10 @@
 """AMD GPUs through amdsmi (ROCm 6.3+ Python package).
 
+The amdsmi to use is the one the node's ROCm ships (ROCM_PATH, default
+/opt/rocm, under share/amd_smi): the package index's copy calls itself
+unofficial and binds symbols of one ROCm release at import. Importing it must
+print nothing on stdout (``info --json``), so its chatter is captured.
+
 amdsmi speaks whole watts (or the string "N/A") for power, µW for caps and a
 counter times a resolution in µJ for energy; everything leaving this module
 is in W and J. Devices are ordered as HIP numbers them (``cuda:N`` in
@@ -10,15 +15,36 @@ module-level lock.
 """
 from __future__ import annotations
 
+import contextlib
+import io
+import os
+import sys
 import threading
+from pathlib import Path
 
 from hpcai.errors import CapOutOfRangeError, DeviceError, PowerError, PowerPermissionError
 from hpcai.gpu.base import GpuDevice, GpuInfo, GpuLibrary, GpuReading, PowerLimits
 
 INSTALL_HINT = (
-    "install the amdsmi package that matches the node's ROCm (pip install 'hpcai[amd]'); "
-    "it needs ROCm's libamd_smi.so"
+    "install the amdsmi that ships with the node's ROCm: "
+    "pip install $ROCM_PATH/share/amd_smi (ROCM_PATH defaults to /opt/rocm)"
 )
+# The kernel's energy unit, 2^-16 J; the library reports a rounded 15.3 µJ
+# (rocm_smi kEnergyCounterResolution), 0.27% high.
+HARDWARE_RESOLUTION_UJ = 1e6 / 65536
+ROUNDED_RESOLUTION_UJ = 15.3
+# "Not available" as amdsmi passes it through: 0xFFFF up to ROCm 7.0,
+# UINT32_MAX from 7.1; no power (W), activity (%), temperature or clock is near.
+NA_MARKER_MIN = 0xFFFF
+# amdsmi_get_violation_status flags (1 active, 0 not, 255 unsupported) as
+# the names NVIDIA's reasons use where they mean the same.
+VIOLATIONS = {
+    "active_ppt_pwr": "sw_power_cap",  # PVIOL: package power tracking
+    "active_socket_thrm": "sw_thermal",  # TVIOL
+    "active_prochot_thrm": "hw_thermal",
+    "active_vr_thrm": "vr_thermal",
+    "active_hbm_thrm": "hbm_thermal",
+}
 
 _LOCK = threading.RLock()
 
@@ -47,6 +73,75 @@ def _number(value) -> float | None:
     return float(value)
 
 
+def _measure(value) -> float | None:
+    """A power, activity, temperature or clock: None for "N/A" and the
+    0xFFFF / 0xFFFFFFFF markers a wrapper did not translate."""
+    number = _number(value)
+    return None if number is None or number >= NA_MARKER_MIN else number
+
+
+def energy_resolution_uj(reported) -> float | None:
+    """The counter's unit: the hardware's 2^-16 J where the library rounds it."""
+    number = _number(reported)
+    if number is None:
+        return None
+    return HARDWARE_RESOLUTION_UJ if abs(number - ROUNDED_RESOLUTION_UJ) < 1e-3 else number
+
+
+def rocm_amdsmi_dir() -> Path | None:
+    """ROCm's own amdsmi package folder, when this node has ROCm."""
+    root = Path(os.environ.get("ROCM_PATH") or "/opt/rocm") / "share" / "amd_smi"
+    return root if (root / "amdsmi" / "__init__.py").is_file() else None
+
+
+def import_amdsmi():
+    """amdsmi, ROCm's copy first; DeviceError in one line when it cannot load.
+
+    Importing the package index's amdsmi without libamd_smi.so prints to
+    stdout, and one built for a newer ROCm fails binding a symbol the node's
+    library lacks (e.g. amdsmi_get_gpu_enumeration_info, ROCm 6.4+).
+    """
+    if "amdsmi" not in sys.modules:
+        rocm = rocm_amdsmi_dir()
+        if rocm is not None and str(rocm) not in sys.path:
+            sys.path.insert(0, str(rocm))
+    chatter = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(chatter):
+            import amdsmi  # lazy: importing hpcai.gpu must not need it
+    except AttributeError as exc:  # a C symbol the node's libamd_smi.so does not have
+        raise DeviceError(
+            f"the amdsmi Python package ({_where('amdsmi')}) does not match this node's "
+            f"libamd_smi.so ({exc})", INSTALL_HINT) from exc
+    except Exception as exc:  # ImportError, or OSError/KeyError without libamd_smi.so
+        said = " ".join(chatter.getvalue().split())
+        detail = f"{type(exc).__name__}: {exc}" + (f"; it said: {said}" if said else "")
+        raise DeviceError(f"amdsmi cannot be imported ({detail})", INSTALL_HINT) from exc
+    return amdsmi
+
+
+def python_package_origin(module) -> str:
+    """Where the imported amdsmi comes from: ROCm's copy, or elsewhere (a
+    mismatch risk when the node has ROCm's own)."""
+    path = Path(getattr(module, "__file__", "") or "").resolve()
+    rocm = rocm_amdsmi_dir()
+    if rocm is not None and rocm.resolve() in path.parents:
+        return f"ROCm's own ({rocm})"
+    where = str(path) if str(path) != "." else "unknown location"
+    return where + (f"; not ROCm's own at {rocm}: pip install {rocm}" if rocm is not None else "")
+
+
+def _where(name: str) -> str:
+    from importlib import metadata
+
+    try:
+        version = metadata.version(name)
+    except metadata.PackageNotFoundError:
+        version = "version unknown"
+    spec = sys.modules.get(name)
+    return f"{version}, {getattr(spec, '__file__', None) or 'location unknown'}"
+
+
 def _error_code(exc) -> int | None:
     code = getattr(exc, "err_code", None)
     if code is None and hasattr(exc, "get_error_code"):
@@ -59,10 +154,7 @@ class AmdLibrary(GpuLibrary):
 
     def __init__(self, amdsmi=None):
         if amdsmi is None:
-            try:
-                import amdsmi  # lazy: importing hpcai.gpu must not need it
-            except Exception as exc:  # ImportError, or OSError/KeyError without libamd_smi.so
-                raise DeviceError(f"amdsmi cannot be imported: {exc}", INSTALL_HINT) from exc
+            amdsmi = import_amdsmi()
         self._amdsmi = amdsmi
         try:
             _call(amdsmi.amdsmi_init)
@@ -88,6 +180,8 @@ class AmdLibrary(GpuLibrary):
             self._devices = [AmdDevice(self, h, i) for i, h in enumerate(ordered)]
         return list(self._devices)
 
+    inaccessible: list = []  # amdsmi lists only the GPUs this process can open
+
     def _hip_order(self, handles: list) -> list:
         """Sort handles by HIP id (ROCm 6.4+); keep enumeration order if any is unknown."""
         fn = getattr(self._amdsmi, "amdsmi_get_gpu_enumeration_info", None)
@@ -108,7 +202,7 @@ class AmdLibrary(GpuLibrary):
 
     def versions(self) -> dict[str, str]:
         amdsmi = self._amdsmi
-        out: dict[str, str] = {}
+        out: dict[str, str] = {"amdsmi_python": python_package_origin(amdsmi)}
         try:
             v = _call(amdsmi.amdsmi_get_lib_version)
             out["amdsmi"] = ".".join(str(v[k]) for k in ("major", "minor", "release") if k in v)
@@ -138,6 +232,15 @@ class AmdDevice(GpuDevice):
         self._handle = handle
         self.index = index
         self._info: GpuInfo | None = None
+        self.failures: dict[str, str] = {}
+
+    def _optional(self, name: str, *args):
+        """A metric that may fail alone (BUSY, RETRY, ...): None, never the reading."""
+        try:
+            return self._get(name, *args)
+        except DeviceError as exc:
+            self.failures[name] = exc.message
+            return None
 
     def _get(self, name: str, *args):
         """Call amdsmi; NOT_SUPPORTED -> None, other failures -> DeviceError."""
@@ -156,24 +259,28 @@ class AmdDevice(GpuDevice):
 
     def info(self) -> GpuInfo:
         if self._info is None:
-            asic = self._get("amdsmi_get_gpu_asic_info") or {}
-            total = self._get("amdsmi_get_gpu_memory_total", self._amdsmi.AmdSmiMemoryType.VRAM)
-            bdf = self._get("amdsmi_get_gpu_device_bdf")
+            asic = self._optional("amdsmi_get_gpu_asic_info") or {}
+            total = self._optional("amdsmi_get_gpu_memory_total", self._amdsmi.AmdSmiMemoryType.VRAM)
+            bdf = self._optional("amdsmi_get_gpu_device_bdf")
+            enumeration = self._optional("amdsmi_get_gpu_enumeration_info") or {}
+            hip_uuid = enumeration.get("hip_uuid")
             self._info = GpuInfo(
                 index=self.index,
                 vendor="amd",
                 name=str(asic.get("market_name", "AMD GPU")),
                 uuid=str(self._get("amdsmi_get_gpu_device_uuid")),
-                memory_total_bytes=int(total or 0),
+                memory_total_bytes=int(_number(total) or 0),
                 pci_bus_id=None if bdf is None else str(bdf),
+                # ROCr names GPUs "GPU-<16 hex>", not by amdsmi's UUID (ROCm 6.4 changelog).
+                visible_id=hip_uuid if isinstance(hip_uuid, str) and hip_uuid.startswith("GPU-") else None,
             )
         return self._info
 
     def _clock(self, kind) -> float | None:
-        info = self._get("amdsmi_get_clock_info", kind)
+        info = self._optional("amdsmi_get_clock_info", kind)
         if not info:
             return None
-        return _number(info.get("clk", info.get("cur_clk")))  # "cur_clk" before ROCm 6.2
+        return _measure(info.get("clk", info.get("cur_clk")))  # "cur_clk" before ROCm 6.2
 
     def _temperature(self) -> float | None:
         types = self._amdsmi.AmdSmiTemperatureType
@@ -183,40 +290,88 @@ class AmdDevice(GpuDevice):
             sensor = getattr(types, name, None)
             if sensor is None:
                 continue
-            value = _number(self._get("amdsmi_get_temp_metric", sensor, metric))
+            value = _measure(self._optional("amdsmi_get_temp_metric", sensor, metric))
             if value is not None:
                 return value
         return None
 
+    @staticmethod
+    def _socket_power(table: dict) -> tuple[float | None, str | None]:
+        power_w, source = _measure(table.get("current_socket_power")), "instant"
+        if power_w is None:  # MI200/MI210: only the average
+            power_w, source = _measure(table.get("average_socket_power")), "average"
+        return power_w, source if power_w is not None else None
+
+    def power_fields(self) -> dict[str, float | None]:
+        info = self._optional("amdsmi_get_power_info") or {}
+        return {"instant": _measure(info.get("current_socket_power")),
+                "average": _measure(info.get("average_socket_power"))}
+
+    def read_power(self) -> GpuReading:
+        """One read of the GPU metrics table per tick, where the library has it
+        (power_info and energy_count each re-read that table)."""
+        table = None
+        if hasattr(self._amdsmi, "amdsmi_get_gpu_metrics_info"):
+            table = self._optional("amdsmi_get_gpu_metrics_info")
+        if table:
+            power_w, source = self._socket_power(table)
+            ticks = _number(table.get("energy_accumulator"))
+            energy = None if ticks is None else ticks * HARDWARE_RESOLUTION_UJ / 1e6
+            if power_w is not None or energy is not None:
+                return GpuReading(power_w=power_w, power_source=source, energy_j=energy,
+                                  throttle_reasons=None)
+        return self._read_power_calls()
+
+    def _read_power_calls(self) -> GpuReading:
+        failures = []
+        try:
+            power_w, source = self._socket_power(self._get("amdsmi_get_power_info") or {})
+        except DeviceError as exc:
+            power_w, source = None, None
+            failures.append(exc.message)
+        try:
+            energy = self.energy_j()
+        except DeviceError as exc:
+            energy = None
+            failures.append(exc.message)
+        if power_w is None and energy is None and failures:
+            raise DeviceError(f"GPU {self.index}: {'; '.join(failures)}")
+        return GpuReading(power_w=power_w, power_source=source, energy_j=energy, throttle_reasons=None)
+
     def read(self) -> GpuReading:
         amdsmi = self._amdsmi
-        power = self._get("amdsmi_get_power_info") or {}
-        power_w, source = _number(power.get("current_socket_power")), "instant"
-        if power_w is None:  # MI200/MI210: only the average
-            power_w, source = _number(power.get("average_socket_power")), "average"
-        activity = self._get("amdsmi_get_gpu_activity") or {}
-        used = self._get("amdsmi_get_gpu_memory_usage", amdsmi.AmdSmiMemoryType.VRAM)
-        caps = self._get("amdsmi_get_power_cap_info") or {}
+        reading = self._read_power_calls()
+        activity = self._optional("amdsmi_get_gpu_activity") or {}
+        used = self._optional("amdsmi_get_gpu_memory_usage", amdsmi.AmdSmiMemoryType.VRAM)
+        caps = self._optional("amdsmi_get_power_cap_info") or {}
         cap_uw = _number(caps.get("power_cap"))
-        return GpuReading(
-            power_w=power_w,
-            power_source=source if power_w is not None else None,
-            energy_j=self.energy_j(),
-            sm_clock_mhz=self._clock(amdsmi.AmdSmiClkType.GFX),
-            memory_clock_mhz=self._clock(amdsmi.AmdSmiClkType.MEM),
-            temperature_c=self._temperature(),
-            utilization_pct=_number(activity.get("gfx_activity")),
-            memory_used_bytes=None if _number(used) is None else int(used),
-            power_limit_w=None if cap_uw is None else cap_uw / 1e6,
-            throttle_reasons=[],  # amdsmi has no NVML-like reason mask
-        )
+        reading.sm_clock_mhz = self._clock(amdsmi.AmdSmiClkType.GFX)
+        reading.memory_clock_mhz = self._clock(amdsmi.AmdSmiClkType.MEM)
+        reading.temperature_c = self._temperature()
+        reading.utilization_pct = _measure(activity.get("gfx_activity"))
+        reading.memory_used_bytes = None if _number(used) is None else int(used)
+        reading.power_limit_w = None if cap_uw is None else cap_uw / 1e6
+        reading.throttle_reasons = self._throttle()
+        return reading
+
+    def _throttle(self) -> list[str] | None:
+        """From amdsmi_get_violation_status; None (unknown) where it is missing."""
+        status = None
+        if hasattr(self._amdsmi, "amdsmi_get_violation_status"):
+            status = self._optional("amdsmi_get_violation_status")
+        if not status:
+            return None
+        known = {key: status.get(key) for key in VIOLATIONS if status.get(key) in (0, 1)}
+        if not known:
+            return None
+        return [VIOLATIONS[key] for key, active in known.items() if active == 1]
 
     def energy_j(self) -> float | None:
         count = self._get("amdsmi_get_energy_count")
         if not count:
             return None
         ticks = _number(count.get("energy_accumulator", count.get("power")))  # "power" before 6.2.1
-        resolution = _number(count.get("counter_resolution"))
+        resolution = energy_resolution_uj(count.get("counter_resolution"))
         if ticks is None or resolution is None:
             return None
         return ticks * resolution / 1e6  # µJ -> J

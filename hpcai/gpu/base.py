@@ -19,6 +19,11 @@ class GpuInfo:
     uuid: str
     memory_total_bytes: int
     pci_bus_id: str | None = None
+    # What the workload's CUDA_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES names it by:
+    # the UUID on NVIDIA, ROCr's "GPU-<16 hex>" on AMD (None: use the index).
+    visible_id: str | None = None
+    mig_enabled: bool = False  # NVIDIA MIG: power and energy are the whole GPU's
+    mig_uuids: tuple = ()  # the GPU's MIG devices ("MIG-...")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -49,7 +54,8 @@ class GpuReading:
     utilization_pct: float | None = None
     memory_used_bytes: int | None = None
     power_limit_w: float | None = None
-    throttle_reasons: list[str] = field(default_factory=list)
+    # None: not read this tick, or the device cannot say (not "never throttled").
+    throttle_reasons: list[str] | None = field(default_factory=list)
 
 
 class GpuDevice(abc.ABC):
@@ -60,7 +66,19 @@ class GpuDevice(abc.ABC):
 
     @abc.abstractmethod
     def read(self) -> GpuReading:
-        """Everything the sampler records, in one call."""
+        """Everything the sampler records, in one call. Only power and energy
+        are essential: another metric that fails is None."""
+
+    def read_power(self) -> GpuReading:
+        """Power and energy only: what the sampler reads on every tick."""
+        return self.read()
+
+    def power_fields(self) -> dict[str, float | None]:
+        """Each power reading the device offers, in W: {"instant": .., "average": ..}
+        (None where it has none). For `hpcai-launch selftest`."""
+        reading = self.read_power()
+        return {"instant": reading.power_w if reading.power_source == "instant" else None,
+                "average": reading.power_w if reading.power_source == "average" else None}
 
     @abc.abstractmethod
     def energy_j(self) -> float | None:
@@ -78,6 +96,9 @@ class GpuLibrary(abc.ABC):
     """A vendor management library, initialised once per process."""
 
     vendor: str = ""
+    # GPUs the library counts but this process may not use (another job's, lost):
+    # [{"index": int, "reason": str}].
+    inaccessible: list = []
 
     @abc.abstractmethod
     def devices(self) -> list[GpuDevice]: ...

@@ -2,7 +2,9 @@
 
 NVML speaks mW and mJ; everything leaving this module is in W and J. Device
 index is the NVML index, which enumerates in PCI bus order and ignores
-CUDA_VISIBLE_DEVICES (map to ``cuda:N`` by UUID, not by position).
+CUDA_VISIBLE_DEVICES (map to ``cuda:N`` by UUID, not by position). NVML counts
+every GPU of the node; under a Slurm job with cgroup device constraint the
+others refuse their handles, and are listed in ``inaccessible``.
 """
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ THROTTLE_BITS = {
     0x40: "hw_thermal",
     0x80: "hw_power_brake",
     0x100: "display_clocks",
+    0x200: "board_limit",  # nvmlClocksThrottleReasonBoardLimit (pynvml.py:2225)
+    0x400: "reliability",  # nvmlClocksThrottleReasonReliability (pynvml.py:2226)
 }
 
 # nvmlValueType_t -> member of the c_nvmlValue_t union.
@@ -59,17 +63,27 @@ class NvidiaLibrary(GpuLibrary):
             ) from exc
         self._open = True
         self._devices: list[NvidiaDevice] | None = None
+        self.inaccessible: list[dict] = []
 
     def devices(self) -> list[NvidiaDevice]:
+        """The GPUs this process may open; the others go to ``inaccessible``."""
         if self._devices is None:
             nvml = self._nvml
             try:
                 count = nvml.nvmlDeviceGetCount()
-                self._devices = [
-                    NvidiaDevice(nvml, nvml.nvmlDeviceGetHandleByIndex(i), i) for i in range(count)
-                ]
             except nvml.NVMLError as exc:
-                raise DeviceError(f"NVML failed to list GPUs: {exc}") from exc
+                raise DeviceError(f"NVML failed to count GPUs: {exc}") from exc
+            devices, skipped = [], []
+            for i in range(count):
+                try:
+                    handle = nvml.nvmlDeviceGetHandleByIndex(i)
+                    uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+                except nvml.NVMLError as exc:
+                    # NoPermission: outside this job's cgroup; GpuIsLost: a failed GPU.
+                    skipped.append({"index": i, "reason": str(exc)})
+                    continue
+                devices.append(NvidiaDevice(nvml, handle, i, uuid))
+            self._devices, self.inaccessible = devices, skipped
         return list(self._devices)
 
     def versions(self) -> dict[str, str]:
@@ -101,16 +115,19 @@ class NvidiaLibrary(GpuLibrary):
 
 
 class NvidiaDevice(GpuDevice):
-    def __init__(self, nvml, handle, index: int):
+    def __init__(self, nvml, handle, index: int, uuid: str | None = None):
         self._nvml = nvml
         self._handle = handle
         self.index = index
+        self._uuid = uuid
         self._info: GpuInfo | None = None
         # Codes that mean "this GPU or driver cannot tell": a field becomes None.
         self._unsupported = {
             getattr(nvml, "NVML_ERROR_NOT_SUPPORTED", 3),
             getattr(nvml, "NVML_ERROR_FUNCTION_NOT_FOUND", 13),
         }
+        self.failures: dict[str, str] = {}  # optional metric -> its last error
+        self._essential_failures: list[str] = []
 
     # -- helpers ------------------------------------------------------------
     def _call(self, name: str, *args):
@@ -125,6 +142,15 @@ class NvidiaDevice(GpuDevice):
                 return None
             raise DeviceError(f"NVML {name} failed on GPU {self.index}: {exc}") from exc
 
+    def _optional(self, name: str, *args):
+        """A metric that may fail alone (NoPermission in a MIG container,
+        Timeout, ...): None, remembered in ``failures``, never the whole reading."""
+        try:
+            return self._call(name, *args)
+        except DeviceError as exc:
+            self.failures[name] = exc.message
+            return None
+
     @staticmethod
     def _w(mw) -> float | None:
         return None if mw is None else mw / 1000.0
@@ -132,23 +158,44 @@ class NvidiaDevice(GpuDevice):
     # -- GpuDevice ------------------------------------------------------------
     def info(self) -> GpuInfo:
         if self._info is None:
-            memory = self._call("nvmlDeviceGetMemoryInfo")
-            pci = self._call("nvmlDeviceGetPciInfo")
+            memory = self._optional("nvmlDeviceGetMemoryInfo")
+            pci = self._optional("nvmlDeviceGetPciInfo")
+            name = self._optional("nvmlDeviceGetName")
+            uuid = self._uuid or _text(self._call("nvmlDeviceGetUUID"))
+            mig = self._mig_uuids()
             self._info = GpuInfo(
                 index=self.index,
                 vendor="nvidia",
-                name=_text(self._call("nvmlDeviceGetName")),
-                uuid=_text(self._call("nvmlDeviceGetUUID")),
+                name=_text(name) if name is not None else "NVIDIA GPU",
+                uuid=uuid,
                 memory_total_bytes=int(memory.total) if memory is not None else 0,
                 pci_bus_id=_text(pci.busId) if pci is not None else None,
+                visible_id=uuid,
+                mig_enabled=mig is not None,
+                mig_uuids=tuple(mig or ()),
             )
         return self._info
+
+    def _mig_uuids(self) -> list[str] | None:
+        """None when MIG is off; else the UUIDs of the GPU's MIG devices."""
+        nvml = self._nvml
+        mode = self._optional("nvmlDeviceGetMigMode")
+        if not mode or mode[0] != getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1):
+            return None
+        uuids = []
+        for slot in range(self._optional("nvmlDeviceGetMaxMigDeviceCount") or 0):
+            try:
+                mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(self._handle, slot)
+                uuids.append(_text(nvml.nvmlDeviceGetUUID(mig)))
+            except nvml.NVMLError:
+                continue  # an empty slot (NotFound)
+        return uuids
 
     def _power(self) -> tuple[float | None, str | None]:
         nvml = self._nvml
         field = getattr(nvml, "NVML_FI_DEV_POWER_INSTANT", None)
         if field is not None:
-            values = self._call("nvmlDeviceGetFieldValues", [field])
+            values = self._optional("nvmlDeviceGetFieldValues", [field])
             # Each field carries its own return code; a failed one holds garbage.
             if values and values[0].nvmlReturn == getattr(nvml, "NVML_SUCCESS", 0):
                 member = _VALUE_MEMBERS.get(values[0].valueType, "uiVal")
@@ -158,33 +205,85 @@ class NvidiaDevice(GpuDevice):
             return average / 1000.0, "average"
         return None, None
 
-    def _throttle(self) -> list[str]:
-        name = "nvmlDeviceGetCurrentClocksEventReasons"
-        if not hasattr(self._nvml, name):
-            name = "nvmlDeviceGetCurrentClocksThrottleReasons"  # nvidia-ml-py < 12.535
-        mask = self._call(name)
-        return decode_throttle_reasons(int(mask)) if mask is not None else []
+    def power_fields(self) -> dict[str, float | None]:
+        nvml = self._nvml
+        instant = None
+        field = getattr(nvml, "NVML_FI_DEV_POWER_INSTANT", None)
+        values = self._optional("nvmlDeviceGetFieldValues", [field]) if field is not None else None
+        if values and values[0].nvmlReturn == getattr(nvml, "NVML_SUCCESS", 0):
+            instant = getattr(values[0].value, _VALUE_MEMBERS.get(values[0].valueType, "uiVal")) / 1000.0
+        return {"instant": instant, "average": self._w(self._optional("nvmlDeviceGetPowerUsage"))}
+
+    def _first_present(self, names: tuple[str, ...], *args):
+        """The first of several names for one query that the driver has: a symbol
+        the driver lacks raises FunctionNotFound, the cue to try the next."""
+        nvml = self._nvml
+        missing = getattr(nvml, "NVML_ERROR_FUNCTION_NOT_FOUND", 13)
+        for name in names:
+            fn = getattr(nvml, name, None)
+            if fn is None:
+                continue
+            try:
+                return fn(self._handle, *args)
+            except nvml.NVMLError as exc:
+                if getattr(exc, "value", None) == missing:
+                    continue
+                if getattr(exc, "value", None) not in self._unsupported:
+                    self.failures[name] = str(exc)
+                return None
+        return None
+
+    def _throttle(self) -> list[str] | None:
+        # The older name is deprecated (pynvml.py:4664) but is all a pre-R535 driver has.
+        mask = self._first_present(("nvmlDeviceGetCurrentClocksEventReasons",
+                                    "nvmlDeviceGetCurrentClocksThrottleReasons"))
+        return decode_throttle_reasons(int(mask)) if mask is not None else None
+
+    def _temperature(self) -> float | None:
+        # nvmlDeviceGetTemperature "will be removed in CUDA 14.0" (pynvml.py:3875).
+        sensor = getattr(self._nvml, "NVML_TEMPERATURE_GPU", 0)
+        temp = self._first_present(("nvmlDeviceGetTemperatureV", "nvmlDeviceGetTemperature"), sensor)
+        return None if temp is None else float(temp)
+
+    def read_power(self) -> GpuReading:
+        power_w, source = self._power_or_none()
+        energy = self._energy_or_none()
+        if power_w is None and energy is None and self._essential_failures:
+            raise DeviceError(f"GPU {self.index}: {'; '.join(self._essential_failures)}")
+        return GpuReading(power_w=power_w, power_source=source, energy_j=energy, throttle_reasons=None)
 
     def read(self) -> GpuReading:
         nvml = self._nvml
-        power_w, source = self._power()
-        memory = self._call("nvmlDeviceGetMemoryInfo")
-        util = self._call("nvmlDeviceGetUtilizationRates")
-        temp = self._call("nvmlDeviceGetTemperature", getattr(nvml, "NVML_TEMPERATURE_GPU", 0))
-        sm = self._call("nvmlDeviceGetClockInfo", nvml.NVML_CLOCK_SM)
-        mem = self._call("nvmlDeviceGetClockInfo", nvml.NVML_CLOCK_MEM)
-        return GpuReading(
-            power_w=power_w,
-            power_source=source,
-            energy_j=self.energy_j(),
-            sm_clock_mhz=None if sm is None else float(sm),
-            memory_clock_mhz=None if mem is None else float(mem),
-            temperature_c=None if temp is None else float(temp),
-            utilization_pct=None if util is None else float(util.gpu),
-            memory_used_bytes=None if memory is None else int(memory.used),
-            power_limit_w=self._w(self._call("nvmlDeviceGetEnforcedPowerLimit")),
-            throttle_reasons=self._throttle(),
-        )
+        reading = self.read_power()
+        memory = self._optional("nvmlDeviceGetMemoryInfo")
+        util = self._optional("nvmlDeviceGetUtilizationRates")
+        sm = self._optional("nvmlDeviceGetClockInfo", nvml.NVML_CLOCK_SM)
+        mem = self._optional("nvmlDeviceGetClockInfo", nvml.NVML_CLOCK_MEM)
+        reading.sm_clock_mhz = None if sm is None else float(sm)
+        reading.memory_clock_mhz = None if mem is None else float(mem)
+        reading.temperature_c = self._temperature()
+        reading.utilization_pct = None if util is None else float(util.gpu)
+        reading.memory_used_bytes = None if memory is None else int(memory.used)
+        reading.power_limit_w = self._w(self._optional("nvmlDeviceGetEnforcedPowerLimit"))
+        reading.throttle_reasons = self._throttle()
+        return reading
+
+    # Power and energy are essential: each is read on its own, and a reading
+    # fails only when both do.
+    def _power_or_none(self) -> tuple[float | None, str | None]:
+        self._essential_failures = []
+        try:
+            return self._power()
+        except DeviceError as exc:
+            self._essential_failures.append(exc.message)
+            return None, None
+
+    def _energy_or_none(self) -> float | None:
+        try:
+            return self.energy_j()
+        except DeviceError as exc:
+            self._essential_failures.append(exc.message)
+            return None
 
     def energy_j(self) -> float | None:
         return self._w(self._call("nvmlDeviceGetTotalEnergyConsumption"))  # mJ -> J

@@ -173,6 +173,9 @@ class CapSession:
             self.gpus[i]["enforced_w"] = lim.enforced_w
             if abs(lim.current_w - self.cap_w) > self.tolerance_w:
                 wrong.append(f"GPU {i} reads {lim.current_w:g} W")
+            # What the GPU holds to: a BMC or site limiter may enforce less than was set.
+            elif lim.enforced_w is not None and abs(lim.enforced_w - self.cap_w) > self.tolerance_w:
+                wrong.append(f"GPU {i} enforces {lim.enforced_w:g} W")
         if wrong:
             raise CapNotAppliedError(
                 f"the cap of {self.cap_w:g} W did not take effect: {'; '.join(wrong)}",

@@ -28,7 +28,15 @@ _fgs = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_fgs)
 
 CALL_DELAY_S = 0.0
-COUNTER_RESOLUTION_UJ = 15.259
+# The counter ticks in the hardware's unit, 2^-16 J = 15.2587890625 µJ (rocm-smi
+# prints "energy_accumulator (15.259uJ (2^-16))"), but the library reports the
+# rounded resolution rocm_smi hard-codes, kEnergyCounterResolution = 15.3F
+# (rocm_smi.cc; seen as 15.3000001907 in AMDResearch/hpcfund#21).
+HARDWARE_RESOLUTION_UJ = 1e6 / 65536
+COUNTER_RESOLUTION_UJ = 15.3
+
+# Calls made, by function name: the bench and the sampler-cost tests count them.
+CALLS: dict[str, int] = {}
 
 # Status codes; hpcai resolves them by name (values differ between releases).
 amdsmi_wrapper = SimpleNamespace(
@@ -130,6 +138,7 @@ class _Handle:
 def _exclusive(fn):
     @wraps(fn)
     def wrapper(*args, **kwargs):
+        CALLS[fn.__name__] = CALLS.get(fn.__name__, 0) + 1
         if not _busy.acquire(blocking=False):
             raise RuntimeError(f"fake amdsmi: {fn.__name__} called while another thread is inside amdsmi")
         try:
@@ -165,7 +174,18 @@ def _dev(handle, feature: str | None = None) -> dict:
     dev = _amd(_state())[handle.position]
     if feature and feature in dev.get("not_supported", []):
         raise AmdSmiLibraryException(amdsmi_wrapper.AMDSMI_STATUS_NOT_SUPPORTED)
+    if feature and feature in dev.get("errors", {}):
+        # e.g. AMDSMI_STATUS_BUSY (30), RETRY (9) on a single query (amdsmi_wrapper.py)
+        raise AmdSmiLibraryException(int(dev["errors"][feature]))
     return dev
+
+
+def _na() -> object:
+    """How an unsupported value arrives. amdsmi 7.0.2 maps only 0xFFFF to "N/A"
+    (amdsmi_interface.py:2913 power_info, :2343 gpu_activity); ROCm 7.1's
+    library sets "unsupported struct members ... to UINT32_MAX" (7.1.1 docs),
+    which that wrapper passes through as 4294967295."""
+    return _state().get("amd_na_value", "N/A")
 
 
 def _uw(watts: float) -> int:
@@ -207,7 +227,9 @@ def amdsmi_get_gpu_enumeration_info(handle):
         "drm_card": handle.position,
         "hsa_id": 10 + handle.position,
         "hip_id": dev["hip_id"],
-        "hip_uuid": f"GPU-{dev['uuid'][:16]}",
+        # ROCr's form, not amdsmi's: `amd-smi list -e` shows both, UUID
+        # "XXXXXXXX-XXXX-..." and HIP_UUID "GPU-XXXXXXXXXXXXXXXX" (ROCm 6.4 changelog).
+        "hip_uuid": "GPU-" + dev["uuid"].replace("-", "")[:16],
     }
 
 
@@ -266,14 +288,14 @@ def amdsmi_get_power_info(handle, sensor_ind=0):
         "power_limit": int(dev["current_limit_w"]),
     }
     for key in dev.get("na_fields", []):
-        info[key] = "N/A"
+        info[key] = _na()
     return info
 
 
 @_exclusive
 def amdsmi_get_energy_count(handle):
     dev = _dev(handle, "energy")
-    ticks = int(_fgs.energy_mj(dev) * 1000.0 / COUNTER_RESOLUTION_UJ)
+    ticks = int(_fgs.energy_mj(dev) * 1000.0 / HARDWARE_RESOLUTION_UJ)
     key = "power" if dev.get("legacy_energy_key") else "energy_accumulator"
     return {key: ticks, "counter_resolution": COUNTER_RESOLUTION_UJ, "timestamp": time.time_ns()}
 
@@ -302,7 +324,55 @@ def amdsmi_get_temp_metric(handle, sensor_type, metric):
 @_exclusive
 def amdsmi_get_gpu_activity(handle):
     dev = _dev(handle, "utilization")
-    return {"gfx_activity": int(dev["utilization_pct"]), "umc_activity": 0, "mm_activity": "N/A"}
+    gfx = _na() if "gfx_activity" in dev.get("na_fields", []) else int(dev["utilization_pct"])
+    return {"gfx_activity": gfx, "umc_activity": 0, "mm_activity": "N/A"}
+
+
+@_exclusive
+def amdsmi_get_violation_status(handle):
+    """Exported in amdsmi 7.0.2; active_* are 1 (active) / 0, UINT8_MAX when
+    unsupported (amdsmi.h amdsmi_violation_status_t). PVIOL = active_ppt_pwr,
+    TVIOL = active_socket_thrm ("Added TVIOL_ACTIVE", ROCm 6.4). Derived here
+    from the NVML-style throttle mask: 0x4 power cap, 0x20 thermal, 0x40 prochot."""
+    dev = _dev(handle, "violation")
+    mask = int(dev.get("throttle_reasons", 0))
+    status = {
+        "active_prochot_thrm": int(bool(mask & 0x40)),
+        "active_ppt_pwr": int(bool(mask & 0x4)),
+        "active_socket_thrm": int(bool(mask & 0x20)),
+        "active_vr_thrm": 0,
+        "active_hbm_thrm": 0,
+        "per_ppt_pwr": 100 if mask & 0x4 else 0,
+        "per_socket_thrm": 100 if mask & 0x20 else 0,
+    }
+    status.update(dev.get("violation", {}))
+    return status
+
+
+@_exclusive
+def amdsmi_get_gpu_metrics_info(handle):
+    """The GPU metrics table (one read of the kernel's gpu_metrics file):
+    current_socket_power in W, energy_accumulator in the hardware's 15.259 µJ
+    ticks, temperatures in °C, clocks in MHz (amdsmi_interface.py
+    amdsmi_get_gpu_metrics_info; unsupported members read "N/A")."""
+    dev = _dev(handle, "gpu_metrics")
+    watts = int(round(_fgs.reported_power_w(dev)))
+    table = {
+        "current_socket_power": watts,
+        "average_socket_power": watts,
+        "energy_accumulator": int(_fgs.energy_mj(dev) * 1000.0 / HARDWARE_RESOLUTION_UJ),
+        "temperature_hotspot": int(dev["temperature_c"]),
+        "temperature_edge": int(dev["temperature_c"]) - 5,
+        "average_gfx_activity": int(dev["utilization_pct"]),
+        "current_gfxclk": int(dev["sm_clock_mhz"]),
+        "current_uclk": int(dev["memory_clock_mhz"]),
+    }
+    for key in dev.get("na_fields", []):
+        if key in table:
+            table[key] = _na()
+    if "energy" in dev.get("not_supported", []):
+        table["energy_accumulator"] = "N/A"
+    return table
 
 
 # --- power caps (µW) --------------------------------------------------------------------

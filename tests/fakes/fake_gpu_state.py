@@ -35,6 +35,13 @@ State file schema (format 1)::
         "legacy_energy_key": false,          # amdsmi < 6.2.1: counter under key "power"
         "legacy_clock_key": false,           # older amdsmi: clock under "cur_clk", not "clk"
         "hip_id": int | null,                # amdsmi enumeration hip_id (null: call fails)
+        "inaccessible": null | "no_permission" | "gpu_is_lost",  # NVML handle fails (cgroup)
+        "errors": {feature: int},            # a metric fails with this NVML code / amdsmi status
+        "mig": null | ["MIG-..."],           # MIG mode on, with these MIG device UUIDs
+        "enforced_limit_w": float | null,    # a BMC/site limit below the set limit
+        "energy_frozen": false,              # the counter stops (ROCm/amdsmi#38)
+        "energy_step_mj": float,             # added to the counter (negative: runs backwards)
+        "violation": {key: int},             # amdsmi_get_violation_status overrides
         "set_log": [{"watts": float, "t": float, "result": "ok"|"denied"|"ignored"|"invalid"}]
       } ]
     }
@@ -47,7 +54,13 @@ alters the reported power first folds the energy up to now.
 Feature names for ``not_supported``: "power_instant", "power_average",
 "energy", "sm_clock", "memory_clock", "temperature", "temperature_hotspot",
 "utilization", "memory_used", "throttle", "enforced_limit", "default_limit",
-"constraints", "current_limit", "set_limit", "cuda_version", "power_cap_info".
+"constraints", "current_limit", "set_limit", "cuda_version", "power_cap_info",
+"field_values", "mig", "violation", "gpu_metrics".
+
+Top-level keys: "removed_functions" (NVML symbols the driver lacks: calls raise
+FunctionNotFound), "amd_na_value" (what amdsmi reports for an unsupported
+field: "N/A" by default; 0xFFFF or 0xFFFFFFFF as some wrapper/library pairs
+pass through, see amdsmi.py).
 
 Helpers: ``make_devices``, ``write_state``, ``read_state``, ``update_device``,
 ``load_fake_module`` (load a fake under its real name without putting this
@@ -150,13 +163,26 @@ def read_state(path) -> dict:
         return json.load(f)
 
 
+def enforced_limit_w(dev: dict) -> float:
+    """The limit in force: the set one, or a lower out-of-band (BMC/site) one."""
+    other = dev.get("enforced_limit_w")
+    return float(dev["current_limit_w"] if other is None else min(other, dev["current_limit_w"]))
+
+
 def reported_power_w(dev: dict) -> float:
     if dev.get("ignores_cap"):
         return float(dev["power_draw_w"])
-    return float(min(dev["power_draw_w"], dev["current_limit_w"]))
+    return float(min(dev["power_draw_w"], enforced_limit_w(dev)))
 
 
 def energy_mj(dev: dict, now: float | None = None) -> float:
+    """What the counter reads: a frozen counter stays where it stopped."""
+    return _true_energy_mj(dev, now) + float(dev.get("energy_step_mj", 0.0))
+
+
+def _true_energy_mj(dev: dict, now: float | None = None) -> float:
+    if dev.get("energy_frozen"):
+        return dev["energy_mj"]
     now = time.time() if now is None else now
     return dev["energy_mj"] + max(0.0, now - dev["energy_t"]) * reported_power_w(dev) * 1000.0
 
@@ -164,7 +190,7 @@ def energy_mj(dev: dict, now: float | None = None) -> float:
 def fold_energy(dev: dict, now: float | None = None) -> None:
     """Bring the stored counter up to now before the reported power changes."""
     now = time.time() if now is None else now
-    dev["energy_mj"] = energy_mj(dev, now)
+    dev["energy_mj"] = _true_energy_mj(dev, now)
     dev["energy_t"] = now
 
 

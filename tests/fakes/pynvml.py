@@ -32,6 +32,7 @@ NVML_ERROR_NO_PERMISSION = 4
 NVML_ERROR_ALREADY_INITIALIZED = 5
 NVML_ERROR_NOT_FOUND = 6
 NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_ERROR_TIMEOUT = 10
 NVML_ERROR_LIBRARY_NOT_FOUND = 12
 NVML_ERROR_FUNCTION_NOT_FOUND = 13
 NVML_ERROR_GPU_IS_LOST = 15
@@ -50,6 +51,10 @@ NVML_VALUE_TYPE_SIGNED_LONG_LONG = 4
 
 NVML_FI_DEV_POWER_INSTANT = 186
 
+NVML_DEVICE_MIG_DISABLE = 0x0
+NVML_DEVICE_MIG_ENABLE = 0x1  # nvidia-ml-py 13.615.71 pynvml.py:2795
+nvmlTemperature_v1 = 0x100000C  # pynvml.py:3858
+
 nvmlClocksEventReasonGpuIdle = 0x1
 nvmlClocksEventReasonApplicationsClocksSetting = 0x2
 nvmlClocksEventReasonSwPowerCap = 0x4
@@ -58,6 +63,10 @@ nvmlClocksEventReasonSyncBoost = 0x10
 nvmlClocksEventReasonSwThermalSlowdown = 0x20
 nvmlClocksEventReasonHwThermalSlowdown = 0x40
 nvmlClocksEventReasonHwPowerBrakeSlowdown = 0x80
+nvmlClocksEventReasonDisplayClockSetting = 0x100
+# Newer drivers also report these (pynvml.py:2225-2226, the ThrottleReason names).
+nvmlClocksThrottleReasonBoardLimit = 0x200
+nvmlClocksThrottleReasonReliability = 0x400
 
 
 # --- errors: NVMLError(value) returns the matching subclass, as in pynvml ---
@@ -85,6 +94,7 @@ _MESSAGES = {
     NVML_ERROR_NOT_SUPPORTED: "Not Supported",
     NVML_ERROR_NO_PERMISSION: "Insufficient Permissions",
     NVML_ERROR_DRIVER_NOT_LOADED: "Driver Not Loaded",
+    NVML_ERROR_TIMEOUT: "Timeout",
     NVML_ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
     NVML_ERROR_FUNCTION_NOT_FOUND: "Function Not Found",
     NVML_ERROR_GPU_IS_LOST: "GPU is lost",
@@ -110,6 +120,7 @@ NVMLError_InvalidArgument = _error_class("NVMLError_InvalidArgument", NVML_ERROR
 NVMLError_NotSupported = _error_class("NVMLError_NotSupported", NVML_ERROR_NOT_SUPPORTED)
 NVMLError_NoPermission = _error_class("NVMLError_NoPermission", NVML_ERROR_NO_PERMISSION)
 NVMLError_DriverNotLoaded = _error_class("NVMLError_DriverNotLoaded", NVML_ERROR_DRIVER_NOT_LOADED)
+NVMLError_Timeout = _error_class("NVMLError_Timeout", NVML_ERROR_TIMEOUT)
 NVMLError_LibraryNotFound = _error_class("NVMLError_LibraryNotFound", NVML_ERROR_LIBRARY_NOT_FOUND)
 NVMLError_FunctionNotFound = _error_class("NVMLError_FunctionNotFound", NVML_ERROR_FUNCTION_NOT_FOUND)
 NVMLError_GpuIsLost = _error_class("NVMLError_GpuIsLost", NVML_ERROR_GPU_IS_LOST)
@@ -121,13 +132,25 @@ _init_count = 0
 
 
 class _Handle:
-    """Stands in for c_nvmlDevice_t; the index selects the device in the state."""
+    """Stands in for c_nvmlDevice_t; the index selects the device in the state.
+    mig: the position of a MIG device inside its parent (None: the whole GPU)."""
 
-    def __init__(self, index: int):
+    def __init__(self, index: int, mig: int | None = None):
         self.index = index
+        self.mig = mig
 
     def __repr__(self):
-        return f"<fake nvmlDevice {self.index}>"
+        return f"<fake nvmlDevice {self.index}{'' if self.mig is None else f' MIG {self.mig}'}>"
+
+
+# Calls made, by function name: the bench and the sampler-cost tests count them.
+CALLS: dict[str, int] = {}
+
+# Errors per metric beside NotSupported: a device's "errors" maps a feature name
+# (see fake_gpu_state) to an NVML return code. The real library returns
+# NoPermission for nvmlDeviceGetMemoryInfo inside MIG containers
+# (NVIDIA/nvidia-container-toolkit#842) and TIMEOUT / GPU_IS_LOST / UNKNOWN
+# on single queries (NVML API reference, "Return values" of each query).
 
 
 def _path() -> str:
@@ -148,13 +171,24 @@ def _state() -> dict:
 
 
 def _dev(handle: _Handle, feature: str | None = None) -> dict:
-    devices = _nvidia(_state())
+    state = _state()
+    devices = _nvidia(state)
     if not isinstance(handle, _Handle) or handle.index >= len(devices):
         raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
     dev = devices[handle.index]
     if feature and feature in dev.get("not_supported", []):
         raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    if feature and feature in dev.get("errors", {}):
+        raise NVMLError(int(dev["errors"][feature]))
     return dev
+
+
+def _present(name: str) -> None:
+    """A symbol the driver no longer exports: the real binding raises
+    FunctionNotFound from _nvmlGetFunctionPointer (pynvml.py, e.g. 3878 for the
+    deprecated nvmlDeviceGetTemperature, "will be removed in CUDA 14.0")."""
+    if name in _state().get("removed_functions", []):
+        raise NVMLError(NVML_ERROR_FUNCTION_NOT_FOUND)
 
 
 # --- library -------------------------------------------------------------------
@@ -190,13 +224,47 @@ def nvmlSystemGetCudaDriverVersion_v2():
 
 
 def nvmlDeviceGetCount():
+    # Counts every GPU of the node, also those this process may not open:
+    # nvmlDeviceGetCount_v2 "returns count of all devices in the system even if
+    # nvmlDeviceGetHandleByIndex_v2 returns NVML_ERROR_NO_PERMISSION for such
+    # device" (NVML API reference; pynvml.py:3372-3377 calls the _v2 symbol).
     return len(_nvidia(_state()))
 
 
 def nvmlDeviceGetHandleByIndex(index):
-    if index < 0 or index >= nvmlDeviceGetCount():
+    devices = _nvidia(_state())
+    if index < 0 or index >= len(devices):
         raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    # A GPU outside the job's cgroup: "nvml: Insufficient Permissions"
+    # (NVIDIA/nvidia-docker#393); another tenant's failed GPU: GPU_IS_LOST.
+    denied = devices[index].get("inaccessible")
+    if denied:
+        raise NVMLError({"no_permission": NVML_ERROR_NO_PERMISSION,
+                         "gpu_is_lost": NVML_ERROR_GPU_IS_LOST}[denied])
     return _Handle(index)
+
+
+# --- MIG (nvidia-ml-py 13.615.71 pynvml.py:6089-6289) ------------------------------
+def nvmlDeviceGetMigMode(device):
+    mig = _dev(device, "mig").get("mig")
+    mode = NVML_DEVICE_MIG_ENABLE if mig else NVML_DEVICE_MIG_DISABLE
+    return [mode, mode]  # [current, pending]
+
+
+def nvmlDeviceGetMaxMigDeviceCount(device):
+    mig = _dev(device, "mig").get("mig")
+    return 7 if mig else 0  # H100: up to 7 instances
+
+
+def nvmlDeviceGetMigDeviceHandleByIndex(device, index):
+    slices = _dev(device, "mig").get("mig") or []
+    if index >= len(slices):
+        raise NVMLError(NVML_ERROR_NOT_FOUND)  # an empty slot of the max count
+    return _Handle(device.index, mig=index)
+
+
+def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(migDevice):
+    return _Handle(migDevice.index)
 
 
 # --- identity ------------------------------------------------------------------
@@ -205,7 +273,10 @@ def nvmlDeviceGetName(handle):
 
 
 def nvmlDeviceGetUUID(handle):
-    return _dev(handle)["uuid"]
+    dev = _dev(handle)
+    if handle.mig is not None:
+        return dev["mig"][handle.mig]  # "MIG-<uuid>"
+    return dev["uuid"]
 
 
 def nvmlDeviceGetPciInfo(handle):
@@ -218,12 +289,14 @@ def nvmlDeviceGetMemoryInfo(handle, version=None):
     used = dev["memory_used_bytes"]
     if "memory_used" in dev.get("not_supported", []):
         raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    if "memory_used" in dev.get("errors", {}):
+        raise NVMLError(int(dev["errors"]["memory_used"]))
     return SimpleNamespace(total=total, used=used, free=total - used)
 
 
 # --- telemetry -------------------------------------------------------------------
 def nvmlDeviceGetFieldValues(handle, fieldIds):
-    dev = _dev(handle)
+    dev = _dev(handle, "field_values")
     out = []
     for field in fieldIds:
         value = SimpleNamespace(dVal=0.0, uiVal=0, ulVal=0, ullVal=0, sllVal=0, siVal=0, usVal=0)
@@ -259,6 +332,17 @@ def nvmlDeviceGetClockInfo(handle, type):
 
 
 def nvmlDeviceGetTemperature(handle, sensor):
+    # DEPRECATED in pynvml.py:3875: "Use nvmlDeviceGetTemperatureV instead; will
+    # be removed in CUDA 14.0" (state "removed_functions" plays that driver).
+    _present("nvmlDeviceGetTemperature")
+    return int(_dev(handle, "temperature")["temperature_c"])
+
+
+def nvmlDeviceGetTemperatureV(handle, sensor, version=nvmlTemperature_v1):
+    # pynvml.py:3860-3873: a versioned struct; returns the temperature in °C.
+    if version != nvmlTemperature_v1:
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    _present("nvmlDeviceGetTemperatureV")
     return int(_dev(handle, "temperature")["temperature_c"])
 
 
@@ -267,10 +351,12 @@ def nvmlDeviceGetUtilizationRates(handle):
 
 
 def nvmlDeviceGetCurrentClocksEventReasons(handle):
+    _present("nvmlDeviceGetCurrentClocksEventReasons")  # absent before driver R535
     return int(_dev(handle, "throttle")["throttle_reasons"])
 
 
 def nvmlDeviceGetCurrentClocksThrottleReasons(handle):
+    _present("nvmlDeviceGetCurrentClocksThrottleReasons")  # deprecated, pynvml.py:4664
     return int(_dev(handle, "throttle")["throttle_reasons"])
 
 
@@ -293,7 +379,10 @@ def nvmlDeviceGetPowerManagementLimit(handle):
 
 
 def nvmlDeviceGetEnforcedPowerLimit(handle):
-    return _mw(_dev(handle, "enforced_limit")["current_limit_w"])
+    # "can be different from nvmlDeviceGetPowerManagementLimit if other limits
+    # are set elsewhere ... includes the out of band power limit interface"
+    # (NVML API reference): a BMC/site limit, "enforced_limit_w", can be lower.
+    return _mw(_fgs.enforced_limit_w(_dev(handle, "enforced_limit")))
 
 
 def nvmlDeviceSetPowerManagementLimit(handle, limit):
@@ -324,3 +413,18 @@ def nvmlDeviceSetPowerManagementLimit(handle, limit):
     ret = _fgs.modify(_path(), apply)
     if ret != NVML_SUCCESS:
         raise NVMLError(ret)
+
+
+def _counted(name, fn):
+    from functools import wraps
+
+    @wraps(fn)
+    def wrapper(*args, **kwargs):
+        CALLS[name] = CALLS.get(name, 0) + 1
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+for _name in [n for n in list(globals()) if n.startswith("nvmlDevice")]:
+    globals()[_name] = _counted(_name, globals()[_name])
