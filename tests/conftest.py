@@ -19,6 +19,23 @@ from fakes import fake_gpu_state  # noqa: E402
 
 LAUNCHER = [sys.executable, "-m", "hpcai.launcher.cli"]
 
+# Fixtures that start or need a system service, installed by `make setup-system`:
+# their tests carry that service's marker and `system`, which `make test-fast`
+# deselects (a non-root developer without them) and `make test` runs (they fail,
+# never skip, when the service is missing there).
+SERVICE_FIXTURES = {"chromium": "chromium", "apptainer_exe": "apptainer",
+                    "tiny_image": "apptainer", "cpu_cv_image": "apptainer",
+                    "registry": "registry", "slurm_cluster": "slurm"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        services = {SERVICE_FIXTURES[f] for f in item.fixturenames if f in SERVICE_FIXTURES}
+        for service in sorted(services):
+            item.add_marker(getattr(pytest.mark, service))
+        if services:
+            item.add_marker(pytest.mark.system)
+
 
 class FakeNode:
     """A simulated GPU node: the fake pynvml/amdsmi state file plus the
