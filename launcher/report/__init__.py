@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from hpcai.errors import UsageError
+from hpcai.errors import ResultError, UsageError
 
 __all__ = ["ReportOptions", "build_report", "make_report"]
 
@@ -40,13 +40,19 @@ def build_report(paths: list, opts: ReportOptions) -> int:
     print(f"  {len(written['csv'])} CSV file(s), {len(written['plots'])} plot(s) in {out / 'plots'}")
     for line in written["skipped_plots"]:
         print(f"  no plot: {line}")
+    for line in written["excluded"]:
+        print(f"  not included: {line}")
+    if not written["usable"]:
+        # The report still lists every input with why; but it measured nothing.
+        raise ResultError(f"no complete, valid result among the {written['runs']} file(s) read",
+                          f"see why under \"Runs not included\" in {written['html']}")
     return 0
 
 
 def make_report(paths: list, opts: ReportOptions) -> dict:
     from hpcai.launcher.report import html, outputs, tables
     from hpcai.launcher.report.efficiency import DEFAULT_WORK, analyse
-    from hpcai.launcher.report.load import load_reference, load_results
+    from hpcai.launcher.report.load import load_reference, load_results, shown_path
     from hpcai.launcher.report.plots import make_plots
     from hpcai.launcher.report.stats import aggregate
 
@@ -117,24 +123,26 @@ def make_report(paths: list, opts: ReportOptions) -> dict:
                 md += [f"![{item.title}](plots/{item.png.name})", "",
                        f"*{item.title}.* {item.caption} ([SVG](plots/{item.svg.name}))", ""]
     md_path = out / "report.md"
-    md_path.write_text("\n".join(md))
+    # Text read from results may hold what UTF-8 cannot (lone surrogates): escaped, never fatal.
+    md_path.write_text("\n".join(md), encoding="utf-8", errors="backslashreplace")
     html_path = out / "report.html"
-    html_path.write_text(html.page(opts.title, meta, sections))
+    html_path.write_text(html.page(opts.title, meta, sections), encoding="utf-8",
+                         errors="backslashreplace")
     csv_paths = [outputs.write_table_csv(t, out) for t in all_tables]
     by_group = {a.group: a for a in analyses}
     records = [outputs.cell_record(c, by_group.get(c.group)) for c in cells]
     csv_paths.append(outputs.write_cells_csv(records, out))
     json_path = outputs.write_json({
         "kind": "hpcai.report", "report_version": 1, "generated": generated,
-        "title": opts.title, "inputs": [str(p) for p in paths],
+        "title": opts.title, "inputs": [shown_path(p) for p in paths],
         "options": {"node_overhead_w": opts.node_overhead_w, "max_slowdown": opts.max_slowdown,
                     "work": work, "noisy_cv": opts.noisy_cv, "reference": opts.reference},
         "node_overhead": overhead,
         "cells": records,
         "best_caps": [outputs.analysis_record(a, work) for a in analyses],
         "excluded_runs": [{"run_id": r.run_id, "status": r.status, "problems": r.problems,
-                           "path": str(r.path)} for r in runs if not r.usable],
-        "sweeps": [{"path": str(s.path), "sweep_id": s.doc.get("sweep_id"),
+                           "path": shown_path(r.path)} for r in runs if not r.usable],
+        "sweeps": [{"path": shown_path(s.path), "sweep_id": s.doc.get("sweep_id"),
                     "status": s.doc.get("status"), "counts": s.doc.get("counts"),
                     "idle_baseline": s.doc.get("idle_baseline")} for s in sweeps],
         "tables": {t.key: {"title": t.title, "header": t.header,
@@ -145,7 +153,10 @@ def make_report(paths: list, opts: ReportOptions) -> dict:
         "plots_not_drawn": skipped,
     }, out)
     return {"markdown": md_path, "html": html_path, "json": json_path, "csv": csv_paths,
-            "plots": plots, "skipped_plots": skipped, "runs": len(runs), "usable": usable}
+            "plots": plots, "skipped_plots": skipped, "runs": len(runs), "usable": usable,
+            "excluded": [f"{shown_path(r.path)} ({r.status}): "
+                         f"{'; '.join(r.problems) or tables.status_reason(r)}"
+                         for r in runs if not r.usable]}
 
 
 def overhead_note(runs, override: float | None) -> str:

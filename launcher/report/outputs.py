@@ -32,7 +32,7 @@ def table_markdown(table: Table) -> str:
 
 def write_table_csv(table: Table, folder: Path) -> Path:
     path = folder / f"{table.key}.csv"
-    with open(path, "w", newline="") as fh:
+    with open(path, "w", newline="", encoding="utf-8", errors="backslashreplace") as fh:
         writer = csv.writer(fh)
         writer.writerow(table.header)
         for row in table.rows:
@@ -75,7 +75,7 @@ def cell_record(cell: Cell, analysis: Analysis | None) -> dict:
 
 def write_cells_csv(records: list[dict], folder: Path) -> Path:
     path = folder / "cells.csv"
-    with open(path, "w", newline="") as fh:
+    with open(path, "w", newline="", encoding="utf-8", errors="backslashreplace") as fh:
         writer = csv.writer(fh)
         writer.writerow(CELL_COLUMNS)
         for rec in records:

@@ -8,6 +8,7 @@ the power time series of one run.
 from __future__ import annotations
 
 import csv
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,8 +45,21 @@ def _save(fig, folder: Path, name: str, title: str, caption: str) -> Plot:
     return Plot(name, title, caption, png, svg)
 
 
+SLUG_MAX = 48  # plot file names stay far below any file system's 255 bytes
+
+
 def _slug(text: str) -> str:
-    return "".join(ch if ch.isalnum() else "-" for ch in text.lower()).strip("-")
+    """A file-name part from any workload name: ASCII letters, digits and dashes,
+    at most SLUG_MAX characters; a shortened name ends in a hash of the whole, so
+    two long names that share a start still differ."""
+    import hashlib
+
+    slug = "".join(ch if ch.isascii() and ch.isalnum() else "-" for ch in text.lower())
+    slug = re.sub("-+", "-", slug).strip("-") or "workload"
+    if len(slug) > SLUG_MAX:
+        digest = hashlib.sha256(text.encode("utf-8", "backslashreplace")).hexdigest()[:8]
+        slug = f"{slug[:SLUG_MAX].rstrip('-')}-{digest}"
+    return slug
 
 
 def make_plots(folder: Path, cells: list[Cell], analyses: list[Analysis], runs: list[Run],

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hpcai.launcher.report.efficiency import Analysis, edp_per_unit, fixed_work
-from hpcai.launcher.report.load import RefPoint, Run, workload_key
+from hpcai.launcher.report.load import RefPoint, Run, shown_path, workload_key
 from hpcai.launcher.report.stats import Cell, cap_label, cap_sort_key
 
 NOISY_MARK = "†"
@@ -235,8 +235,8 @@ def stats_table(cells: list[Cell]) -> Table:
 
 
 def excluded_table(runs: list[Run]) -> Table | None:
-    rows = [[_t(r.run_id), _t(r.workload), _t(r.device), _t(cap_label(r.cap_w)), _t(r.status),
-             _t("; ".join(r.problems) or _status_reason(r)), _t(str(r.path))]
+    rows = [[_t(r.run_id), _t(r.workload), _t(r.device), _t(_run_cap(r)), _t(r.status),
+             _t("; ".join(r.problems) or status_reason(r)), _t(shown_path(r.path))]
             for r in runs if not r.usable]
     if not rows:
         return None
@@ -246,7 +246,12 @@ def excluded_table(runs: list[Run]) -> Table | None:
                   "only part of its protocol.")])
 
 
-def _status_reason(run: Run) -> str:
+def _run_cap(run: Run) -> str:
+    """"uncapped" only for a run whose file says so; "?" where it could not be read."""
+    return cap_label(run.cap_w) if run.cap_read else "?"
+
+
+def status_reason(run: Run) -> str:
     return {"failed": "the run failed", "interrupted": "the run was interrupted",
             "running": "the run never finished (its launcher died)"}.get(run.status, run.status)
 
@@ -255,11 +260,11 @@ def runs_table(runs: list[Run]) -> Table:
     header = ["Run", "Workload", "Preset", "Device", "Site", "Cap", "Repeat", "Status",
               "Throughput per GPU", "Work/J (with overhead)", "File"]
     rows = [[_t(r.run_id), _t(r.workload), _t(r.preset), _t(r.device_full), _t(r.site),
-             _t(cap_label(r.cap_w)), _t("–" if r.repeat is None else str(r.repeat + 1)),
+             _t(_run_cap(r)), _t("–" if r.repeat is None else str(r.repeat + 1)),
              _t(r.status if not r.problems else f"{r.status} (invalid)"),
              TCell(fmt(r.per_gpu), r.per_gpu),
              TCell(fmt(r.units_per_joule_with_overhead), r.units_per_joule_with_overhead),
-             _t(str(r.path))] for r in runs]
+             _t(shown_path(r.path))] for r in runs]
     return Table("runs", "Every run read", header, rows)
 
 
