@@ -136,6 +136,7 @@ class RefPoint:
     throughput: float
     unit: str
     enforced: bool
+    published: str = ""  # the figure as the paper prints it ("1426.0"), shown unrounded
 
 
 def find_files(paths: list[str | Path]) -> tuple[list[Path], list[Path]]:
@@ -296,7 +297,7 @@ def load_reference(path: str | Path | None = None) -> list[RefPoint]:
             workload, gpu, cap, value, unit, enforced = cells
             if unit not in UNITS or enforced not in ("true", "false"):
                 raise ValueError(f"unit {unit!r} or enforced {enforced!r}")
-            point = RefPoint(workload, gpu, float(cap), float(value), unit, enforced == "true")
+            point = RefPoint(workload, gpu, float(cap), float(value), unit, enforced == "true", value)
             if point.cap_w <= 0 or point.throughput < 0:
                 raise ValueError("negative number")
         except ValueError as exc:

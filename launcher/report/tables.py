@@ -33,10 +33,17 @@ class Table:
     header: list[str]
     rows: list[list[TCell]]
     notes: list[str] = field(default_factory=list)
+    flag_columns: bool = False  # caps as columns: the CSV gives each its noisy/enforced flags
+
+
+PRECISION_NOTE = ("Our figures: 5 significant figures (the CSV files and report.json keep "
+                  "full precision); the paper's: exactly as published.")
+BOLD_NOTE = ("Bold: the most efficient enforced cap of the row (most work per joule, node "
+             "overhead included).")
 
 
 def fmt(value: float | None, digits: int = 5) -> str:
-    """Five significant figures, as the paper prints them; never exponents above 1."""
+    """Five significant figures for our own figures; never exponents above 1."""
     if value is None:
         return "–"
     if abs(value) >= 10 ** digits:
@@ -52,8 +59,8 @@ def _t(text: str) -> TCell:
 
 
 def _value_cell(value: float | None, *, enforced: bool | None, noisy: bool = False,
-                best: bool = False, reference: bool = False) -> TCell:
-    text = fmt(value)
+                best: bool = False, reference: bool = False, published: str = "") -> TCell:
+    text = published or fmt(value)
     if value is not None and enforced is False:
         text = f"({text})"
     if noisy and value is not None:
@@ -96,13 +103,14 @@ def throughput_tables(cells: list[Cell], analyses: list[Analysis],
             row = [_t(workload), _t(f"{gpu} (paper)")]
             for cap in caps:
                 p = by_cap.get(cap)
-                row.append(_value_cell(p.throughput, enforced=p.enforced, reference=True)
-                           if p else _t("–"))
+                row.append(_value_cell(p.throughput, enforced=p.enforced, reference=True,
+                                       published=p.published) if p else _t("–"))
             rows.append(row)
         if not rows:
             continue
         notes = [("Values in parentheses: the cap was not enforced (median power above the "
-                 "cap plus its tolerance), as the seed paper prints them."),
+                 "cap plus its tolerance), as the seed paper prints them."), BOLD_NOTE,
+                 PRECISION_NOTE,
                  ("On CPU runs the throughput is per process and power was not measured unless "
                  "RAPL was readable.")]
         if any(c.noisy for c in mine):
@@ -112,7 +120,7 @@ def throughput_tables(cells: list[Cell], analyses: list[Analysis],
             notes.append("Rows marked (paper): the seed paper's published per-GPU throughput "
                          "(4 GPUs per node).")
         key = "throughput-" + unit.split("/")[0]
-        tables.append(Table(key, UNIT_TITLES.get(unit, unit), header, rows, notes))
+        tables.append(Table(key, UNIT_TITLES.get(unit, unit), header, rows, notes, flag_columns=True))
     return tables
 
 
@@ -140,7 +148,7 @@ def efficiency_tables(cells: list[Cell], analyses: list[Analysis], overhead_note
         tables.append(Table(f"efficiency-{work}", f"Energy efficiency ({work} per joule, "
                             "node overhead included)", ["Workload", "GPU",
                                                         *[cap_label(c) for c in caps]], rows,
-                            [overhead_note, "Bold: the most efficient enforced cap of the row."]))
+                            [overhead_note, BOLD_NOTE, PRECISION_NOTE], flag_columns=True))
     return tables
 
 
@@ -149,11 +157,11 @@ def recommendation_table(analyses: list[Analysis], max_slowdown: float) -> Table
     header = ["Workload", "GPU", "Most efficient cap", "Fastest cap",
               f"Recommended (least energy within {max_slowdown:.0%} of the fastest)",
               "Throughput cost", "Energy saved", "Least energy × time", "Pareto front (caps)"]
-    rows = []
+    rows, unranked = [], []
     for a in analyses:
         row = [_t(a.group.workload_label()), _t(a.group.device_label(sites))]
         if a.best is None:
-            rows.append(row + [_t("–")] * 7)
+            unranked.append(f"{a.group.workload_label()} on {a.group.device_label(sites)}")
             continue
         fastest, rec = a.fastest, a.recommended
         row.append(_t(f"{a.best.cap_label} ({fmt(a.best.efficiency.mean)} "
@@ -172,7 +180,11 @@ def recommendation_table(analyses: list[Analysis], max_slowdown: float) -> Table
              ("Least energy × time: the cap with the smallest energy-delay product for a fixed "
              "amount of work.")]
     notes += [f"{a.group.workload_label()} on {a.group.device_label(sites)}: {n}"
-              for a in analyses for n in a.notes]
+              for a in analyses for n in a.notes if a.best is not None]
+    if unranked:
+        notes.insert(0, "No best cap for " + "; ".join(unranked) + ": power was not measured "
+                     "(CPU runs without readable RAPL, or runs without telemetry), so there is "
+                     "no work per joule to rank caps by.")
     return Table("recommendations", "Best cap per workload and GPU", header, rows, notes)
 
 
@@ -209,29 +221,36 @@ def fixed_work_table(analyses: list[Analysis], work: dict[str, float]) -> Table 
 def stats_table(cells: list[Cell]) -> Table:
     sites = _with_site(cells)
     header = ["Workload", "GPU", "Cap", "Enforced", "Repeats", "Epochs", "Throughput per GPU",
-              "Std", "95% CI", "CI from", "CV", "Noisy", "Mean power (W)",
-              "Work/J (GPUs)", "Work/J (with overhead)", "SM clock (MHz)",
+              "95% CI (±)", "n", "CI from", "Std", "CV", "Noisy", "Power per GPU (W)",
+              "Node power (W)", "Work/J (GPUs)", "Work/J (with overhead)", "SM clock (MHz)",
               "Memory clock (MHz)"]
     rows = []
     for c in cells:
         s = c.spread
-        ci = f"{fmt(s.ci95[0])} – {fmt(s.ci95[1])}" if s.ci95 else "–"
+        per_gpu_w = (c.mean_power_w / c.group.processes
+                     if c.mean_power_w is not None and c.group.device_type == "cuda" else None)
         rows.append([
             _t(c.group.workload_label()), _t(c.group.device_label(sites)), _t(c.cap_label),
             _t({True: "yes", False: "no", None: "–"}[c.enforced]), _t(str(c.repeats.n)),
             _t(str(c.epochs.n)), TCell(fmt(c.throughput), c.throughput),
-            TCell(fmt(s.std), s.std), _t(ci), _t(c.basis),
-            _t(f"{s.cv:.1%}" if s.cv is not None else "–"),
+            TCell(f"± {fmt(s.half_width)}" if s.half_width is not None else "–", s.half_width),
+            TCell(str(s.n), s.n), _t(c.basis), TCell(fmt(s.std), s.std),
+            TCell(f"{s.cv:.1%}" if s.cv is not None else "–", s.cv),
             TCell("; ".join(c.noise) if c.noise else "no", noisy=c.noisy),
+            TCell(fmt(per_gpu_w), per_gpu_w),
             TCell(fmt(c.mean_power_w), c.mean_power_w),
             TCell(fmt(c.gpu_efficiency), c.gpu_efficiency),
             TCell(fmt(c.efficiency.mean), c.efficiency.mean),
             TCell(fmt(c.sm_clock_mhz), c.sm_clock_mhz),
             TCell(fmt(c.memory_clock_mhz), c.memory_clock_mhz)])
     return Table("statistics", "Statistics per cell", header, rows,
-                 [("Throughput is the mean over repeats; the confidence interval and CV come "
-                  "from the repeats when there are two or more, else from the run's measured "
-                  "epochs (Student t).")])
+                 [("Throughput per GPU: one run's measured work over its measured time, or the "
+                  "mean of that figure over the repeats of one sweep. 95% CI (±): the half-width "
+                  "of the Student-t interval around that same value, from the n repeats when "
+                  "there are two or more, else from the run's n measured epochs."),
+                  ("Power per GPU: the node's mean GPU power over its GPUs; node power: all of "
+                  "them together (CPU runs: the package power RAPL read, per node)."),
+                  PRECISION_NOTE])
 
 
 def excluded_table(runs: list[Run]) -> Table | None:
