@@ -27,6 +27,7 @@ class ReportOptions:
     reference_file: str | Path | None = None
     power_run: str | None = None
     title: str = "hpcai report"
+    combine_runs: bool = False  # independent runs of one configuration as repeats
 
 
 def build_report(paths: list, opts: ReportOptions) -> int:
@@ -67,7 +68,7 @@ def make_report(paths: list, opts: ReportOptions) -> dict:
     except OSError as exc:
         raise UsageError(f"cannot create report folder {out} ({exc.strerror})",
                          "choose another with --output") from None
-    cells = aggregate(runs, opts.node_overhead_w, opts.noisy_cv)
+    cells = aggregate(runs, opts.node_overhead_w, opts.noisy_cv, opts.combine_runs)
     analyses = analyse(cells, opts.max_slowdown)
     work = {unit: opts.work or amount for unit, amount in DEFAULT_WORK.items()}
     overhead = overhead_note(runs, opts.node_overhead_w)
@@ -89,6 +90,10 @@ def make_report(paths: list, opts: ReportOptions) -> dict:
     meta = [(f"Generated {generated} from {len(runs)} result file(s): {usable} complete and "
             f"valid, {len(runs) - usable} listed but not included."),
             overhead,
+            ("Repeats: the runs of one sweep" + (", and independent runs of the same "
+             "configuration (--combine-runs)." if opts.combine_runs else "; independent runs at "
+             "a cap already measured form another row (run set 2, ...); --combine-runs takes "
+             "them as repeats.")),
             (f"Recommended cap: least energy per unit of work within {opts.max_slowdown:.0%} of "
             f"the fastest enforced cap; noisy: coefficient of variation above "
             f"{opts.noisy_cv:.0%}."),
@@ -136,7 +141,8 @@ def make_report(paths: list, opts: ReportOptions) -> dict:
         "kind": "hpcai.report", "report_version": 1, "generated": generated,
         "title": opts.title, "inputs": [shown_path(p) for p in paths],
         "options": {"node_overhead_w": opts.node_overhead_w, "max_slowdown": opts.max_slowdown,
-                    "work": work, "noisy_cv": opts.noisy_cv, "reference": opts.reference},
+                    "work": work, "noisy_cv": opts.noisy_cv, "reference": opts.reference,
+                    "combine_runs": opts.combine_runs},
         "node_overhead": overhead,
         "cells": records,
         "best_caps": [outputs.analysis_record(a, work) for a in analyses],

@@ -65,6 +65,7 @@ class Run:
     host: str = "?"
     processes: int = 1  # GPUs (or CPU processes) the throughput is divided by
     nodes: int = 1  # >1: one node's part of a multi-node run (Slurm)
+    slurm_job: str | None = None  # the nodes of one multi-node job measure together
     cap_w: float | None = None
     cap_read: bool = False  # False: the file was unreadable, its cap unknown (not "uncapped")
     enforced: bool | None = None
@@ -230,6 +231,8 @@ def _fill(run: Run, path: Path, doc: dict) -> None:
     if run.device_type == "cuda" and used:
         run.processes = len(used)
     run.nodes = int((spec.get("slurm") or {}).get("nodes") or 1)
+    job = (spec.get("slurm") or {}).get("job_id")
+    run.slurm_job = str(job) if job is not None else None
     run.cap_w = spec["power"]["cap_w"]
     run.cap_read = True
     cap = (doc.get("power") or {}).get("cap") or {}

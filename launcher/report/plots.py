@@ -14,7 +14,7 @@ from pathlib import Path
 
 from hpcai.launcher.report.efficiency import Analysis
 from hpcai.launcher.report.load import RefPoint, Run, workload_key
-from hpcai.launcher.report.stats import Cell, cap_label, cap_sort_key
+from hpcai.launcher.report.stats import Cell, Group, cap_label, cap_sort_key
 
 
 @dataclass
@@ -98,21 +98,39 @@ MARKERS = ("o", "s", "^", "D", "v", "P")
 
 
 def _styles(cells: list[Cell], refs: list[RefPoint] = ()) -> dict:
-    """One colour per device model, so our H100 and the paper's H100 match;
-    another marker for each further row of the same model (other site, GPU count)."""
+    """One colour (and marker) per series: two presets, sites or run sets of one
+    device never share one. The paper's figures for a GPU take the colour of our
+    first series on that GPU, so they can be compared at a glance."""
     import matplotlib
 
     palette = matplotlib.colormaps["tab10"].colors
-    devices = sorted({c.group.device for c in cells} | {p.gpu for p in refs})
-    colour = {d: palette[i % len(palette)] for i, d in enumerate(devices)}
-    styles, seen = {}, {}
-    for group in dict.fromkeys(c.group for c in cells):
-        n = seen.get(group.device, 0)
-        seen[group.device] = n + 1
-        styles[group] = {"color": colour[group.device], "marker": MARKERS[n % len(MARKERS)]}
-    for gpu in {p.gpu for p in refs}:
-        styles[gpu] = {"color": colour[gpu], "marker": "x"}
+    styles, used = {}, 0
+    for n, group in enumerate(dict.fromkeys(c.group for c in cells)):
+        styles[group] = {"color": palette[n % len(palette)], "marker": MARKERS[n % len(MARKERS)]}
+        used = n + 1
+    for gpu in dict.fromkeys(p.gpu for p in refs):
+        ours = next((st for g, st in styles.items() if isinstance(g, Group) and g.device == gpu), None)
+        if ours is None:
+            ours = {"color": palette[used % len(palette)]}
+            used += 1
+        styles[gpu] = {"color": ours["color"], "marker": "x"}
     return styles
+
+
+def _labels(cells: list[Cell], sites: bool) -> dict:
+    """A legend label per series that names whatever tells it from the others."""
+    groups = list(dict.fromkeys(c.group for c in cells))
+    labels = {}
+    for g in groups:
+        parts = [g.device_label(sites)]
+        if len({x.workload for x in groups}) > 1:
+            parts.insert(0, g.workload)
+        if len({x.preset for x in groups}) > 1:
+            parts.append(f"{g.preset} preset")
+        if len({x.series for x in groups}) > 1:
+            parts.append(g.series or "run set 1")
+        labels[g] = ", ".join(parts)
+    return labels
 
 
 def _legend(ax) -> None:
@@ -135,19 +153,19 @@ def throughput_plot(folder: Path, workload: str, cells: list[Cell], refs: list[R
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(9, 4.5))
     pos = _positions([c.cap_w for c in cells] + [p.cap_w for p in refs])
-    styles = _styles(cells, refs)
+    styles, labels = _styles(cells, refs), _labels(cells, sites)
     for group in dict.fromkeys(c.group for c in cells):
         mine = sorted((c for c in cells if c.group == group), key=lambda c: cap_sort_key(c.cap_w))
         xs = [pos[c.cap_w] for c in mine]
         ys = [c.throughput for c in mine]
         errs = [c.spread.half_width or 0.0 for c in mine]
         style = styles[group]
-        ax.errorbar(xs, ys, yerr=errs, capsize=3, label=group.device_label(sites), **style)
+        ax.errorbar(xs, ys, yerr=errs, capsize=3, label=labels[group], **style)
         hollow = [(x, y) for x, y, c in zip(xs, ys, mine) if c.enforced is False]
         if hollow:
             ax.scatter(*zip(*hollow), s=90, facecolors="white", edgecolors=style["color"],
                        marker=style["marker"], zorder=3,
-                       label=f"{group.device_label(sites)}: cap not enforced")
+                       label=f"{labels[group]}: cap not enforced")
     for gpu in dict.fromkeys(p.gpu for p in refs):
         mine = sorted((p for p in refs if p.gpu == gpu), key=lambda p: p.cap_w)
         ax.plot([pos[p.cap_w] for p in mine], [p.throughput for p in mine], linestyle="--",
@@ -161,7 +179,7 @@ def throughput_plot(folder: Path, workload: str, cells: list[Cell], refs: list[R
     _legend(ax)
     return _save(fig, folder, f"throughput-{_slug(workload)}", f"{workload}: throughput against cap",
                  "Mean per-GPU throughput with its 95% confidence interval; hollow markers: "
-                 "the cap was not enforced; dashed: the seed paper's figures.")
+                 "the cap was not enforced" + ("; dashed: the seed paper's figures." if refs else "."))
 
 
 def efficiency_plot(folder: Path, workload: str, cells: list[Cell], analyses: list[Analysis],
@@ -169,13 +187,13 @@ def efficiency_plot(folder: Path, workload: str, cells: list[Cell], analyses: li
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(9, 5))
     unit = cells[0].group.unit
-    styles = _styles(cells)
+    styles, labels = _styles(cells), _labels(cells, sites)
     for a in analyses:
         mine = [c for c in a.cells if c.power_available]
         if not mine:
             continue
         line = ax.plot([c.throughput for c in mine], [c.efficiency.mean for c in mine],
-                       label=a.group.device_label(sites), **styles[a.group])[0]
+                       label=labels[a.group], **styles[a.group])[0]
         for c in mine:
             text = c.cap_label if c.enforced is not False else f"({c.cap_label})"
             ax.annotate(text, (c.throughput, c.efficiency.mean), textcoords="offset points",
@@ -201,13 +219,13 @@ def clocks_plot(folder: Path, workload: str, cells: list[Cell], sites: bool) -> 
     plt = _pyplot()
     fig, (sm, mem) = plt.subplots(1, 2, figsize=(10, 4))
     pos = _positions([c.cap_w for c in cells])
-    styles = _styles(cells)
+    styles, labels = _styles(cells), _labels(cells, sites)
     for group in dict.fromkeys(c.group for c in cells):
         mine = sorted((c for c in cells if c.group == group), key=lambda c: cap_sort_key(c.cap_w))
         for ax, attr in ((sm, "sm_clock_mhz"), (mem, "memory_clock_mhz")):
             points = [(pos[c.cap_w], getattr(c, attr)) for c in mine if getattr(c, attr) is not None]
             if points:
-                ax.plot(*zip(*points), label=group.device_label(sites), **styles[group])
+                ax.plot(*zip(*points), label=labels[group], **styles[group])
     for ax, name in ((sm, "SM clock"), (mem, "memory clock")):
         ax.set_xticks(list(pos.values()), [cap_label(c) for c in pos], fontsize=8)
         ax.set_xlabel("power cap per GPU")
