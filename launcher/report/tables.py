@@ -221,22 +221,23 @@ def fixed_work_table(analyses: list[Analysis], work: dict[str, float]) -> Table 
 def stats_table(cells: list[Cell]) -> Table:
     sites = _with_site(cells)
     header = ["Workload", "GPU", "Cap", "Enforced", "Repeats", "Epochs", "Throughput per GPU",
-              "95% CI (±)", "n", "CI from", "Std", "CV", "Noisy", "Power per GPU (W)",
-              "Node power (W)", "Work/J (GPUs)", "Work/J (with overhead)", "SM clock (MHz)",
-              "Memory clock (MHz)"]
-    rows = []
+              "95% CI", "CV", "Noisy", "Power per GPU (W)", "Node power (W)", "Work/J (GPUs)",
+              "Work/J (with overhead)", "SM clock (MHz)", "Memory clock (MHz)"]
+    rows, noise = [], []
     for c in cells:
         s = c.spread
         per_gpu_w = (c.mean_power_w / c.group.processes
                      if c.mean_power_w is not None and c.group.device_type == "cuda" else None)
+        ci = f"± {fmt(s.half_width)} (n = {s.n} {c.basis})" if s.half_width is not None else "–"
+        if c.noisy:
+            noise.append(f"{c.group.workload_label()} on {c.group.device_label(sites)} at "
+                         f"{c.cap_label}: " + "; ".join(c.noise) + ".")
         rows.append([
             _t(c.group.workload_label()), _t(c.group.device_label(sites)), _t(c.cap_label),
             _t({True: "yes", False: "no", None: "–"}[c.enforced]), _t(str(c.repeats.n)),
             _t(str(c.epochs.n)), TCell(fmt(c.throughput), c.throughput),
-            TCell(f"± {fmt(s.half_width)}" if s.half_width is not None else "–", s.half_width),
-            TCell(str(s.n), s.n), _t(c.basis), TCell(fmt(s.std), s.std),
-            TCell(f"{s.cv:.1%}" if s.cv is not None else "–", s.cv),
-            TCell("; ".join(c.noise) if c.noise else "no", noisy=c.noisy),
+            TCell(ci, s.half_width), TCell(f"{s.cv:.1%}" if s.cv is not None else "–", s.cv),
+            TCell("yes" if c.noisy else "no", noisy=c.noisy),
             TCell(fmt(per_gpu_w), per_gpu_w),
             TCell(fmt(c.mean_power_w), c.mean_power_w),
             TCell(fmt(c.gpu_efficiency), c.gpu_efficiency),
@@ -245,12 +246,13 @@ def stats_table(cells: list[Cell]) -> Table:
             TCell(fmt(c.memory_clock_mhz), c.memory_clock_mhz)])
     return Table("statistics", "Statistics per cell", header, rows,
                  [("Throughput per GPU: one run's measured work over its measured time, or the "
-                  "mean of that figure over the repeats of one sweep. 95% CI (±): the half-width "
+                  "mean of that figure over the repeats of one sweep. 95% CI: the half-width "
                   "of the Student-t interval around that same value, from the n repeats when "
-                  "there are two or more, else from the run's n measured epochs."),
+                  "there are two or more, else from the run's n measured epochs; CV from the "
+                  "same n (the CSV files give the standard deviation)."),
                   ("Power per GPU: the node's mean GPU power over its GPUs; node power: all of "
                   "them together (CPU runs: the package power RAPL read, per node)."),
-                  PRECISION_NOTE])
+                  PRECISION_NOTE, *noise])
 
 
 def excluded_table(runs: list[Run]) -> Table | None:

@@ -96,12 +96,13 @@ def test_fixed_work_excluded_and_statistics_tables(tmp_path):
     stats = T.stats_table(cells)
     h300 = next(r for r in stats.rows if r[1].text == "H100 ×4" and r[2].text == "300 W")
     col = {name: i for i, name in enumerate(stats.header)}
-    assert [h300[col[k]].text for k in ("Repeats", "Epochs", "n", "CI from")] == ["2", "6", "2", "repeats"]
-    # Mean ± half-width, centred on the throughput shown: never a negative bound.
+    assert [h300[col[k]].text for k in ("Repeats", "Epochs")] == ["2", "6"]
+    # Mean ± half-width with n, centred on the throughput shown: never a negative bound.
     assert h300[col["Throughput per GPU"]].text == "1050"
-    assert h300[col["95% CI (±)"]].text == f"± {T.fmt(635.3)}"
-    assert h300[col["95% CI (±)"]].value == pytest.approx(635.3, rel=1e-3)
+    assert h300[col["95% CI"]].text == f"± {T.fmt(635.3)} (n = 2 repeats)"
+    assert h300[col["95% CI"]].value == pytest.approx(635.3, rel=1e-3)
     assert h300[col["Noisy"]].noisy
+    assert any(n.startswith("resnet50 on H100 ×4 at 300 W: repeats vary by") for n in stats.notes)
     # 4 GPUs at 280 W: the node's 1120 W, and per GPU beside the per-GPU throughput.
     assert h300[col["Power per GPU (W)"]].text == "280"
     assert h300[col["Node power (W)"]].text == "1120"
