@@ -147,7 +147,7 @@ def plan(opts: Options, placement: dict | None = None,
     if device == "cuda" and not node.gpus:
         raise UsageError("--device cuda asked for, but no GPU was found",
                          "check the driver (nvidia-smi / amd-smi), or use --device cpu")
-    if opts.cap_w is not None and not node.gpus:
+    if opts.cap_w is not None and not node.gpus and not opts.dry_run:
         raise UsageError("--cap needs GPUs, and no GPU management library sees one here",
                          "drop --cap, or install nvidia-ml-py / amdsmi on a GPU node")
     if device == "cuda":
@@ -194,6 +194,14 @@ def plan(opts: Options, placement: dict | None = None,
     return spec, command, site, node
 
 
+def caps_unchecked_note(spec: dict) -> str:
+    """A dry run on a machine without GPUs (a login node) still shows the plan."""
+    return (f"note: no GPU is visible here, so the cap(s) were not checked; they are checked "
+            f"against each GPU's limits where the run happens, which refuses a cap out of range. "
+            f"This plan is this machine's (device {spec['devices']['type']}, preset "
+            f"{spec['preset']}); on a GPU node the device and the default preset follow its GPUs")
+
+
 def check_cap(backend, cap_w: float, indices: list[int], site: dict) -> None:
     """The site's allowed range, then each GPU's; CapSession checks again before setting."""
     from hpcai.errors import CapOutOfRangeError
@@ -217,7 +225,9 @@ def launch(opts: Options, placement: dict | None = None, run_id: str | None = No
 
         return run_sweep(opts)
     spec, command, site, node = plan(opts, placement, run_id)
-    if opts.cap_w is not None:
+    if opts.cap_w is not None and not node.gpus:  # only a dry run gets here (plan refuses)
+        log(caps_unchecked_note(spec))
+    elif opts.cap_w is not None:
         from hpcai.launcher.power import make_backend
 
         with make_backend(spec["power"]["method"], node.vendor, site["power"]["command"]) as backend:
