@@ -386,7 +386,7 @@ def _summarize(doc: dict, run_dir: Path) -> int:
     parts = [f"{tp['node']:.1f} {tp['unit']} (node)",
              f"{tp['per_gpu']:.1f} per {'GPU' if doc['config'].get('device_type') == 'cuda' else 'process'}"]
     if power["available"]:
-        parts.append(f"mean power {power['mean_power_w']:.0f} W")
+        parts.append(f"mean power {power['mean_power_w']:.0f} W (node)")
         parts.append(f"{power['energy_per_unit_j']:.3g} J/{unit[:-1]}")
     else:
         parts.append("power not measured")
@@ -394,4 +394,30 @@ def _summarize(doc: dict, run_dir: Path) -> int:
     if cap.get("requested_w") is not None and cap.get("enforced") is False:
         parts.append(f"cap {cap['requested_w']:g} W NOT enforced")
     print(f"{doc['workload']} {doc['spec']['preset']}: " + ", ".join(parts) + f"; result: {path}")
+    for note in summary_notes(doc):
+        print(f"note: {note}")
     return 0
+
+
+# The report's default --noisy-cv: epochs varying more than this flag a figure.
+NOISY_CV = 0.05
+# Less measured time than this is a check that the pipeline works, not a figure to compare.
+STEADY_MEASURED_S = 60.0
+
+
+def summary_notes(doc: dict) -> list[str]:
+    """What the headline figure cannot tell by itself: it was noisy, or too short."""
+    notes = []
+    stats = doc["throughput"].get("stats_node") or {}
+    cv, n = stats.get("cv"), stats.get("epochs") or 0
+    if cv is not None and cv > NOISY_CV:
+        notes.append(f"noisy: the {n} measured epochs varied by {cv:.0%} (coefficient of "
+                     f"variation, above {NOISY_CV:.0%}); repeat the run (--repeat 3) or measure "
+                     "longer (--epochs, --steps-per-epoch) before comparing it")
+    seconds = (doc.get("work") or {}).get("measured_seconds") or 0.0
+    if seconds < STEADY_MEASURED_S:
+        notes.append(f"a smoke test: {n} measured epoch(s) in {seconds:.0f} s (preset "
+                     f"{doc['spec']['preset']}) check that the benchmark runs here; a figure to "
+                     f"compare needs at least {STEADY_MEASURED_S:.0f} s of measurement (the "
+                     "paper preset on GPUs)")
+    return notes
