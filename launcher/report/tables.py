@@ -194,7 +194,7 @@ def _work(a: Analysis) -> str:
 
 def fixed_work_table(analyses: list[Analysis], work: dict[str, float]) -> Table | None:
     sites = len({a.group.site for a in analyses}) > 1
-    header = ["Workload", "GPU", "Cap", "Work", "Energy (kWh)", "Time (h)",
+    header = ["Workload", "GPU", "Cap", "Work", "Node energy (kWh)", "Time (h)",
               "Energy × time (kWh·h)", "EDP per unit (J·s)"]
     rows = []
     for a in analyses:
@@ -305,5 +305,5 @@ def idle_table(sweeps) -> Table | None:
     if not rows:
         return None
     return Table("sweeps", "Sweeps and their idle baselines",
-                 ["Sweep", "Idle power (W)", "Per device", "Measured for", "Runs", "Status"],
+                 ["Sweep", "Idle power, node (W)", "Per device", "Measured for", "Runs", "Status"],
                  rows, ["Idle power is measured once per sweep, before its first run."])
