@@ -32,13 +32,15 @@ class ReportOptions:
 
 def build_report(paths: list, opts: ReportOptions) -> int:
     """The CLI's entry: make the report and say where it is."""
+    from hpcai.launcher.report.load import shown_path
+
     written = make_report(paths, opts)
-    out = Path(opts.output)
+    out = shown_path(Path(opts.output))
     print(f"report of {written['runs']} run(s) ({written['usable']} complete and valid) "
           f"in {out}:")
     for name in ("markdown", "html", "json"):
-        print(f"  {written[name]}")
-    print(f"  {len(written['csv'])} CSV file(s), {len(written['plots'])} plot(s) in {out / 'plots'}")
+        print(f"  {shown_path(written[name])}")
+    print(f"  {len(written['csv'])} CSV file(s), {len(written['plots'])} plot(s) in {out}/plots")
     for line in written["skipped_plots"]:
         print(f"  no plot: {line}")
     for line in written["excluded"]:
@@ -46,7 +48,7 @@ def build_report(paths: list, opts: ReportOptions) -> int:
     if not written["usable"]:
         # The report still lists every input with why; but it measured nothing.
         raise ResultError(f"no complete, valid result among the {written['runs']} file(s) read",
-                          f"see why under \"Runs not included\" in {written['html']}")
+                          f"see why under \"Runs not included\" in {shown_path(written['html'])}")
     return 0
 
 

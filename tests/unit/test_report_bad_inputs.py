@@ -88,3 +88,14 @@ def test_one_valid_result_beside_a_bad_one_exits_zero(tmp_path):
     (tmp_path / "results" / "x").mkdir()
     (tmp_path / "results" / "x" / "result.json").write_text("[]")
     assert build_report([tmp_path / "results"], ReportOptions(output=tmp_path / "out")) == 0
+
+
+def test_the_cli_reports_from_and_into_folders_whose_names_are_not_utf8(cpu_node, tmp_path):
+    inputs = os.fsencode(tmp_path) + b"/results-\xfe"
+    write_result(Path(os.fsdecode(inputs)), make_result(cap_w=300.0))
+    out = os.fsencode(tmp_path) + b"/report-\xff"
+    cpu_node.env["PYTHONIOENCODING"] = "utf-8"  # strict, as a UTF-8 terminal is
+    done = cpu_node.launch("report", inputs, "-o", out)
+    assert done.returncode == 0, done.stderr
+    assert "report-\\xff" in done.stdout and "Traceback" not in done.stderr
+    assert (Path(os.fsdecode(out)) / "report.html").is_file()
