@@ -148,6 +148,17 @@ def _positions(caps: list) -> dict:
     return pos
 
 
+def _cap_ticks(ax, pos: dict, fontsize=None) -> None:
+    """Cap labels on the x axis, slanted when close caps (700 W, 750 W) would overlap."""
+    ax.set_xticks(list(pos.values()), [cap_label(c) for c in pos], fontsize=fontsize)
+    xs = sorted(pos.values())
+    span = (xs[-1] - xs[0]) or 1.0
+    if len(xs) > 1 and min(b - a for a, b in zip(xs, xs[1:])) < span / 8:
+        ax.tick_params(axis="x", labelrotation=35)
+        for label in ax.get_xticklabels():
+            label.set_horizontalalignment("right")
+
+
 def throughput_plot(folder: Path, workload: str, cells: list[Cell], refs: list[RefPoint],
                     sites: bool) -> Plot:
     plt = _pyplot()
@@ -170,7 +181,7 @@ def throughput_plot(folder: Path, workload: str, cells: list[Cell], refs: list[R
         mine = sorted((p for p in refs if p.gpu == gpu), key=lambda p: p.cap_w)
         ax.plot([pos[p.cap_w] for p in mine], [p.throughput for p in mine], linestyle="--",
                 alpha=0.6, label=f"{gpu} (paper)", **styles[gpu])
-    ax.set_xticks(list(pos.values()), [cap_label(c) for c in pos])
+    _cap_ticks(ax, pos)
     ax.set_xlabel("power cap per GPU")
     ax.set_ylabel(f"throughput per GPU ({cells[0].group.unit})")
     ax.set_title(f"{workload}: throughput against power cap")
@@ -227,7 +238,7 @@ def clocks_plot(folder: Path, workload: str, cells: list[Cell], sites: bool) -> 
             if points:
                 ax.plot(*zip(*points), label=labels[group], **styles[group])
     for ax, name in ((sm, "SM clock"), (mem, "memory clock")):
-        ax.set_xticks(list(pos.values()), [cap_label(c) for c in pos], fontsize=8)
+        _cap_ticks(ax, pos, fontsize=8)
         ax.set_xlabel("power cap per GPU")
         ax.set_ylabel(f"mean {name} (MHz)")
         ax.set_ylim(bottom=0)
