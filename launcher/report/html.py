@@ -16,7 +16,7 @@ h1 { margin-bottom: 0.2em; } h2 { margin-top: 2em; border-bottom: 1px solid #ccc
 table { border-collapse: collapse; margin: 0.6em 0; font-size: 0.82em; }
 th, td { border: 1px solid #bbb; padding: 0.25em 0.45em; text-align: right; }
 /* Wide tables fit the page: long paths and run ids wrap anywhere; numbers stay whole. */
-td.long { overflow-wrap: anywhere; } td.num { white-space: nowrap; }
+td.long { overflow-wrap: anywhere; min-width: 14em; } td.num { white-space: nowrap; }
 th { background: #eef2f7; } td:first-child, td:nth-child(2), th:first-child { text-align: left; }
 td.best { font-weight: bold; background: #e4f6e4; } td.unenforced { color: #9a5b00; }
 td.noisy { background: #fff4d6; } tr.reference td { color: #555; font-style: italic; }

@@ -280,13 +280,20 @@ def status_reason(run: Run) -> str:
 def runs_table(runs: list[Run]) -> Table:
     header = ["Run", "Workload", "Preset", "Device", "Site", "Cap", "Repeat", "Status",
               "Throughput per GPU", "Work/J (with overhead)", "File"]
+
+    def measured(r: Run, value: float | None) -> TCell:
+        # A failed, interrupted or invalid run's figures cover part of a protocol, or
+        # nothing sound: never printed beside measured values.
+        return TCell(fmt(value), value) if r.usable else _t("–")
+
     rows = [[_t(r.run_id), _t(r.workload), _t(r.preset), _t(r.device_full), _t(r.site),
              _t(_run_cap(r)), _t("–" if r.repeat is None else str(r.repeat + 1)),
              _t(r.status if not r.problems else f"{r.status} (invalid)"),
-             TCell(fmt(r.per_gpu), r.per_gpu),
-             TCell(fmt(r.units_per_joule_with_overhead), r.units_per_joule_with_overhead),
+             measured(r, r.per_gpu), measured(r, r.units_per_joule_with_overhead),
              _t(shown_path(r.path))] for r in runs]
-    return Table("runs", "Every run read", header, rows)
+    notes = ["Figures only for complete, valid runs; the others are listed with why under "
+             "\"Runs not included\"."] if any(not r.usable for r in runs) else []
+    return Table("runs", "Every run read", header, rows, notes)
 
 
 def idle_table(sweeps) -> Table | None:

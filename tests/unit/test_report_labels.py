@@ -69,3 +69,14 @@ def test_runs_without_power_get_one_sentence_instead_of_dashes(tmp_path):
     assert table.rows == []
     assert sum("power was not measured" in n for n in table.notes) == 1
     assert "resnet50 (short) on CPU ×2" in table.notes[0]
+
+
+def test_the_runs_table_prints_no_figure_of_a_run_that_is_not_valid(tmp_path):
+    crafted_set(tmp_path)
+    runs, _ = load_results([tmp_path])
+    table = T.runs_table(runs)
+    col = table.header.index("Throughput per GPU")
+    failed = next(r for r in table.rows if r[7].text == "failed")
+    assert failed[col].text == "–" and failed[col].value is None  # its 1300 is not a measurement
+    assert any(r[col].text == "1150" for r in table.rows)
+    assert any("complete, valid" in n for n in table.notes)
