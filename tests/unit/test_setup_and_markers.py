@@ -68,3 +68,30 @@ def test_system_marker_follows_the_service_fixtures():
     assert not any("test_apptainer_not_installed" in n for n in names)
     assert "tests/integration/test_launch.py" not in system
     assert "tests/integration/test_power_signals.py" not in system
+
+
+def test_the_disable_script_turns_off_exactly_the_test_services_at_boot(tmp_path):
+    """Real systemctl, on a scratch root (systemctl --root): the host is untouched."""
+    import shutil
+
+    import pytest
+
+    if shutil.which("systemctl") is None:
+        pytest.skip("no systemctl on this machine: the script does nothing there (by design)")
+    units, wants = tmp_path / "lib/systemd/system", tmp_path / "etc/systemd/system/multi-user.target.wants"
+    units.mkdir(parents=True)
+    wants.mkdir(parents=True)
+    names = ["docker-registry", "munge", "slurmctld", "slurmd", "avahi-daemon"]
+    for name in names:
+        (units / f"{name}.service").write_text(
+            f"[Unit]\nDescription={name}\n[Service]\nExecStart=/bin/true\n"
+            "[Install]\nWantedBy=multi-user.target\n")
+        (wants / f"{name}.service").symlink_to(f"/lib/systemd/system/{name}.service")
+    done = subprocess.run([str(ROOT / "tools/disable-test-services.sh"), "--root", str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in wants.iterdir()) == ["avahi-daemon.service"]  # not ours: kept
+    assert done.stderr.count("disabled") == 4
+    again = subprocess.run([str(ROOT / "tools/disable-test-services.sh"), "--root", str(tmp_path)],
+                           capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0 and again.stderr == ""  # safe to rerun
