@@ -26,18 +26,24 @@ run: setup
 # clear error): Chromium for the HTML report's browser test; a real Apptainer
 # (Debian sid's, run from a debootstrapped root on Debian 12: tools/apptainer-sid/);
 # and Debian's OCI registry (docker-registry) for the image push/pull tests; and
-# Debian's Slurm + munge for the Slurm tests (tools/slurm-ci runs private daemons,
-# so a policy-rc.d keeps the install from starting the system's own).
+# Debian's Slurm + munge for the Slurm tests. The tests run private daemons
+# (tools/slurm-ci, tests/image_fixtures.py), so a policy-rc.d keeps each install from
+# starting the system's own, and tools/disable-test-services.sh leaves none enabled
+# at boot. System packages come without their recommends.
 setup-system:
 	@command -v chromium >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium; \
 	  else \
 	    echo "make: chromium is missing: install Debian's chromium package as root (apt-get install chromium); the HTML report test needs it" >&2; exit 1; \
 	  fi; }
 	@command -v docker-registry >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker-registry; \
+	    if [ ! -e /usr/sbin/policy-rc.d ]; then \
+	      printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && \
+	      trap 'rm -f /usr/sbin/policy-rc.d' EXIT; \
+	    fi; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends docker-registry; \
 	  else \
 	    echo "make: docker-registry is missing: install Debian's docker-registry package as root; the image push/pull tests need it" >&2; exit 1; \
 	  fi; }
@@ -55,10 +61,12 @@ setup-system:
 	      printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && \
 	      trap 'rm -f /usr/sbin/policy-rc.d' EXIT; \
 	    fi; \
-	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge; \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends slurm-wlm munge; \
 	  else \
 	    echo "make: sbatch is missing: install Debian's slurm-wlm and munge packages as root (apt-get install slurm-wlm munge); the Slurm tests need them" >&2; exit 1; \
 	  fi; }
+	@# The tests start their own registry, munged and Slurm daemons: none at boot.
+	@tools/disable-test-services.sh
 
 # The Apptainer images of this host's flavour (detected, or FLAVOUR=cuda|rocm|cpu),
 # every family, unprivileged (--fakeroot), into ./images (or the site's folder).
@@ -69,8 +77,11 @@ images: setup
 test: setup setup-system
 	$(BIN)/python -m pytest -q $(ARGS)
 
-test-fast: setup setup-system
-	$(BIN)/python -m pytest -q -m "not slow" $(ARGS)
+# No root, no setup-system: the unit tests and every integration test that needs no
+# system service (those needing Chromium, Apptainer, the OCI registry or Slurm carry
+# the `system` marker, which this deselects; `make test` runs them all).
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not system" $(ARGS)
 
 # The observer effect and start-up costs, reported as ratios from one run.
 bench: setup

@@ -212,7 +212,8 @@ def _workload_command(workload):
                      help="per process; 'auto' finds the largest that fits"),
         click.option("--epochs", type=click.IntRange(min=1), help="measured epochs"),
         click.option("--warmup-epochs", type=click.IntRange(min=0), help="discarded epochs"),
-        click.option("--steps-per-epoch", type=click.IntRange(min=1)),
+        click.option("--steps-per-epoch", type=click.IntRange(min=1),
+                     help="training steps (serving: requests) per epoch; default: the preset's"),
         click.option("--precision", type=click.Choice(PRECISIONS),
                      help="default: the preset's (auto: bf16-mixed where supported); "
                           "32-true: fp32 weights, TF32 math on NVIDIA (the paper's vision "
@@ -336,8 +337,11 @@ def power_restore(site, power_method, journal):
 @click.option("--power-run", help="run id whose power time series is plotted "
                                   "(default: the most efficient run)")
 @click.option("--title", default="hpcai report", show_default=True)
+@click.option("--combine-runs", is_flag=True,
+              help="take independent runs of one configuration and cap as repeats "
+                   "(default: only the runs of one sweep are)")
 def report(results, output, node_overhead_w, max_slowdown, work, noisy_cv, reference,
-           reference_file, power_run, title):
+           reference_file, power_run, title, combine_runs):
     """Tables, efficiency, the best cap and plots from result files or folders.
 
     RESULTS are result.json files, run folders, sweep folders or results
@@ -348,7 +352,8 @@ def report(results, output, node_overhead_w, max_slowdown, work, noisy_cv, refer
     opts = ReportOptions(output=output, node_overhead_w=node_overhead_w,
                          max_slowdown=max_slowdown, work=work, noisy_cv=noisy_cv,
                          reference=reference or reference_file is not None,
-                         reference_file=reference_file, power_run=power_run, title=title)
+                         reference_file=reference_file, power_run=power_run, title=title,
+                         combine_runs=combine_runs)
     _run_guarded(build_report, list(results), opts)
 
 

@@ -18,6 +18,33 @@ def _backend(site: dict, method: str | None, vendor: str | None):
     return make_backend(method or site["power"]["method"], vendor, site["power"]["command"])
 
 
+# What each implementation imports besides its framework (the module that runs it ->
+# the packages it needs); checked by name only, nothing is imported.
+_EXTRA_MODULES = {"resnet50": ("torchvision",), "vit_l16": ("torchvision",),
+                  "sd2": ("diffusers", "transformers"), "llm_pretrain": ("torch", "litdata")}
+
+
+# The pyproject extra that installs each package.
+_EXTRA_OF = {"tensorflow": "tf", "litgpt": "llm", "litdata": "llm", "sglang": "serve"}
+
+
+def workload_stacks(images: dict) -> list[dict]:
+    """Each workload and implementation: is its stack installed on this runtime
+    (the host's Python), and is the image of its family present?"""
+    from hpcai.workloads.catalog import WORKLOADS
+
+    rows = []
+    for workload in WORKLOADS.values():
+        for name, impl in workload.impls.items():
+            modules = list(dict.fromkeys((impl.framework, *_EXTRA_MODULES.get(impl.module, ()))))
+            missing = [m for m in modules if importlib.util.find_spec(m) is None]
+            rows.append({"workload": workload.name, "impl": name, "modules": modules,
+                         "host": not missing, "missing": missing,
+                         "image_family": workload.image_family,
+                         "image": images["present"].get(workload.image_family)})
+    return rows
+
+
 def show_info(site_selector: str | None, as_json: bool) -> None:
     site = sites.load(site_selector)
     node = Node.detect(site["gpu"]["vendor"])
@@ -27,6 +54,7 @@ def show_info(site_selector: str | None, as_json: bool) -> None:
     frameworks = {name: importlib.util.find_spec(name) is not None
                   for name in ("torch", "torchvision")}
     images = _images(site, node.vendor)
+    stacks = workload_stacks(images)
     facts = {
         "vendor": node.vendor,
         "gpus": [g.to_dict() for g in node.gpus],
@@ -35,6 +63,7 @@ def show_info(site_selector: str | None, as_json: bool) -> None:
         "runtime": "apptainer" if images["present"].get("cv") and images["apptainer"] else "host",
         "python": sys.executable,
         "frameworks": frameworks,
+        "workloads": stacks,
         "apptainer": images["apptainer"],
         "images": images,
         "power_method": method,
@@ -63,9 +92,15 @@ def show_info(site_selector: str | None, as_json: bool) -> None:
     have = ", ".join(images["present"]) or "none"
     click.echo(f"images:        {images['flavour']} flavour in {images['dir']}: {have}"
                + ("" if images["apptainer"] else " (apptainer not installed)"))
-    missing = [n for n, ok in frameworks.items() if not ok]
-    click.echo("frameworks:    " + ("torch, torchvision" if not missing
-                                    else f"missing {', '.join(missing)}: pip install 'hpcai[cv]'"))
+    click.echo("workloads:     whether each one's stack is on this host, and its image here")
+    width = max(len(f"{r['workload']} ({r['impl']})") for r in stacks)
+    for r in stacks:
+        extras = sorted({_EXTRA_OF.get(m, "cv") for m in r["missing"]})
+        host = ("installed" if r["host"] else
+                f"missing {', '.join(r['missing'])} (pip install 'hpcai[{','.join(extras)}]')")
+        image = (f"image {r['image_family']}: present" if r["image"] else
+                 f"image {r['image_family']}: absent")
+        click.echo(f"  {(r['workload'] + ' (' + r['impl'] + ')'):<{width}}  host: {host}; {image}")
     click.echo(f"power method:  {method}")
     click.echo(f"may set caps:  {'yes' if may_set else 'no'} ({why})")
     click.echo(f"node overhead: {site['power']['node_overhead_w']:g} W")

@@ -4,6 +4,7 @@ the cap held, and validation against the versioned schema before success.
 from __future__ import annotations
 
 import json
+import math
 from importlib import resources
 from pathlib import Path
 
@@ -23,8 +24,21 @@ def validation_errors(doc: dict, schema_file: str = SCHEMA_FILE) -> list[str]:
     import jsonschema
 
     validator = jsonschema.Draft202012Validator(schema(schema_file))
-    return [f"{e.json_path}: {e.message}" for e in
-            sorted(validator.iter_errors(doc), key=lambda e: list(e.path))]
+    errors = [f"{e.json_path}: {e.message}" for e in
+              sorted(validator.iter_errors(doc), key=lambda e: list(e.path))]
+    return errors + non_finite_numbers(doc)
+
+
+def non_finite_numbers(value, where: str = "$") -> list[str]:
+    """NaN and infinities, which Python's json reads but JSON Schema's "number"
+    lets through (jsonschema compares NaN with nothing): no result may hold one."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return [f"{where}: {value} is not a finite number"]
+    if isinstance(value, dict):
+        return [e for k, v in value.items() for e in non_finite_numbers(v, f"{where}.{k}")]
+    if isinstance(value, list):
+        return [e for i, v in enumerate(value) for e in non_finite_numbers(v, f"{where}[{i}]")]
+    return []
 
 
 def validate(doc: dict, path: Path | str = "result") -> None:

@@ -143,7 +143,7 @@ def plan(opts: Options, placement: dict | None = None,
     if device == "cuda" and not node.gpus:
         raise UsageError("--device cuda asked for, but no GPU was found",
                          "check the driver (nvidia-smi / amd-smi), or use --device cpu")
-    if opts.cap_w is not None and not node.gpus:
+    if opts.cap_w is not None and not node.gpus and not opts.dry_run:
         raise UsageError("--cap needs GPUs, and no GPU management library sees one here",
                          "drop --cap, or install nvidia-ml-py / amdsmi on a GPU node")
     preset = opts.preset or (workload.gpu_default_preset if device == "cuda"
@@ -171,7 +171,7 @@ def plan(opts: Options, placement: dict | None = None,
 
         picked = visible_gpus(node.gpus)
         gpu_indices = [g.index for g, _ in picked] or None
-    if opts.cap_w is not None and not gpu_indices:
+    if opts.cap_w is not None and not gpu_indices and not opts.dry_run:
         raise UsageError("--cap needs GPUs, and none of this node's GPUs is visible to this job",
                          "check CUDA_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES, or drop --cap")
     method = opts.power_method or site["power"]["method"]
@@ -216,6 +216,14 @@ def _gpu_name(node: Node, indices: list[int]) -> str | None:
     return names[0] if names else None
 
 
+def caps_unchecked_note(spec: dict) -> str:
+    """A dry run on a machine without GPUs (a login node) still shows the plan."""
+    return (f"note: no GPU is visible here, so the cap(s) were not checked; they are checked "
+            f"against each GPU's limits where the run happens, which refuses a cap out of range. "
+            f"This plan is this machine's (device {spec['devices']['type']}, preset "
+            f"{spec['preset']}); on a GPU node the device and the default preset follow its GPUs")
+
+
 def check_cap(backend, cap_w: float, indices: list[int], site: dict) -> None:
     """The site's allowed range, then each GPU's; CapSession checks again before setting."""
     from hpcai.errors import CapOutOfRangeError
@@ -244,7 +252,9 @@ def launch(opts: Options, placement: dict | None = None, run_id: str | None = No
 
         return run_sweep(opts)
     spec, command, site, node = plan(opts, placement, run_id)
-    if opts.cap_w is not None:
+    if opts.cap_w is not None and not node.gpus:  # only a dry run gets here (plan refuses)
+        log(caps_unchecked_note(spec))
+    elif opts.cap_w is not None:
         from hpcai.launcher.power import make_backend
 
         with make_backend(spec["power"]["method"], node.vendor, site["power"]["command"]) as backend:
@@ -403,7 +413,7 @@ def _summarize(doc: dict, run_dir: Path) -> int:
     parts = [f"{tp['node']:.1f} {tp['unit']} (node)",
              f"{tp['per_gpu']:.1f} per {'GPU' if doc['config'].get('device_type') == 'cuda' else 'process'}"]
     if power["available"]:
-        parts.append(f"mean power {power['mean_power_w']:.0f} W")
+        parts.append(f"mean power {power['mean_power_w']:.0f} W (node)")
         parts.append(f"{power['energy_per_unit_j']:.3g} J/{unit[:-1]}")
     else:
         parts.append("power not measured")
@@ -411,4 +421,30 @@ def _summarize(doc: dict, run_dir: Path) -> int:
     if cap.get("requested_w") is not None and cap.get("enforced") is False:
         parts.append(f"cap {cap['requested_w']:g} W NOT enforced")
     print(f"{doc['workload']} {doc['spec']['preset']}: " + ", ".join(parts) + f"; result: {path}")
+    for note in summary_notes(doc):
+        print(f"note: {note}")
     return 0
+
+
+# The report's default --noisy-cv: epochs varying more than this flag a figure.
+NOISY_CV = 0.05
+# Less measured time than this is a check that the pipeline works, not a figure to compare.
+STEADY_MEASURED_S = 60.0
+
+
+def summary_notes(doc: dict) -> list[str]:
+    """What the headline figure cannot tell by itself: it was noisy, or too short."""
+    notes = []
+    stats = doc["throughput"].get("stats_node") or {}
+    cv, n = stats.get("cv"), stats.get("epochs") or 0
+    if cv is not None and cv > NOISY_CV:
+        notes.append(f"noisy: the {n} measured epochs varied by {cv:.0%} (coefficient of "
+                     f"variation, above {NOISY_CV:.0%}); repeat the run (--repeat 3) or measure "
+                     "longer (--epochs, --steps-per-epoch) before comparing it")
+    seconds = (doc.get("work") or {}).get("measured_seconds") or 0.0
+    if seconds < STEADY_MEASURED_S:
+        notes.append(f"a smoke test: {n} measured epoch(s) in {seconds:.0f} s (preset "
+                     f"{doc['spec']['preset']}) check that the benchmark runs here; a figure to "
+                     f"compare needs at least {STEADY_MEASURED_S:.0f} s of measurement (the "
+                     "paper preset on GPUs)")
+    return notes

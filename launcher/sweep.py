@@ -299,7 +299,9 @@ def run_sweep(opts) -> int:
 
     caps = list(opts.caps) if opts.caps else [None]
     spec, _command, site, node = R.plan(dataclasses.replace(opts, cap_w=caps[0], caps=None))
-    if caps[0] is not None:
+    if caps[0] is not None and not node.gpus:  # only a dry run gets here (plan refuses)
+        R.log(R.caps_unchecked_note(spec))
+    elif caps[0] is not None:
         from hpcai.launcher.power import make_backend
 
         with make_backend(spec["power"]["method"], node.vendor, site["power"]["command"]) as backend:

@@ -16,8 +16,26 @@ FAKES = ROOT / "tests" / "fakes"
 sys.path.insert(0, str(FAKES.parent))  # `from fakes import fake_gpu_state`
 
 from fakes import fake_gpu_state  # noqa: E402
+from processes import kill_marked, new_mark, popen_options  # noqa: E402
 
 LAUNCHER = [sys.executable, "-m", "hpcai.launcher.cli"]
+
+# Fixtures that start or need a system service, installed by `make setup-system`:
+# their tests carry that service's marker and `system`, which `make test-fast`
+# deselects (a non-root developer without them) and `make test` runs (they fail,
+# never skip, when the service is missing there).
+SERVICE_FIXTURES = {"chromium": "chromium", "apptainer_exe": "apptainer",
+                    "tiny_image": "apptainer", "cpu_cv_image": "apptainer",
+                    "registry": "registry", "slurm_cluster": "slurm"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        services = {SERVICE_FIXTURES[f] for f in item.fixturenames if f in SERVICE_FIXTURES}
+        for service in sorted(services):
+            item.add_marker(getattr(pytest.mark, service))
+        if services:
+            item.add_marker(pytest.mark.system)
 
 
 class FakeNode:
@@ -28,6 +46,7 @@ class FakeNode:
         self.state = tmp / "fake-gpus.json"
         self.state_dir = tmp / "state"
         self.results = tmp / "results"
+        self.mark = new_mark()  # every process started here, and its descendants
         if devices is not None:
             fake_gpu_state.write_state(self.state, devices)
         self.env = dict(os.environ)
@@ -57,12 +76,19 @@ class FakeNode:
         return sorted(self.state_dir.glob("*.json")) if self.state_dir.exists() else []
 
     def launch(self, *args, timeout=600, **kwargs) -> subprocess.CompletedProcess:
-        return subprocess.run([*LAUNCHER, *args], env=self.env, capture_output=True,
-                              text=True, timeout=timeout, cwd=ROOT, **kwargs)
+        return subprocess.run([*LAUNCHER, *args], capture_output=True, text=True,
+                              timeout=timeout, cwd=ROOT,
+                              **popen_options(kwargs.pop("env", self.env), self.mark), **kwargs)
 
     def popen(self, *args) -> subprocess.Popen:
-        return subprocess.Popen([*LAUNCHER, *args], env=self.env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+        """The launcher in the background, with SIGHUP at its default even under nohup."""
+        return subprocess.Popen([*LAUNCHER, *args], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+                                **popen_options(self.env, self.mark))
+
+    def stop_everything(self) -> list[int]:
+        """Teardown: every process this node started, and all they started, killed."""
+        return kill_marked(self.mark)
 
     def result_paths(self) -> list[Path]:
         return sorted(self.results.glob("*/result.json"))
@@ -76,13 +102,17 @@ class FakeNode:
 @pytest.fixture
 def fake_nvidia_node(tmp_path) -> FakeNode:
     """Two FAKE H100s (min 200 W, max 700 W, default and current 700 W)."""
-    return FakeNode(tmp_path, fake_gpu_state.make_devices(2, "nvidia"))
+    node = FakeNode(tmp_path, fake_gpu_state.make_devices(2, "nvidia"))
+    yield node
+    node.stop_everything()
 
 
 @pytest.fixture
 def cpu_node(tmp_path) -> FakeNode:
     """A node without GPUs (the fake libraries report none)."""
-    return FakeNode(tmp_path, None)
+    node = FakeNode(tmp_path, None)
+    yield node
+    node.stop_everything()
 
 
 @pytest.fixture(scope="session")

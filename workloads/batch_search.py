@@ -12,9 +12,13 @@ GPU_MAX_BATCH.
 
 A CPU has no out-of-memory error to catch: the kernel kills the process
 instead. There the search models memory. It measures the peak resident
-memory of one step at batch 1 and at batch 2 (after a warm-up step at 1),
-fits peak = fixed + per_image x batch, and takes the largest batch whose
-predicted peak stays within the process's budget. The budget is its memory
+memory of one step at batches 1, 2 and 4 (after a warm-up step at 1), fits
+peak = fixed + per_image x batch by least squares, and takes the largest batch
+whose predicted peak stays within the process's budget. The allocator may serve
+a step from memory an earlier one left resident, so a pass can measure no
+growth at all: then the pass is repeated once, and if the slope is still not
+positive the estimate is unusable, the result says so, and the preset's batch
+size is kept (never the maximum: a zero slope says nothing about memory). The budget is its memory
 now plus CPU_MEMORY_FRACTION of the memory available when the search starts,
 shared among the processes on the node. The result is capped at
 CPU_MAX_BATCH, because a CPU's throughput stops growing long before that and
@@ -50,6 +54,11 @@ MODEL_RULE = (f"CPU: peak resident memory of one step measured at batch 1 and 2,
               f"capped at {CPU_MAX_BATCH}, rounded down to a multiple of {MULTIPLE}")
 FALLBACK_RULE = ("CPU: peak resident memory cannot be measured here (/proc/self/clear_refs is "
                  "not writable), so the preset's batch size is kept")
+UNUSABLE_RULE = ("CPU: the per-image memory measured was not positive in two passes (the "
+                 "allocator reused resident memory), so the estimate is unusable and the "
+                 "preset's batch size is kept")
+PROBE_SIZES = (1, 2, 4)
+PASSES = 2
 
 
 # ---- the two searches, free of any framework ----------------------------------
@@ -96,12 +105,23 @@ def search_by_memory_model(step_peak_bytes, budget_bytes: int, maximum: int = CP
     """The largest batch whose extrapolated peak memory fits budget_bytes.
 
     step_peak_bytes(n) runs one step at batch n and returns the process's
-    peak resident memory during it."""
-    step_peak_bytes(1)  # warm-up: optimizer state, kernel caches
-    one, two = step_peak_bytes(1), step_peak_bytes(2)
-    per_image = max(two - one, 0)
-    fixed = one - per_image
-    predicted = maximum if per_image == 0 else int((budget_bytes - fixed) // per_image)
+    peak resident memory during it. The result has usable=False (and a
+    reason) when no pass measured memory growing with the batch."""
+    step_peak_bytes(PROBE_SIZES[0])  # warm-up: optimizer state, kernel caches
+    slopes = []
+    for _ in range(PASSES):
+        points = [(n, step_peak_bytes(n)) for n in PROBE_SIZES]
+        per_image, fixed = _fit(points)
+        slopes.append(per_image)
+        if per_image > 0:
+            break
+    else:
+        return {"usable": False, "per_image_bytes": max(slopes), "passes": len(slopes),
+                "memory_budget_bytes": budget_bytes,
+                "reason": (f"per-image memory measured as {max(slopes):.0f} bytes in "
+                           f"{len(slopes)} passes at batches {list(PROBE_SIZES)}")}
+    one = fixed + per_image
+    predicted = int((budget_bytes - fixed) // per_image)
     if predicted < 1:
         raise WorkloadError(
             f"one image per step already needs {one / 2**30:.1f} GiB, over this process's "
@@ -110,8 +130,18 @@ def search_by_memory_model(step_peak_bytes, budget_bytes: int, maximum: int = CP
     found = min(predicted, maximum)
     if found >= multiple:
         found -= found % multiple
-    return {"found": found, "predicted_max": predicted, "per_image_bytes": per_image,
-            "fixed_bytes": fixed, "memory_budget_bytes": budget_bytes}
+    return {"usable": True, "found": found, "predicted_max": predicted,
+            "per_image_bytes": per_image, "fixed_bytes": fixed, "passes": len(slopes),
+            "memory_budget_bytes": budget_bytes}
+
+
+def _fit(points: list[tuple[int, int]]) -> tuple[float, float]:
+    """Least-squares line through (batch, peak bytes): (slope, intercept)."""
+    mean_n = sum(n for n, _ in points) / len(points)
+    mean_p = sum(p for _, p in points) / len(points)
+    var = sum((n - mean_n) ** 2 for n, _ in points)
+    slope = sum((n - mean_n) * (p - mean_p) for n, p in points) / var
+    return round(slope), round(mean_p - slope * mean_n)  # whole bytes
 
 
 # ---- the search a workload runs -------------------------------------------------
@@ -139,7 +169,8 @@ def find(run_step, on_gpu: bool, start: int, gather=_alone, local_processes: int
         record.update(method="trial", rule=TRIAL_RULE, maximum=GPU_MAX_BATCH)
     elif not reset_peak_rss():
         found = int(start)
-        record.update(method="fallback", rule=FALLBACK_RULE, maximum=None)
+        record.update(method="fallback", rule=FALLBACK_RULE, maximum=None,
+                      reason="/proc/self/clear_refs is not writable")
     else:
         def step_peak_bytes(n: int) -> int:
             reset_peak_rss()
@@ -154,16 +185,24 @@ def find(run_step, on_gpu: bool, start: int, gather=_alone, local_processes: int
 
         budget = (current_rss_bytes()
                   + int(CPU_MEMORY_FRACTION * available_memory_bytes() / max(1, local_processes)))
-        error, model = None, {"found": 0}
+        error, model = None, {"found": 0, "usable": True}
         try:
             model = search_by_memory_model(step_peak_bytes, budget)
         except WorkloadError as exc:
             error = exc
-        found = min(gather(model["found"]))  # every process gets here, even one that failed
-        if found < 1:
+        # Every process gets here, even one that failed; they decide together.
+        if any(gather(error is not None)):
             raise error or WorkloadError("another process found no batch size that fits",
                                          "see its error above")
-        record.update(model, method="memory-model", rule=MODEL_RULE, maximum=CPU_MAX_BATCH)
+        usable = all(gather(bool(model["usable"])))
+        found = min(gather(int(model.get("found", start))))
+        if usable:
+            record.update(model, method="memory-model", rule=MODEL_RULE, maximum=CPU_MAX_BATCH)
+        else:
+            found = int(start)
+            reason = model.get("reason") or "another process measured no per-image memory"
+            record.update(model, method="fallback", rule=UNUSABLE_RULE, maximum=None,
+                          reason=reason, usable=False)
     record.update(found=found, probes=probes, seconds=time.perf_counter() - began)
     return record
 

@@ -55,11 +55,16 @@ def framework_versions(ctx, framework: str) -> dict:
         "framework_version": distribution_version(framework),
         "libraries": {name: v for name in _LIBRARIES if (v := distribution_version(name))},
     }
-    # Only a process that already runs PyTorch reports its CUDA/ROCm build.
+    # Only a process that already runs PyTorch reports its CUDA/ROCm build. The
+    # index's CPU wheels carry CUDA too: "cuda"/"rocm" name the GPU runtime this run
+    # used (none on a CPU run); torch_build says what the wheel was built with.
     torch = sys.modules.get("torch")
+    versions["gpu_used"] = ctx.device_type == "cuda"
     if torch is not None:
-        versions.update(cuda=torch.version.cuda, rocm=getattr(torch.version, "hip", None),
-                        cudnn=None)
+        build = {"cuda": torch.version.cuda, "rocm": getattr(torch.version, "hip", None)}
+        gpu = versions["gpu_used"]
+        versions.update(cuda=build["cuda"] if gpu else None, rocm=build["rocm"] if gpu else None,
+                        cudnn=None, torch_build=build)
         if framework == "torch":
             versions["framework_version"] = torch.__version__
         if ctx.device_type == "cuda" and torch.backends.cudnn.is_available():

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from hpcai.errors import UsageError
+from hpcai.errors import ResultError, UsageError
 
 __all__ = ["ReportOptions", "build_report", "make_report"]
 
@@ -27,26 +27,36 @@ class ReportOptions:
     reference_file: str | Path | None = None
     power_run: str | None = None
     title: str = "hpcai report"
+    combine_runs: bool = False  # independent runs of one configuration as repeats
 
 
 def build_report(paths: list, opts: ReportOptions) -> int:
     """The CLI's entry: make the report and say where it is."""
+    from hpcai.launcher.report.load import shown_path
+
     written = make_report(paths, opts)
-    out = Path(opts.output)
+    out = shown_path(Path(opts.output))
     print(f"report of {written['runs']} run(s) ({written['usable']} complete and valid) "
           f"in {out}:")
     for name in ("markdown", "html", "json"):
-        print(f"  {written[name]}")
-    print(f"  {len(written['csv'])} CSV file(s), {len(written['plots'])} plot(s) in {out / 'plots'}")
+        print(f"  {shown_path(written[name])}")
+    print(f"  {len(written['csv'])} CSV file(s), {len(written['plots'])} plot(s) in {out}/plots")
     for line in written["skipped_plots"]:
         print(f"  no plot: {line}")
+    for line in written["excluded"]:
+        print(f"  not included: {line}")
+    if not written["usable"] and not (opts.reference and written["runs"] == 0):
+        # The report still lists every input with why; but it measured nothing.
+        # (--reference over no results at all is the paper's tables alone.)
+        raise ResultError(f"no complete, valid result among the {written['runs']} file(s) read",
+                          f"see why under \"Runs not included\" in {shown_path(written['html'])}")
     return 0
 
 
 def make_report(paths: list, opts: ReportOptions) -> dict:
     from hpcai.launcher.report import html, outputs, tables
     from hpcai.launcher.report.efficiency import DEFAULT_WORK, analyse
-    from hpcai.launcher.report.load import load_reference, load_results
+    from hpcai.launcher.report.load import load_reference, load_results, shown_path
     from hpcai.launcher.report.plots import make_plots
     from hpcai.launcher.report.stats import aggregate
 
@@ -61,7 +71,7 @@ def make_report(paths: list, opts: ReportOptions) -> dict:
     except OSError as exc:
         raise UsageError(f"cannot create report folder {out} ({exc.strerror})",
                          "choose another with --output") from None
-    cells = aggregate(runs, opts.node_overhead_w, opts.noisy_cv)
+    cells = aggregate(runs, opts.node_overhead_w, opts.noisy_cv, opts.combine_runs)
     analyses = analyse(cells, opts.max_slowdown)
     work = {unit: opts.work or amount for unit, amount in DEFAULT_WORK.items()}
     overhead = overhead_note(runs, opts.node_overhead_w)
@@ -83,6 +93,10 @@ def make_report(paths: list, opts: ReportOptions) -> dict:
     meta = [(f"Generated {generated} from {len(runs)} result file(s): {usable} complete and "
             f"valid, {len(runs) - usable} listed but not included."),
             overhead,
+            ("Repeats: the runs of one sweep" + (", and independent runs of the same "
+             "configuration (--combine-runs)." if opts.combine_runs else "; independent runs at "
+             "a cap already measured form another row (run set 2, ...); --combine-runs takes "
+             "them as repeats.")),
             (f"Recommended cap: least energy per unit of work within {opts.max_slowdown:.0%} of "
             f"the fastest enforced cap; noisy: coefficient of variation above "
             f"{opts.noisy_cv:.0%}."),
@@ -117,24 +131,27 @@ def make_report(paths: list, opts: ReportOptions) -> dict:
                 md += [f"![{item.title}](plots/{item.png.name})", "",
                        f"*{item.title}.* {item.caption} ([SVG](plots/{item.svg.name}))", ""]
     md_path = out / "report.md"
-    md_path.write_text("\n".join(md))
+    # Text read from results may hold what UTF-8 cannot (lone surrogates): escaped, never fatal.
+    md_path.write_text("\n".join(md), encoding="utf-8", errors="backslashreplace")
     html_path = out / "report.html"
-    html_path.write_text(html.page(opts.title, meta, sections))
+    html_path.write_text(html.page(opts.title, meta, sections), encoding="utf-8",
+                         errors="backslashreplace")
     csv_paths = [outputs.write_table_csv(t, out) for t in all_tables]
     by_group = {a.group: a for a in analyses}
     records = [outputs.cell_record(c, by_group.get(c.group)) for c in cells]
     csv_paths.append(outputs.write_cells_csv(records, out))
     json_path = outputs.write_json({
         "kind": "hpcai.report", "report_version": 1, "generated": generated,
-        "title": opts.title, "inputs": [str(p) for p in paths],
+        "title": opts.title, "inputs": [shown_path(p) for p in paths],
         "options": {"node_overhead_w": opts.node_overhead_w, "max_slowdown": opts.max_slowdown,
-                    "work": work, "noisy_cv": opts.noisy_cv, "reference": opts.reference},
+                    "work": work, "noisy_cv": opts.noisy_cv, "reference": opts.reference,
+                    "combine_runs": opts.combine_runs},
         "node_overhead": overhead,
         "cells": records,
         "best_caps": [outputs.analysis_record(a, work) for a in analyses],
         "excluded_runs": [{"run_id": r.run_id, "status": r.status, "problems": r.problems,
-                           "path": str(r.path)} for r in runs if not r.usable],
-        "sweeps": [{"path": str(s.path), "sweep_id": s.doc.get("sweep_id"),
+                           "path": shown_path(r.path)} for r in runs if not r.usable],
+        "sweeps": [{"path": shown_path(s.path), "sweep_id": s.doc.get("sweep_id"),
                     "status": s.doc.get("status"), "counts": s.doc.get("counts"),
                     "idle_baseline": s.doc.get("idle_baseline")} for s in sweeps],
         "tables": {t.key: {"title": t.title, "header": t.header,
@@ -145,7 +162,10 @@ def make_report(paths: list, opts: ReportOptions) -> dict:
         "plots_not_drawn": skipped,
     }, out)
     return {"markdown": md_path, "html": html_path, "json": json_path, "csv": csv_paths,
-            "plots": plots, "skipped_plots": skipped, "runs": len(runs), "usable": usable}
+            "plots": plots, "skipped_plots": skipped, "runs": len(runs), "usable": usable,
+            "excluded": [f"{shown_path(r.path)} ({r.status}): "
+                         f"{'; '.join(r.problems) or tables.status_reason(r)}"
+                         for r in runs if not r.usable]}
 
 
 def overhead_note(runs, override: float | None) -> str:

@@ -10,11 +10,13 @@ from hpcai.launcher.report.tables import Table
 
 STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto;
-       max-width: 1200px; padding: 0 1em; color: #1d1d1f; }
+       max-width: 1360px; padding: 0 1em; color: #1d1d1f; }
 h1 { margin-bottom: 0.2em; } h2 { margin-top: 2em; border-bottom: 1px solid #ccc; }
 .meta { color: #555; font-size: 0.9em; }
-table { border-collapse: collapse; margin: 0.6em 0; font-size: 0.88em; }
-th, td { border: 1px solid #bbb; padding: 0.25em 0.55em; text-align: right; }
+table { border-collapse: collapse; margin: 0.6em 0; font-size: 0.82em; }
+th, td { border: 1px solid #bbb; padding: 0.25em 0.45em; text-align: right; }
+/* Wide tables fit the page: long paths and run ids wrap anywhere; numbers stay whole. */
+td.long { overflow-wrap: anywhere; min-width: 14em; } td.num { white-space: nowrap; }
 th { background: #eef2f7; } td:first-child, td:nth-child(2), th:first-child { text-align: left; }
 td.best { font-weight: bold; background: #e4f6e4; } td.unenforced { color: #9a5b00; }
 td.noisy { background: #fff4d6; } tr.reference td { color: #555; font-style: italic; }
@@ -22,9 +24,11 @@ td.noisy { background: #fff4d6; } tr.reference td { color: #555; font-style: ita
 figure { margin: 1.5em 0; } figure img { max-width: 100%; border: 1px solid #ddd; }
 figcaption { font-size: 0.85em; color: #444; }
 .scroll { overflow-x: auto; }
+@media (max-width: 700px) { body { margin: 1em auto; } table { font-size: 0.75em; } }
 """
 
-# Records whether every embedded figure decoded: a headless browser can read it back.
+# Records whether every embedded figure decoded, which tables are wider than
+# their box, and whether the page scrolls sideways: a headless browser reads them back.
 CHECK_SCRIPT = """
 window.addEventListener("load", function () {
   var images = document.images, decoded = 0;
@@ -32,8 +36,22 @@ window.addEventListener("load", function () {
     if (images[i].complete && images[i].naturalWidth > 0) { decoded++; }
   }
   document.body.setAttribute("data-images-decoded", decoded + "/" + images.length);
+  var wide = [], boxes = document.querySelectorAll("div.scroll");
+  for (var j = 0; j < boxes.length; j++) {
+    if (boxes[j].scrollWidth > boxes[j].clientWidth + 1) {
+      wide.push(boxes[j].firstElementChild.getAttribute("data-table"));
+    }
+  }
+  document.body.setAttribute("data-wide-tables", wide.join(","));
+  document.body.setAttribute("data-page-width",
+    document.documentElement.scrollWidth + "/" + window.innerWidth);
 });
 """
+
+
+def _long_word(text: str) -> bool:
+    """A word that would hold its column wider than the page (a path, a run id)."""
+    return any(len(word) > 24 for word in text.split())
 
 
 def table_html(table: Table) -> str:
@@ -44,7 +62,8 @@ def table_html(table: Table) -> str:
         cells = []
         for c in row:
             classes = [name for name, on in (("best", c.best), ("unenforced", c.unenforced),
-                                             ("noisy", c.noisy)) if on]
+                                             ("noisy", c.noisy), ("num", c.value is not None and " " not in c.text),
+                                             ("long", _long_word(c.text))) if on]
             attr = f' class="{" ".join(classes)}"' if classes else ""
             cells.append(f"<td{attr}>{escape(c.text)}</td>")
         cls = ' class="reference"' if reference else ""
@@ -78,6 +97,7 @@ def page(title: str, meta: list[str], sections: list[tuple[str, list]]) -> str:
             else:
                 body.append(figure_html(item))
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            '<meta name="viewport" content="width=device-width, initial-scale=1">'
             f"<title>{escape(title)}</title><style>{STYLE}</style>"
             f"<script>{CHECK_SCRIPT}</script></head>\n<body>\n" + "\n".join(body)
             + "\n</body></html>\n")

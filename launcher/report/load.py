@@ -7,6 +7,7 @@ kept, with why, so the report can list it instead of averaging it.
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,7 +63,9 @@ class Run:
     host: str = "?"
     processes: int = 1  # GPUs (or CPU processes) the throughput is divided by
     nodes: int = 1  # >1: one node's part of a multi-node run (Slurm)
+    slurm_job: str | None = None  # the nodes of one multi-node job measure together
     cap_w: float | None = None
+    cap_read: bool = False  # False: the file was unreadable, its cap unknown (not "uncapped")
     enforced: bool | None = None
     default_limit_w: float | None = None
     per_gpu: float | None = None
@@ -111,6 +114,17 @@ class Run:
         return self.units / self.energy_j
 
 
+def shown_path(path: Path | str) -> str:
+    """A path as text that any page or terminal can hold: bytes that are not
+    UTF-8 (kept by Python as lone surrogates) shown as \\xNN escapes."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def shown_text(text: str) -> str:
+    """Text from a result (JSON may carry lone surrogates such as "\\udcff")."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 @dataclass
 class Sweep:
     path: Path
@@ -135,6 +149,7 @@ class RefPoint:
     def per_gpu(self) -> float:
         """The published figure on the report's basis: per GPU."""
         return self.throughput / self.gpus
+    published: str = ""  # the figure as the paper prints it ("1426.0"), shown unrounded
 
 
 def find_files(paths: list[str | Path], allow_empty: bool = False) -> tuple[list[Path], list[Path]]:
@@ -162,13 +177,17 @@ def load_results(paths: list[str | Path], allow_empty: bool = False) -> tuple[li
     result_files, sweep_files = find_files(paths, allow_empty)
     runs = []
     for path in result_files:
+        folder = shown_path(path.parent.name)
         try:
-            doc = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            runs.append(Run(path, path.parent.name, "unreadable", [f"not readable JSON: {exc}"]))
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            runs.append(Run(path, folder, "unreadable", [f"cannot be read ({exc.strerror})"]))
+            continue
+        except ValueError as exc:  # UnicodeDecodeError included
+            runs.append(Run(path, folder, "unreadable", [f"not readable JSON: {exc}"]))
             continue
         if not isinstance(doc, dict):
-            runs.append(Run(path, path.parent.name, "unreadable", ["not a JSON object"]))
+            runs.append(Run(path, folder, "unreadable", ["not a JSON object"]))
             continue
         errors = validation_errors(doc)
         run = _from_doc(path, doc, errors)
@@ -176,21 +195,23 @@ def load_results(paths: list[str | Path], allow_empty: bool = False) -> tuple[li
     sweeps = []
     for path in sweep_files:
         try:
-            sweeps.append(Sweep(path, json.loads(path.read_text())))
+            doc = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
+        if isinstance(doc, dict):
+            sweeps.append(Sweep(path, doc))
     return runs, sweeps
 
 
 def _from_doc(path: Path, doc: dict, errors: list[str]) -> Run:
-    run = Run(path, str(doc.get("run_id") or path.parent.name),
+    run = Run(path, shown_text(str(doc.get("run_id") or shown_path(path.parent.name))),
               "invalid" if errors else str(doc.get("status")))
     if errors:
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         run.problems.append(f"does not match the result schema: {errors[0]}{more}")
     try:
         _fill(run, path, doc)
-    except (KeyError, TypeError, ValueError) as exc:  # only reachable for invalid files
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # only for invalid files
         run.status = "invalid"
         run.problems.append(f"missing or malformed field {exc}")
     if run.status == "complete" and run.per_gpu is None:
@@ -200,7 +221,7 @@ def _from_doc(path: Path, doc: dict, errors: list[str]) -> Run:
 
 def _fill(run: Run, path: Path, doc: dict) -> None:
     spec = doc["spec"]
-    run.workload = doc["workload"]
+    run.workload = shown_text(doc["workload"])
     run.preset = spec.get("preset", "?")
     comparability = doc.get("comparability") or {}
     run.preset_kind = comparability.get("preset_kind")
@@ -226,7 +247,10 @@ def _fill(run: Run, path: Path, doc: dict) -> None:
     if run.device_type == "cuda" and used:
         run.processes = len(used)
     run.nodes = int((spec.get("slurm") or {}).get("nodes") or 1)
+    job = (spec.get("slurm") or {}).get("job_id")
+    run.slurm_job = str(job) if job is not None else None
     run.cap_w = spec["power"]["cap_w"]
+    run.cap_read = True
     cap = (doc.get("power") or {}).get("cap") or {}
     run.enforced = cap.get("enforced") if run.cap_w is not None else None
     defaults = [(g.get("limits") or {}).get("default_w") for g in used]

@@ -31,19 +31,36 @@ def table_markdown(table: Table) -> str:
 
 
 def write_table_csv(table: Table, folder: Path) -> Path:
+    """Numbers as numbers, at full precision. In the cap tables each value column
+    has two flag columns beside it ("noisy", "cap enforced") instead of the
+    page's † and parentheses."""
+    header, getters = [], []
+    for i, name in enumerate(table.header):
+        header.append(name)
+        getters.append((i, _csv_value))
+        if table.flag_columns and i >= 2:
+            header += [f"{name} noisy", f"{name} cap enforced"]
+            getters += [(i, lambda c: "" if c.value is None or c.reference else str(c.noisy).lower()),
+                        (i, lambda c: "" if c.value is None else str(not c.unenforced).lower())]
     path = folder / f"{table.key}.csv"
-    with open(path, "w", newline="") as fh:
+    with open(path, "w", newline="", encoding="utf-8", errors="backslashreplace") as fh:
         writer = csv.writer(fh)
-        writer.writerow(table.header)
+        writer.writerow(header)
         for row in table.rows:
-            writer.writerow([c.text for c in row])
+            writer.writerow([get(row[i]) for i, get in getters])
     return path
+
+
+def _csv_value(cell) -> str:
+    if cell.value is None:
+        return "" if cell.text == "–" else cell.text
+    return repr(float(cell.value)) if not isinstance(cell.value, int) else str(cell.value)
 
 
 CELL_COLUMNS = [
     "workload", "preset", "device", "device_full", "device_type", "site", "gpus", "unit",
-    "cap_w", "enforced", "repeats", "epochs", "throughput_per_gpu", "std", "ci95_low",
-    "ci95_high", "ci_from", "cv", "noisy", "node_throughput", "mean_power_w",
+    "cap_w", "enforced", "repeats", "epochs", "throughput_per_gpu", "ci95_half_width", "n",
+    "ci95_low", "ci95_high", "ci_from", "std", "cv", "noisy", "node_throughput", "node_power_w", "power_per_gpu_w",
     "units_per_joule_gpus", "units_per_joule_with_overhead", "energy_per_unit_j",
     "edp_per_unit_js", "sm_clock_mhz", "memory_clock_mhz", "most_efficient", "pareto",
     "recommended", "run_ids",
@@ -52,6 +69,7 @@ CELL_COLUMNS = [
 
 def cell_record(cell: Cell, analysis: Analysis | None) -> dict:
     s = cell.spread
+    hw = s.half_width
     return {
         "workload": cell.group.workload, "preset": cell.group.preset,
         "device": cell.group.device, "device_full": cell.group.device_full,
@@ -59,9 +77,15 @@ def cell_record(cell: Cell, analysis: Analysis | None) -> dict:
         "gpus": cell.group.processes, "unit": cell.group.unit, "cap_w": cell.cap_w,
         "enforced": cell.enforced, "repeats": cell.repeats.n, "epochs": cell.epochs.n,
         "throughput_per_gpu": cell.throughput, "std": s.std,
-        "ci95_low": s.ci95[0] if s.ci95 else None, "ci95_high": s.ci95[1] if s.ci95 else None,
+        # The interval is centred on the throughput shown (issue 15: one statistic).
+        "ci95_half_width": hw, "n": s.n,
+        "ci95_low": None if hw is None else cell.throughput - hw,
+        "ci95_high": None if hw is None else cell.throughput + hw,
         "ci_from": cell.basis, "cv": s.cv, "noisy": cell.noisy, "noise": cell.noise,
-        "node_throughput": cell.node_throughput, "mean_power_w": cell.mean_power_w,
+        "node_throughput": cell.node_throughput, "node_power_w": cell.mean_power_w,
+        "power_per_gpu_w": (cell.mean_power_w / cell.group.processes
+                            if cell.mean_power_w is not None and cell.group.device_type == "cuda"
+                            else None),
         "units_per_joule_gpus": cell.gpu_efficiency,
         "units_per_joule_with_overhead": cell.efficiency.mean,
         "energy_per_unit_j": cell.energy_per_unit_j, "edp_per_unit_js": edp_per_unit(cell),
@@ -75,7 +99,7 @@ def cell_record(cell: Cell, analysis: Analysis | None) -> dict:
 
 def write_cells_csv(records: list[dict], folder: Path) -> Path:
     path = folder / "cells.csv"
-    with open(path, "w", newline="") as fh:
+    with open(path, "w", newline="", encoding="utf-8", errors="backslashreplace") as fh:
         writer = csv.writer(fh)
         writer.writerow(CELL_COLUMNS)
         for rec in records:

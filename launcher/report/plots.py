@@ -8,12 +8,13 @@ the power time series of one run.
 from __future__ import annotations
 
 import csv
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from hpcai.launcher.report.efficiency import Analysis
 from hpcai.launcher.report.load import RefPoint, Run, workload_key
-from hpcai.launcher.report.stats import Cell, cap_label, cap_sort_key
+from hpcai.launcher.report.stats import Cell, Group, cap_label, cap_sort_key
 
 
 @dataclass
@@ -44,8 +45,21 @@ def _save(fig, folder: Path, name: str, title: str, caption: str) -> Plot:
     return Plot(name, title, caption, png, svg)
 
 
+SLUG_MAX = 48  # plot file names stay far below any file system's 255 bytes
+
+
 def _slug(text: str) -> str:
-    return "".join(ch if ch.isalnum() else "-" for ch in text.lower()).strip("-")
+    """A file-name part from any workload name: ASCII letters, digits and dashes,
+    at most SLUG_MAX characters; a shortened name ends in a hash of the whole, so
+    two long names that share a start still differ."""
+    import hashlib
+
+    slug = "".join(ch if ch.isascii() and ch.isalnum() else "-" for ch in text.lower())
+    slug = re.sub("-+", "-", slug).strip("-") or "workload"
+    if len(slug) > SLUG_MAX:
+        digest = hashlib.sha256(text.encode("utf-8", "backslashreplace")).hexdigest()[:8]
+        slug = f"{slug[:SLUG_MAX].rstrip('-')}-{digest}"
+    return slug
 
 
 def make_plots(folder: Path, cells: list[Cell], analyses: list[Analysis], runs: list[Run],
@@ -84,21 +98,39 @@ MARKERS = ("o", "s", "^", "D", "v", "P")
 
 
 def _styles(cells: list[Cell], refs: list[RefPoint] = ()) -> dict:
-    """One colour per device model, so our H100 and the paper's H100 match;
-    another marker for each further row of the same model (other site, GPU count)."""
+    """One colour (and marker) per series: two presets, sites or run sets of one
+    device never share one. The paper's figures for a GPU take the colour of our
+    first series on that GPU, so they can be compared at a glance."""
     import matplotlib
 
     palette = matplotlib.colormaps["tab10"].colors
-    devices = sorted({c.group.device for c in cells} | {p.gpu for p in refs})
-    colour = {d: palette[i % len(palette)] for i, d in enumerate(devices)}
-    styles, seen = {}, {}
-    for group in dict.fromkeys(c.group for c in cells):
-        n = seen.get(group.device, 0)
-        seen[group.device] = n + 1
-        styles[group] = {"color": colour[group.device], "marker": MARKERS[n % len(MARKERS)]}
-    for gpu in {p.gpu for p in refs}:
-        styles[gpu] = {"color": colour[gpu], "marker": "x"}
+    styles, used = {}, 0
+    for n, group in enumerate(dict.fromkeys(c.group for c in cells)):
+        styles[group] = {"color": palette[n % len(palette)], "marker": MARKERS[n % len(MARKERS)]}
+        used = n + 1
+    for gpu in dict.fromkeys(p.gpu for p in refs):
+        ours = next((st for g, st in styles.items() if isinstance(g, Group) and g.device == gpu), None)
+        if ours is None:
+            ours = {"color": palette[used % len(palette)]}
+            used += 1
+        styles[gpu] = {"color": ours["color"], "marker": "x"}
     return styles
+
+
+def _labels(cells: list[Cell], sites: bool) -> dict:
+    """A legend label per series that names whatever tells it from the others."""
+    groups = list(dict.fromkeys(c.group for c in cells))
+    labels = {}
+    for g in groups:
+        parts = [g.device_label(sites)]
+        if len({x.workload for x in groups}) > 1:
+            parts.insert(0, g.workload)
+        if len({x.preset for x in groups}) > 1:
+            parts.append(f"{g.preset} preset")
+        if len({x.series for x in groups}) > 1:
+            parts.append(g.series or "run set 1")
+        labels[g] = ", ".join(parts)
+    return labels
 
 
 def _legend(ax) -> None:
@@ -116,29 +148,40 @@ def _positions(caps: list) -> dict:
     return pos
 
 
+def _cap_ticks(ax, pos: dict, fontsize=None) -> None:
+    """Cap labels on the x axis, slanted when close caps (700 W, 750 W) would overlap."""
+    ax.set_xticks(list(pos.values()), [cap_label(c) for c in pos], fontsize=fontsize)
+    xs = sorted(pos.values())
+    span = (xs[-1] - xs[0]) or 1.0
+    if len(xs) > 1 and min(b - a for a, b in zip(xs, xs[1:])) < span / 8:
+        ax.tick_params(axis="x", labelrotation=35)
+        for label in ax.get_xticklabels():
+            label.set_horizontalalignment("right")
+
+
 def throughput_plot(folder: Path, workload: str, cells: list[Cell], refs: list[RefPoint],
                     sites: bool) -> Plot:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(9, 4.5))
     pos = _positions([c.cap_w for c in cells] + [p.cap_w for p in refs])
-    styles = _styles(cells, refs)
+    styles, labels = _styles(cells, refs), _labels(cells, sites)
     for group in dict.fromkeys(c.group for c in cells):
         mine = sorted((c for c in cells if c.group == group), key=lambda c: cap_sort_key(c.cap_w))
         xs = [pos[c.cap_w] for c in mine]
         ys = [c.throughput for c in mine]
         errs = [c.spread.half_width or 0.0 for c in mine]
         style = styles[group]
-        ax.errorbar(xs, ys, yerr=errs, capsize=3, label=group.device_label(sites), **style)
+        ax.errorbar(xs, ys, yerr=errs, capsize=3, label=labels[group], **style)
         hollow = [(x, y) for x, y, c in zip(xs, ys, mine) if c.enforced is False]
         if hollow:
             ax.scatter(*zip(*hollow), s=90, facecolors="white", edgecolors=style["color"],
                        marker=style["marker"], zorder=3,
-                       label=f"{group.device_label(sites)}: cap not enforced")
+                       label=f"{labels[group]}: cap not enforced")
     for gpu in dict.fromkeys(p.gpu for p in refs):
         mine = sorted((p for p in refs if p.gpu == gpu), key=lambda p: p.cap_w)
         ax.plot([pos[p.cap_w] for p in mine], [p.per_gpu for p in mine], linestyle="--",
                 alpha=0.6, label=f"{gpu} (paper)", **styles[gpu])
-    ax.set_xticks(list(pos.values()), [cap_label(c) for c in pos])
+    _cap_ticks(ax, pos)
     ax.set_xlabel("power cap per GPU")
     ax.set_ylabel(f"throughput per GPU ({cells[0].group.unit})")
     ax.set_title(f"{workload}: throughput against power cap")
@@ -147,7 +190,7 @@ def throughput_plot(folder: Path, workload: str, cells: list[Cell], refs: list[R
     _legend(ax)
     return _save(fig, folder, f"throughput-{_slug(workload)}", f"{workload}: throughput against cap",
                  "Mean per-GPU throughput with its 95% confidence interval; hollow markers: "
-                 "the cap was not enforced; dashed: the seed paper's figures.")
+                 "the cap was not enforced" + ("; dashed: the seed paper's figures." if refs else "."))
 
 
 def efficiency_plot(folder: Path, workload: str, cells: list[Cell], analyses: list[Analysis],
@@ -155,13 +198,13 @@ def efficiency_plot(folder: Path, workload: str, cells: list[Cell], analyses: li
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(9, 5))
     unit = cells[0].group.unit
-    styles = _styles(cells)
+    styles, labels = _styles(cells), _labels(cells, sites)
     for a in analyses:
         mine = [c for c in a.cells if c.power_available]
         if not mine:
             continue
         line = ax.plot([c.throughput for c in mine], [c.efficiency.mean for c in mine],
-                       label=a.group.device_label(sites), **styles[a.group])[0]
+                       label=labels[a.group], **styles[a.group])[0]
         for c in mine:
             text = c.cap_label if c.enforced is not False else f"({c.cap_label})"
             ax.annotate(text, (c.throughput, c.efficiency.mean), textcoords="offset points",
@@ -187,15 +230,15 @@ def clocks_plot(folder: Path, workload: str, cells: list[Cell], sites: bool) -> 
     plt = _pyplot()
     fig, (sm, mem) = plt.subplots(1, 2, figsize=(10, 4))
     pos = _positions([c.cap_w for c in cells])
-    styles = _styles(cells)
+    styles, labels = _styles(cells), _labels(cells, sites)
     for group in dict.fromkeys(c.group for c in cells):
         mine = sorted((c for c in cells if c.group == group), key=lambda c: cap_sort_key(c.cap_w))
         for ax, attr in ((sm, "sm_clock_mhz"), (mem, "memory_clock_mhz")):
             points = [(pos[c.cap_w], getattr(c, attr)) for c in mine if getattr(c, attr) is not None]
             if points:
-                ax.plot(*zip(*points), label=group.device_label(sites), **styles[group])
+                ax.plot(*zip(*points), label=labels[group], **styles[group])
     for ax, name in ((sm, "SM clock"), (mem, "memory clock")):
-        ax.set_xticks(list(pos.values()), [cap_label(c) for c in pos], fontsize=8)
+        _cap_ticks(ax, pos, fontsize=8)
         ax.set_xlabel("power cap per GPU")
         ax.set_ylabel(f"mean {name} (MHz)")
         ax.set_ylim(bottom=0)

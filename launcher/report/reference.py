@@ -67,7 +67,8 @@ def read_reference(path: str | Path | None = None) -> list:
             point = RefPoint(row["workload"], row["gpu"], float(row["cap_w"]),
                              float(row["throughput"]), unit, enforced == "true", basis=basis,
                              gpus=BASIS_GPUS[basis], precision=row.get("precision", ""),
-                             batch=row.get("batch", ""), request_mix=row.get("request_mix", ""))
+                             batch=row.get("batch", ""), request_mix=row.get("request_mix", ""),
+                             published=row["throughput"].strip())
             if point.cap_w <= 0 or point.throughput < 0:
                 raise ValueError("negative number")
         except ValueError as exc:

@@ -1,14 +1,15 @@
 """Grouping runs into table cells (workload and device x cap) and the
 statistics over their repeats and measured epochs.
 
-A cell's throughput is the mean of its repeats' per-GPU throughput; its
+A cell's throughput is the mean of its repeats' per-GPU throughput (repeats:
+the runs of one sweep, or any runs with --combine-runs); its
 confidence interval comes from the repeats when there are at least two, else
 from the single run's measured epochs. Only usable (schema-valid, complete)
 runs enter a cell.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hpcai.launcher.report.load import Run
 from hpcai.workloads.result import throughput_stats
@@ -27,6 +28,9 @@ class Group:
     processes: int
     unit: str
     nodes: int = 1  # per-node figures of a multi-node run are their own group
+    # "": the only set of runs of this configuration; "run set 2": independent runs
+    # at caps another set already has (they are not repeats of it: issue 15).
+    series: str = ""
 
     def device_label(self, with_site: bool = False) -> str:
         label = f"{self.device} ×{self.processes}"
@@ -35,7 +39,8 @@ class Group:
         return f"{label} @ {self.site}" if with_site else label
 
     def workload_label(self) -> str:
-        return self.workload if self.preset in ("paper", "?") else f"{self.workload} ({self.preset})"
+        label = self.workload if self.preset in ("paper", "?") else f"{self.workload} ({self.preset})"
+        return f"{label}, {self.series}" if self.series else label
 
     @property
     def power_measured(self) -> bool:
@@ -121,17 +126,60 @@ def cap_sort_key(cap_w: float | None):
     return (cap_w is None, cap_w or 0.0)
 
 
-def aggregate(runs: list[Run], overhead_w: float | None, noisy_cv: float) -> list[Cell]:
-    """One cell per group and cap, from usable runs only."""
+def origin(run: Run) -> str:
+    """What makes runs repeats of each other: one sweep (its repeats), or the nodes
+    of one multi-node job; else the run stands alone."""
+    if run.sweep_id:
+        return f"sweep {run.sweep_id}"
+    if run.nodes > 1 and run.slurm_job:
+        return f"job {run.slurm_job}"
+    return f"run {run.run_id}"
+
+
+def _series(usable: list[Run], combine: bool) -> dict[str, str]:
+    """Run id -> series label. Independent runs (other sweeps, plain runs) share a
+    row while their caps differ; one at a cap the row already has starts another
+    row ("run set 2"), unless combine asks for them to be taken as repeats."""
+    series: dict[str, str] = {}
+    if combine:
+        return series
+    by_group: dict[Group, dict[str, list[Run]]] = {}
+    for run in sorted(usable, key=lambda r: r.started or ""):
+        by_group.setdefault(group_of(run), {}).setdefault(origin(run), []).append(run)
+    for origins in by_group.values():
+        rows: list[set] = []
+        placed = []
+        for members in origins.values():
+            caps = {r.cap_w for r in members}
+            index = next((i for i, taken in enumerate(rows) if not taken & caps), None)
+            if index is None:
+                rows.append(set())
+                index = len(rows) - 1
+            rows[index] |= caps
+            placed.append((index, members))
+        if len(rows) > 1:
+            for index, members in placed:
+                for run in members:
+                    series[run.run_id] = f"run set {index + 1}"
+    return series
+
+
+def aggregate(runs: list[Run], overhead_w: float | None, noisy_cv: float,
+              combine_runs: bool = False) -> list[Cell]:
+    """One cell per group and cap, from usable runs only. Repeats are the runs of
+    one sweep; independent runs of one configuration are repeats only when
+    combine_runs says so."""
+    usable = [r for r in runs if r.usable]
+    series = _series(usable, combine_runs)
     buckets: dict[tuple[Group, float | None], list[Run]] = {}
-    for run in runs:
-        if run.usable:
-            buckets.setdefault((group_of(run), run.cap_w), []).append(run)
+    for run in usable:
+        group = replace(group_of(run), series=series.get(run.run_id, ""))
+        buckets.setdefault((group, run.cap_w), []).append(run)
     cells = [_cell(group, cap, members, overhead_w, noisy_cv)
              for (group, cap), members in buckets.items()]
     return sorted(cells, key=lambda c: (c.group.unit, c.group.workload, c.group.preset,
                                         c.group.device, c.group.site, c.group.processes,
-                                        cap_sort_key(c.cap_w)))
+                                        c.group.series, cap_sort_key(c.cap_w)))
 
 
 def _cell(group: Group, cap: float | None, runs: list[Run], overhead_w, noisy_cv) -> Cell:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from hpcai.launcher.report import reference as ref
 from hpcai.launcher.report.efficiency import Analysis, edp_per_unit, fixed_work
-from hpcai.launcher.report.load import RefPoint, Run, workload_key
+from hpcai.launcher.report.load import RefPoint, Run, shown_path, workload_key
 from hpcai.launcher.report.stats import Cell, cap_label, cap_sort_key
 
 NOISY_MARK = "†"
@@ -35,10 +35,17 @@ class Table:
     header: list[str]
     rows: list[list[TCell]]
     notes: list[str] = field(default_factory=list)
+    flag_columns: bool = False  # caps as columns: the CSV gives each its noisy/enforced flags
+
+
+PRECISION_NOTE = ("Our figures: 5 significant figures (the CSV files and report.json keep "
+                  "full precision); the paper's: exactly as published.")
+BOLD_NOTE = ("Bold: the most efficient enforced cap of the row (most work per joule, node "
+             "overhead included).")
 
 
 def fmt(value: float | None, digits: int = 5) -> str:
-    """Five significant figures, as the paper prints them; never exponents above 1."""
+    """Five significant figures for our own figures; never exponents above 1."""
     if value is None:
         return "–"
     if abs(value) >= 10 ** digits:
@@ -54,8 +61,8 @@ def _t(text: str) -> TCell:
 
 
 def _value_cell(value: float | None, *, enforced: bool | None, noisy: bool = False,
-                best: bool = False, reference: bool = False) -> TCell:
-    text = fmt(value)
+                best: bool = False, reference: bool = False, published: str = "") -> TCell:
+    text = published or fmt(value)
     if value is not None and enforced is False:
         text = f"({text})"
     if noisy and value is not None:
@@ -103,14 +110,17 @@ def throughput_tables(cells: list[Cell], analyses: list[Analysis],
             row = [_t(workload), _t(f"{gpu} (paper)")]
             for cap in caps:
                 p = by_cap.get(cap)
-                # Per GPU, as our rows: the paper's node totals divided by their GPUs.
-                row.append(_value_cell(p.per_gpu, enforced=p.enforced, reference=True)
+                # Per GPU, as our rows: the paper's node totals divided by their GPUs;
+                # a per-GPU figure is shown exactly as the paper prints it.
+                row.append(_value_cell(p.per_gpu, enforced=p.enforced, reference=True,
+                                       published=p.published if p.gpus == 1 else "")
                            if p else _t("–"))
             rows.append(row)
         if not rows:
             continue
         notes = [("Values in parentheses: the cap was not enforced (median power above the "
-                 "cap plus its tolerance), as the seed paper prints them."),
+                 "cap plus its tolerance), as the seed paper prints them."), BOLD_NOTE,
+                 PRECISION_NOTE,
                  ("On CPU runs the throughput is per process and power was not measured unless "
                  "RAPL was readable.")]
         if any(c.noisy for c in mine):
@@ -118,7 +128,7 @@ def throughput_tables(cells: list[Cell], analyses: list[Analysis],
                          "statistics table).")
         notes += ref.notes(refs, with_ours=bool(mine)) + why_not
         key = "throughput-" + unit.split("/")[0]
-        tables.append(Table(key, UNIT_TITLES.get(unit, unit), header, rows, notes))
+        tables.append(Table(key, UNIT_TITLES.get(unit, unit), header, rows, notes, flag_columns=True))
     return tables
 
 
@@ -167,7 +177,7 @@ def efficiency_tables(cells: list[Cell], analyses: list[Analysis], overhead_note
         tables.append(Table(f"efficiency-{work}", f"Energy efficiency ({work} per joule, "
                             "node overhead included)", ["Workload", "GPU",
                                                         *[cap_label(c) for c in caps]], rows,
-                            [overhead_note, "Bold: the most efficient enforced cap of the row."]))
+                            [overhead_note, BOLD_NOTE, PRECISION_NOTE], flag_columns=True))
     return tables
 
 
@@ -176,11 +186,11 @@ def recommendation_table(analyses: list[Analysis], max_slowdown: float) -> Table
     header = ["Workload", "GPU", "Most efficient cap", "Fastest cap",
               f"Recommended (least energy within {max_slowdown:.0%} of the fastest)",
               "Throughput cost", "Energy saved", "Least energy × time", "Pareto front (caps)"]
-    rows = []
+    rows, unranked = [], []
     for a in analyses:
         row = [_t(a.group.workload_label()), _t(a.group.device_label(sites))]
         if a.best is None:
-            rows.append(row + [_t("–")] * 7)
+            unranked.append(f"{a.group.workload_label()} on {a.group.device_label(sites)}")
             continue
         fastest, rec = a.fastest, a.recommended
         row.append(_t(f"{a.best.cap_label} ({fmt(a.best.efficiency.mean)} "
@@ -199,7 +209,11 @@ def recommendation_table(analyses: list[Analysis], max_slowdown: float) -> Table
              ("Least energy × time: the cap with the smallest energy-delay product for a fixed "
              "amount of work.")]
     notes += [f"{a.group.workload_label()} on {a.group.device_label(sites)}: {n}"
-              for a in analyses for n in a.notes]
+              for a in analyses for n in a.notes if a.best is not None]
+    if unranked:
+        notes.insert(0, "No best cap for " + "; ".join(unranked) + ": power was not measured "
+                     "(CPU runs without readable RAPL, or runs without telemetry), so there is "
+                     "no work per joule to rank caps by.")
     return Table("recommendations", "Best cap per workload and GPU", header, rows, notes)
 
 
@@ -209,7 +223,7 @@ def _work(a: Analysis) -> str:
 
 def fixed_work_table(analyses: list[Analysis], work: dict[str, float]) -> Table | None:
     sites = len({a.group.site for a in analyses}) > 1
-    header = ["Workload", "GPU", "Cap", "Work", "Energy (kWh)", "Time (h)",
+    header = ["Workload", "GPU", "Cap", "Work", "Node energy (kWh)", "Time (h)",
               "Energy × time (kWh·h)", "EDP per unit (J·s)"]
     rows = []
     for a in analyses:
@@ -236,34 +250,43 @@ def fixed_work_table(analyses: list[Analysis], work: dict[str, float]) -> Table 
 def stats_table(cells: list[Cell]) -> Table:
     sites = _with_site(cells)
     header = ["Workload", "GPU", "Cap", "Enforced", "Repeats", "Epochs", "Throughput per GPU",
-              "Std", "95% CI", "CI from", "CV", "Noisy", "Mean power (W)",
-              "Work/J (GPUs)", "Work/J (with overhead)", "SM clock (MHz)",
-              "Memory clock (MHz)"]
-    rows = []
+              "95% CI", "CV", "Noisy", "Power per GPU (W)", "Node power (W)", "Work/J (GPUs)",
+              "Work/J (with overhead)", "SM clock (MHz)", "Memory clock (MHz)"]
+    rows, noise = [], []
     for c in cells:
         s = c.spread
-        ci = f"{fmt(s.ci95[0])} – {fmt(s.ci95[1])}" if s.ci95 else "–"
+        per_gpu_w = (c.mean_power_w / c.group.processes
+                     if c.mean_power_w is not None and c.group.device_type == "cuda" else None)
+        ci = f"± {fmt(s.half_width)} (n = {s.n} {c.basis})" if s.half_width is not None else "–"
+        if c.noisy:
+            noise.append(f"{c.group.workload_label()} on {c.group.device_label(sites)} at "
+                         f"{c.cap_label}: " + "; ".join(c.noise) + ".")
         rows.append([
             _t(c.group.workload_label()), _t(c.group.device_label(sites)), _t(c.cap_label),
             _t({True: "yes", False: "no", None: "–"}[c.enforced]), _t(str(c.repeats.n)),
             _t(str(c.epochs.n)), TCell(fmt(c.throughput), c.throughput),
-            TCell(fmt(s.std), s.std), _t(ci), _t(c.basis),
-            _t(f"{s.cv:.1%}" if s.cv is not None else "–"),
-            TCell("; ".join(c.noise) if c.noise else "no", noisy=c.noisy),
+            TCell(ci, s.half_width), TCell(f"{s.cv:.1%}" if s.cv is not None else "–", s.cv),
+            TCell("yes" if c.noisy else "no", noisy=c.noisy),
+            TCell(fmt(per_gpu_w), per_gpu_w),
             TCell(fmt(c.mean_power_w), c.mean_power_w),
             TCell(fmt(c.gpu_efficiency), c.gpu_efficiency),
             TCell(fmt(c.efficiency.mean), c.efficiency.mean),
             TCell(fmt(c.sm_clock_mhz), c.sm_clock_mhz),
             TCell(fmt(c.memory_clock_mhz), c.memory_clock_mhz)])
     return Table("statistics", "Statistics per cell", header, rows,
-                 [("Throughput is the mean over repeats; the confidence interval and CV come "
-                  "from the repeats when there are two or more, else from the run's measured "
-                  "epochs (Student t).")])
+                 [("Throughput per GPU: one run's measured work over its measured time, or the "
+                  "mean of that figure over the repeats of one sweep. 95% CI: the half-width "
+                  "of the Student-t interval around that same value, from the n repeats when "
+                  "there are two or more, else from the run's n measured epochs; CV from the "
+                  "same n (the CSV files give the standard deviation)."),
+                  ("Power per GPU: the node's mean GPU power over its GPUs; node power: all of "
+                  "them together (CPU runs: the package power RAPL read, per node)."),
+                  PRECISION_NOTE, *noise])
 
 
 def excluded_table(runs: list[Run]) -> Table | None:
-    rows = [[_t(r.run_id), _t(r.workload), _t(r.device), _t(cap_label(r.cap_w)), _t(r.status),
-             _t("; ".join(r.problems) or _status_reason(r)), _t(str(r.path))]
+    rows = [[_t(r.run_id), _t(r.workload), _t(r.device), _t(_run_cap(r)), _t(r.status),
+             _t("; ".join(r.problems) or status_reason(r)), _t(shown_path(r.path))]
             for r in runs if not r.usable]
     if not rows:
         return None
@@ -273,7 +296,12 @@ def excluded_table(runs: list[Run]) -> Table | None:
                   "only part of its protocol.")])
 
 
-def _status_reason(run: Run) -> str:
+def _run_cap(run: Run) -> str:
+    """"uncapped" only for a run whose file says so; "?" where it could not be read."""
+    return cap_label(run.cap_w) if run.cap_read else "?"
+
+
+def status_reason(run: Run) -> str:
     return {"failed": "the run failed", "interrupted": "the run was interrupted",
             "running": "the run never finished (its launcher died)"}.get(run.status, run.status)
 
@@ -281,13 +309,20 @@ def _status_reason(run: Run) -> str:
 def runs_table(runs: list[Run]) -> Table:
     header = ["Run", "Workload", "Preset", "Device", "Site", "Cap", "Repeat", "Status",
               "Throughput per GPU", "Work/J (with overhead)", "File"]
+
+    def measured(r: Run, value: float | None) -> TCell:
+        # A failed, interrupted or invalid run's figures cover part of a protocol, or
+        # nothing sound: never printed beside measured values.
+        return TCell(fmt(value), value) if r.usable else _t("–")
+
     rows = [[_t(r.run_id), _t(r.workload), _t(r.preset), _t(r.device_full), _t(r.site),
-             _t(cap_label(r.cap_w)), _t("–" if r.repeat is None else str(r.repeat + 1)),
+             _t(_run_cap(r)), _t("–" if r.repeat is None else str(r.repeat + 1)),
              _t(r.status if not r.problems else f"{r.status} (invalid)"),
-             TCell(fmt(r.per_gpu), r.per_gpu),
-             TCell(fmt(r.units_per_joule_with_overhead), r.units_per_joule_with_overhead),
-             _t(str(r.path))] for r in runs]
-    return Table("runs", "Every run read", header, rows)
+             measured(r, r.per_gpu), measured(r, r.units_per_joule_with_overhead),
+             _t(shown_path(r.path))] for r in runs]
+    notes = ["Figures only for complete, valid runs; the others are listed with why under "
+             "\"Runs not included\"."] if any(not r.usable for r in runs) else []
+    return Table("runs", "Every run read", header, rows, notes)
 
 
 def idle_table(sweeps) -> Table | None:
@@ -306,5 +341,5 @@ def idle_table(sweeps) -> Table | None:
     if not rows:
         return None
     return Table("sweeps", "Sweeps and their idle baselines",
-                 ["Sweep", "Idle power (W)", "Per device", "Measured for", "Runs", "Status"],
+                 ["Sweep", "Idle power, node (W)", "Per device", "Measured for", "Runs", "Status"],
                  rows, ["Idle power is measured once per sweep, before its first run."])

@@ -49,13 +49,25 @@ def partitions() -> list[str]:
     return sorted({line.strip() for line in out.splitlines() if line.strip()})
 
 
+# sbatch's words when no controller answers (src/common/slurm_protocol_api.c's
+# "Unable to contact slurm controller", and configless set-ups that find no config).
+UNREACHABLE = ("Unable to contact slurm controller", "Could not establish a configuration source",
+               "Socket timed out on send/recv", "Connection refused")
+
+
 def submit(script: Path) -> str:
     """sbatch the script from its folder; the job id ("123")."""
     done = _call(["sbatch", "--parsable", str(script)], cwd=script.parent)
     if done.returncode != 0:
         reason = re.sub(r"^sbatch: (error|fatal): ", "", _last_line(done.stderr))
+        # The caller removes the job folder: the hints point at nothing in it.
+        if any(marker in done.stderr for marker in UNREACHABLE):
+            raise SlurmError(f"the Slurm controller cannot be reached ({reason}); nothing was "
+                             "submitted", "check that slurmctld runs and that slurm.conf (or "
+                             "SLURM_CONF) names it: `scontrol ping` tells")
         raise SlurmError(f"sbatch rejected the job: {reason or f'exit {done.returncode}'}",
-                         f"check the partition, account, time limit and options in {script}")
+                         "check the partition, account, time limit and options; "
+                         "--dry-run prints the job script")
     job_id = done.stdout.strip().split(";")[0]
     if not job_id.isdigit():
         raise SlurmError(f"sbatch printed no job id ({done.stdout.strip()!r})",

@@ -76,6 +76,20 @@ def check_options(opts, slurm: SlurmOptions, site: dict) -> None:
         raise UsageError(f"image {opts.image} does not exist", "check the --image path")
 
 
+def expected_preset(opts, slurm: SlurmOptions) -> str:
+    """The preset the node will choose, for the job folder's name: the one given,
+    else the workload's default for the device the job gets (GPUs when it asks
+    for them), else "default" when only the node can tell."""
+    if opts.preset:
+        return opts.preset
+    workload = get_workload(opts.workload)
+    if opts.device == "cpu":
+        return workload.cpu_default_preset
+    if opts.device == "cuda" or slurm.gpus_per_node:
+        return workload.gpu_default_preset
+    return "default"
+
+
 def submit(opts, slurm: SlurmOptions, argv: list[str] | None = None) -> int:
     site = sites.load(opts.site)
     slurm = with_site_defaults(slurm, site, opts.device)
@@ -84,7 +98,7 @@ def submit(opts, slurm: SlurmOptions, argv: list[str] | None = None) -> int:
     when = stamp()
     runs, seed = run_slots(opts, slurm.nodes, when)
     command = ["hpcai-launch", *(argv if argv is not None else sys.argv[1:])]
-    folder = results / f"slurm-{when}-{opts.workload}-{opts.preset or 'auto'}"
+    folder = results / f"slurm-{when}-{opts.workload}-{expected_preset(opts, slurm)}"
     job = Job(folder, new_job_doc(opts, slurm, runs, command, seed))
     from hpcai.launcher.slurm.script import render
 

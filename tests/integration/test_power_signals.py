@@ -22,6 +22,7 @@ FAKES = TESTS / "fakes"
 CHILD = Path(__file__).with_name("cap_child.py")
 
 from fakes import fake_gpu_state as fgs  # noqa: E402 (tests/ is on sys.path via conftest)
+from processes import kill_marked, new_mark, popen_options  # noqa: E402
 
 
 class Child:
@@ -32,9 +33,11 @@ class Child:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(FAKES), env.get("PYTHONPATH")) if p)
         env[fgs.ENV] = str(self.state)
+        self.mark = new_mark()
+        # SIGHUP at its default in the child even when the suite runs under nohup.
         self.proc = subprocess.Popen(
             [sys.executable, str(CHILD), str(self.journal)],
-            env=env,
+            **popen_options(env, self.mark),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -62,8 +65,7 @@ class Child:
         return [d["current_limit_w"] for d in fgs.read_state(self.state)["devices"]]
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
+        kill_marked(self.mark)
         self.proc.wait()
 
 

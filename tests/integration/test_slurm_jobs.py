@@ -204,7 +204,7 @@ def test_a_failing_job_points_to_its_log(cluster_env, tmp_path):
 @pytest.mark.parametrize("options,fragments", [
     (["--partition", "gpu-xl"], ["unknown partition 'gpu-xl'", "this cluster has: ci"]),
     (["--time", "soon"], ["sbatch rejected the job: Invalid --time specification",
-                          "job.sbatch"]),
+                          "--dry-run prints the job script"]),
 ])
 def test_a_refused_submission_is_one_line_and_leaves_nothing(cluster_env, tmp_path, options,
                                                              fragments):

@@ -122,10 +122,15 @@ def test_resnet50_batch_size_auto_on_cpu(cpu_node, result_schema):
     search = config["batch_size_search"]
     assert_complete(doc, result_schema, processes=2, images=2 * search["found"])
     assert doc["spec"]["params"]["batch_size"] == "auto"
-    assert search["method"] == "memory-model" and search["requested"] == "auto"
-    assert [p["batch_size"] for p in search["probes"]] == [1, 1, 2]
-    assert search["per_image_bytes"] > 0 and search["memory_budget_bytes"] > 0
-    assert 1 <= search["found"] <= search["maximum"] == 64
+    assert search["requested"] == "auto"
+    assert [p["batch_size"] for p in search["probes"]][:4] == [1, 1, 2, 4]
+    if search["method"] == "fallback":  # no growth measured twice: said, and the preset's batch
+        assert search["usable"] is False and search["reason"]
+        assert search["found"] == doc["config"]["batch_size_search"]["start"]
+    else:
+        assert search["method"] == "memory-model"
+        assert search["per_image_bytes"] > 0 and search["memory_budget_bytes"] > 0
+        assert 1 <= search["found"] <= search["maximum"] == 64
     assert config["batch_size_per_process"] == search["found"]
     # The learning rate follows the batch found (0.1 per 256 images).
     assert config["learning_rate"] == pytest.approx(0.1 * 2 * search["found"] / 256)

@@ -47,7 +47,8 @@ def test_reference_rows_are_added_for_the_workloads_measured(tmp_path):
     (table,) = tables
     assert table.header[2:] == ["200 W", "300 W", "400 W", "500 W", "600 W", "700 W", "750 W"]
     rows = rows_by_gpu(table)
-    assert rows["H100 (paper)"] == ["842.78", "1312.8", "1426", "1463.2", "1475", "1479.3", "–"]
+    # Exactly as published (the CSV's "1426.0"), never rounded (issue 14 §6).
+    assert rows["H100 (paper)"] == ["842.78", "1312.8", "1426.0", "1463.2", "1475.0", "1479.3", "–"]
     assert rows["MI300X (paper)"][:3] == ["(771.68)", "(789.94)", "924.17"]
     assert rows["H100 ×4"][:3] == ["800", "1050†", "1150"]
     assert len(rows) == 5  # ours: H100, MI300X; the paper's: H100, H200, MI300X
@@ -97,9 +98,17 @@ def test_fixed_work_excluded_and_statistics_tables(tmp_path):
     assert [r[4].text for r in excluded.rows] == ["failed"]
     stats = T.stats_table(cells)
     h300 = next(r for r in stats.rows if r[1].text == "H100 ×4" and r[2].text == "300 W")
-    assert [h300[4].text, h300[5].text, h300[9].text] == ["2", "6", "repeats"]
-    assert h300[8].text == f"{T.fmt(1050 - 635.3)} – {T.fmt(1050 + 635.3)}"
-    assert h300[11].noisy
+    col = {name: i for i, name in enumerate(stats.header)}
+    assert [h300[col[k]].text for k in ("Repeats", "Epochs")] == ["2", "6"]
+    # Mean ± half-width with n, centred on the throughput shown: never a negative bound.
+    assert h300[col["Throughput per GPU"]].text == "1050"
+    assert h300[col["95% CI"]].text == f"± {T.fmt(635.3)} (n = 2 repeats)"
+    assert h300[col["95% CI"]].value == pytest.approx(635.3, rel=1e-3)
+    assert h300[col["Noisy"]].noisy
+    assert any(n.startswith("resnet50 on H100 ×4 at 300 W: repeats vary by") for n in stats.notes)
+    # 4 GPUs at 280 W: the node's 1120 W, and per GPU beside the per-GPU throughput.
+    assert h300[col["Power per GPU (W)"]].text == "280"
+    assert h300[col["Node power (W)"]].text == "1120"
 
 
 def test_language_workloads_get_their_own_table(tmp_path):

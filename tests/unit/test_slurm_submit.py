@@ -190,3 +190,15 @@ def test_inside_a_job_only_the_cpus_it_holds_are_used(monkeypatch):
     assert usable_cpus() == 1
     monkeypatch.setenv("SLURM_CPUS_ON_NODE", str(everything + 8))  # never more than the mask
     assert usable_cpus() == everything
+
+
+def test_the_job_folder_is_named_by_the_preset_the_node_will_choose(cpu_node):
+    def folder(*args):
+        done = cpu_node.launch("resnet50", "--slurm", *args, "--dry-run", "-o", str(cpu_node.results))
+        assert done.returncode == 0, done.stderr
+        return done.stderr.rsplit("the job folder would be ", 1)[1].strip()
+
+    assert folder("--device", "cpu").endswith("-resnet50-short")  # the CPU default
+    assert folder("--gpus", "4").endswith("-resnet50-fast")  # GPUs asked for: the GPU default
+    assert folder("--preset", "tiny").endswith("-resnet50-tiny")
+    assert folder().endswith("-resnet50-default")  # only the node can tell: never "auto"

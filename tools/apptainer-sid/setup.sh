@@ -35,7 +35,7 @@ command -v apt-get >/dev/null || die "needs a Debian host (apt-get not found)"
 if [ ! -x "$ROOT/usr/bin/apptainer" ]; then
   echo "apptainer-sid: installing debootstrap and squashfs-tools" >&2
   apt-get update -q >/dev/null
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap squashfs-tools >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends debootstrap squashfs-tools >/dev/null
   echo "apptainer-sid: debootstrapping Debian sid with apptainer into $ROOT (about a minute)" >&2
   rm -rf "$ROOT.partial"
   mkdir -p "$(dirname "$ROOT")"
@@ -49,7 +49,7 @@ fi
 # Apptainer builds resolve names and read /etc/hosts inside the root.
 cp /etc/hosts /etc/resolv.conf "$ROOT/etc/"
 # Bootstrap: debootstrap definitions (the CPU flavour) run debootstrap inside.
-[ -x "$ROOT/usr/sbin/debootstrap" ] || chroot "$ROOT" apt-get install -y -q debootstrap >/dev/null
+[ -x "$ROOT/usr/sbin/debootstrap" ] || chroot "$ROOT" apt-get install -y -q --no-install-recommends debootstrap >/dev/null
 # --fakeroot builds as root need a subordinate id range for root.
 for f in subuid subgid; do
   grep -q '^root:' "$ROOT/etc/$f" 2>/dev/null || echo "root:100000:65536" >>"$ROOT/etc/$f"

@@ -1,0 +1,73 @@
+"""The entrypoint's result assembly (workloads/entrypoint.py Run._document and
+workloads/result.py), without running a workload: epochs as a run would have
+recorded them, turned into a schema-valid document with hand-checked numbers."""
+import pytest
+
+from hpcai.launcher.results import validation_errors
+from hpcai.launcher.runtime import HOST
+from hpcai.launcher.spec import build_spec
+from hpcai.workloads import distributed
+from hpcai.workloads.catalog import get_workload
+from hpcai.workloads.entrypoint import Run, framework_versions
+from hpcai.workloads.protocol import Epoch
+
+
+def _spec(tmp_path, **protocol):
+    return build_spec(get_workload("resnet50"), "tiny", impl="pytorch", overrides={},
+                      protocol_overrides=protocol, device_type="cpu", vendor=None, nproc=1,
+                      gpu_indices=None, cap_w=None, power_method="auto", cap_tolerance_frac=0.05,
+                      node_overhead_w=100.0, site={"name": "default"}, output_dir=str(tmp_path),
+                      runtime=dict(HOST))
+
+
+def _run(tmp_path, durations, warmup=1, status="complete", epochs=None):
+    spec = _spec(tmp_path, warmup_epochs=warmup, epochs=epochs or len(durations) - warmup)
+    run = Run(spec, tmp_path)
+    run.ctx = distributed.Context(0, 1, 0, 1, "cpu", None, None, 2, "node-a")
+    t = 1000.0
+    for i, seconds in enumerate(durations):
+        run.progress.epochs.append(Epoch(i, i < warmup, 10, 80, t, t + seconds, seconds, 2.0 - i / 10))
+        t += seconds
+    run.progress.first_loss = 2.5
+    run.status = status
+    return run
+
+
+def test_a_complete_cpu_run_becomes_a_valid_document_with_its_numbers(tmp_path):
+    run = _run(tmp_path, [5.0, 2.0, 4.0])  # warm-up, then 80 images in 2 s and in 4 s
+    doc = run._document()
+    assert validation_errors(doc) == []
+    tp = doc["throughput"]
+    assert tp["unit"] == "images/s"
+    assert tp["per_epoch_node"] == [40.0, 20.0]
+    assert tp["node"] == pytest.approx(160 / 6.0)  # work over time, not the mean of epochs
+    assert tp["per_gpu"] == pytest.approx(160 / 6.0)  # one process
+    assert doc["work"]["measured_units"] == 160 and doc["work"]["measured_seconds"] == 6.0
+    assert doc["protocol"]["epochs_completed"] == 3
+    assert doc["protocol"]["measured_epochs_completed"] == 2
+    assert doc["timestamps"]["measured_start"] == 1005.0 and doc["timestamps"]["measured_end"] == 1011.0
+    assert doc["power"]["available"] is False
+    assert doc["power"]["reason"] == "telemetry did not start (see the run's error)"
+    assert doc["config"]["device_type"] == "cpu" and doc["config"]["processes"] == 1
+
+
+def test_an_interrupted_run_with_only_its_warmup_is_still_a_valid_document(tmp_path):
+    run = _run(tmp_path, [5.0], warmup=1, status="interrupted", epochs=10)
+    run.error = {"type": "Interrupted", "message": "SIGTERM"}
+    doc = run._document()
+    assert validation_errors(doc) == []
+    assert doc["status"] == "interrupted" and doc["throughput"]["node"] is None
+    assert doc["power"]["reason"] == "telemetry did not start (see the run's error)"
+    assert doc["timestamps"]["measured_start"] is None
+
+
+def test_software_separates_the_torch_build_from_the_gpu_a_run_used():
+    torch = pytest.importorskip("torch")
+    cpu = distributed.Context(0, 1, 0, 1, "cpu", None, None, 2, "node-a")
+    versions = framework_versions(cpu, "torch")
+    assert versions["gpu_used"] is False
+    assert versions["cuda"] is None and versions["rocm"] is None  # no GPU ran this
+    assert versions["torch_build"]["cuda"] == torch.version.cuda  # what the wheel carries
+    gpu = distributed.Context(0, 1, 0, 1, "cuda", None, None, 2, "node-a")
+    with_gpu = framework_versions(gpu, "torch")
+    assert with_gpu["gpu_used"] is True and with_gpu["cuda"] == torch.version.cuda
