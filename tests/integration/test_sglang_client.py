@@ -19,7 +19,6 @@ in a venv of their own, made once and kept (HPCAI_TEST_SGLANG_CLIENT, default
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import socket
