@@ -162,15 +162,19 @@ def _state(pid: int) -> str | None:
         return None
 
 
+# The servers listen on loopback: no site proxy (http_proxy) may stand in between.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 def get_json(url: str, timeout_s: float = 5.0) -> dict:
-    with urllib.request.urlopen(url, timeout=timeout_s) as response:
+    with _DIRECT.open(url, timeout=timeout_s) as response:
         return json.loads(response.read().decode("utf-8"))
 
 
 def post_json(url: str, payload: dict, timeout_s: float) -> dict:
     request = urllib.request.Request(url, data=json.dumps(payload).encode("utf-8"),
                                      headers={"Content-Type": "application/json"}, method="POST")
-    with urllib.request.urlopen(request, timeout=timeout_s) as response:
+    with _DIRECT.open(request, timeout=timeout_s) as response:
         return json.loads(response.read().decode("utf-8"))
 
 

@@ -69,6 +69,10 @@ def hf_llama_config(cfg: dict) -> dict:
         "bos_token_id": bos,
         "eos_token_id": eos,
         "torch_dtype": "bfloat16",
+        # As in Meta's Llama-3-8B config.json. Without it, transformers 5.x (SGLang
+        # 0.5.19 pins 5.12.1) takes the folder for a Mistral one and warns of
+        # "incorrect tokenization" (tokenization_utils_tokenizers.py:1315-1374).
+        "transformers_version": "4.40.0.dev0",
     }
 
 

@@ -1,5 +1,5 @@
 """Llama-3-8B inference served by SGLang, loaded by SGLang's own benchmark
-client (`python -m sglang.bench_serving`).
+client (`python -m sglang.benchmark.serving`; SGLang 0.5.19, the images').
 
 One entrypoint process (process model "single") runs the protocol:
 
@@ -7,7 +7,9 @@ One entrypoint process (process model "single") runs the protocol:
    (`--load-format dummy`, no download), or uses `--weights DIR`;
 2. starts `python -m sglang.launch_server` over the node's GPUs (tensor and
    data parallel sizes from --tp/--dp), its log kept in the result folder,
-   and polls /get_model_info until it answers, with a timeout;
+   and polls /model_info until it answers, with a timeout (`sglang serve`
+   is the console-script form of the same server: it has no `python -m`
+   form, and the server must run on this interpreter);
 3. warm-up epochs: one wave of `batch_size` requests each, sent by hpcai to
    /generate at the measured lengths (CUDA graphs, caches, first batches);
 4. the measured epoch: one run of SGLang's benchmark client, random token
@@ -17,15 +19,24 @@ One entrypoint process (process model "single") runs the protocol:
    uniform from `length_range_ratio` of them up to them (the paper's mix:
    ratio 0, inputs up to 1024, outputs up to 256);
 5. stops the server's process group on every path (SIGTERM, SIGKILL after
-   `server_stop_grace_s`, kept under the launcher's 30 s grace).
+   `server_stop_grace_s`, kept under the launcher's 30 s grace); the server
+   runs with SGL_FORCE_SHUTDOWN=1, so its SIGTERM handler does not wait for
+   in-flight requests without limit (tokenizer_manager.py's sigterm_watchdog).
+
+Server and client talk over loopback only: 127.0.0.1 and localhost are
+added to no_proxy for both (SGLang's start-up probe and the client use
+`requests`, which a site's http_proxy would otherwise catch), and hpcai's
+own requests bypass any proxy.
 
 Window: the client times the load itself (`duration`) but reports no
-wall-clock times, so hpcai timestamps its output as it arrives: the load
-ends just before the client prints its result banner, and starts `duration`
-seconds earlier. Between the last response and the banner the client only
-computes its statistics (well under a second); that is the window's error.
-Throughput is output tokens over that window, the same figure as the
-client's own output_throughput.
+wall-clock times, so hpcai timestamps its output as it arrives. The client
+prints "Warmup completed ... Starting main benchmark run...", sleeps 1.0 s
+and starts its clock (benchmark/serving.py:1459-1498 in 0.5.19): the window
+starts 1.0 s after that line and lasts `duration`. (The result banner comes
+only after the client's statistics, up to a second later on a large load;
+it is the fallback end when the start line is missing.) Throughput is output
+tokens over that window, the same figure as the client's own
+output_throughput.
 """
 from __future__ import annotations
 
@@ -50,6 +61,25 @@ CLIENT_LOG = "sglang-bench.log"
 CLIENT_RESULT = "sglang-bench.jsonl"
 MODEL_DIR = "model"  # the generated config + tokenizer, for dummy weights
 BANNER = "Serving Benchmark Result"
+# The client's line just before its 1.0 s sleep and its clock's start (serving.py:1459-1498).
+START_LINE = "Starting main benchmark run"
+CLIENT_START_SLEEP_S = 1.0
+CLIENT_MODULE = "sglang.benchmark.serving"  # sglang.bench_serving is a deprecated alias in 0.5.19
+READY_PATH = "/model_info"  # /get_model_info is a deprecated alias in 0.5.19
+LOOPBACK = ("127.0.0.1", "localhost")
+# Server flags hpcai sets itself, with SGLang's aliases (server_args.py), and the hpcai
+# option that sets each: argparse keeps the last of a repeated flag, so --server-args
+# would override them silently.
+OWNED_SERVER_FLAGS = {
+    "--model-path": "--weights or --model", "--model": "--weights or --model",
+    "--host": "nothing (the server listens on 127.0.0.1)",
+    "--port": "nothing (hpcai picks a free port)",
+    "--tp-size": "--tp", "--tensor-parallel-size": "--tp",
+    "--dp-size": "--dp", "--data-parallel-size": "--dp",
+    "--random-seed": "--seed", "--load-format": "--weights (dummy weights without it)",
+}
+# Kept under the launcher's 30 s grace for its workload (launcher/run.py CHILD_GRACE_S).
+MAX_SERVER_STOP_GRACE_S = 25.0
 LATENCIES = {"ttft": "ttft", "itl": "itl", "tpot": "tpot", "e2e": "e2e_latency"}
 
 
@@ -76,6 +106,29 @@ def parallel_sizes(tp: int | None, dp: int | None, gpus: int) -> tuple[int, int]
     return tp, dp
 
 
+def refuse_owned_flags(server_args: list[str]) -> list[str]:
+    """--server-args as given, unless it sets a flag hpcai sets (or an
+    abbreviation argparse would take for one)."""
+    for arg in server_args:
+        flag = arg.split("=", 1)[0]
+        if not flag.startswith("--") or len(flag) < 4:
+            continue
+        owned = [name for name in OWNED_SERVER_FLAGS if name == flag or name.startswith(flag)]
+        if owned:
+            raise UsageError(f"--server-args sets {flag}, which hpcai sets itself",
+                             f"use hpcai's {OWNED_SERVER_FLAGS[owned[0]]} instead")
+    return server_args
+
+
+def loopback_env(env: dict) -> dict:
+    """env with 127.0.0.1 and localhost in no_proxy and NO_PROXY."""
+    out = dict(env)
+    for name in ("no_proxy", "NO_PROXY"):
+        have = [h.strip() for h in out.get(name, "").split(",") if h.strip()]
+        out[name] = ",".join(have + [h for h in LOOPBACK if h not in have])
+    return out
+
+
 def parse_bench_result(path: Path) -> dict:
     """The last JSON line SGLang's client appended to its output file."""
     try:
@@ -87,11 +140,11 @@ def parse_bench_result(path: Path) -> dict:
 
 
 def latency_stats(bench: dict) -> dict:
-    """mean/median/p99 (and std, p95 where given) per latency, in ms."""
+    """mean/median/p99 (and std, p90, p95 where given) per latency, in ms."""
     stats = {}
     for name, key in LATENCIES.items():
         entry = {q: bench.get(f"{q}_{key}_ms") for q in ("mean", "median", "p99")}
-        for extra in ("std", "p95"):
+        for extra in ("std", "p90", "p95"):
             if f"{extra}_{key}_ms" in bench:
                 entry[extra] = bench[f"{extra}_{key}_ms"]
         stats[name] = entry
@@ -125,12 +178,15 @@ class SglangServe(EngineWorkload):
         if not self.request_rate > 0:
             raise UsageError("--request-rate must be positive", f"got {rate}")
         self.server_timeout_s = float(params.get("server_timeout_s", 1200))
-        self.stop_grace_s = float(params.get("server_stop_grace_s", 30))
+        self.stop_grace_s = float(params.get("server_stop_grace_s", 20))
+        if not 0 < self.stop_grace_s <= MAX_SERVER_STOP_GRACE_S:
+            raise UsageError(f"server_stop_grace_s {self.stop_grace_s:g} is not in (0, {MAX_SERVER_STOP_GRACE_S:g}] s",
+                             "keep the server's stop under the launcher's 30 s grace")
         self.seed = int(spec.get("seed", 0))
         gpu_indices = devices.get("gpu_indices") or []
         self.gpus = len(gpu_indices) if devices.get("type") == "cuda" and gpu_indices else 1
         self.tp, self.dp = parallel_sizes(params.get("tp"), params.get("dp"), self.gpus)
-        self.server_args = shlex.split(params.get("server_args") or "")
+        self.server_args = refuse_owned_flags(shlex.split(params.get("server_args") or ""))
         if params.get("weights"):
             self.model_dir = llm_assets.resolve_site_path(
                 params["weights"], llm_assets.MODELS_DIR_ENV, "model folder", "--weights")
@@ -176,7 +232,10 @@ class SglangServe(EngineWorkload):
 
     def client_command(self, num_prompts: int) -> list[str]:
         rate = "inf" if self.request_rate == float("inf") else f"{self.request_rate:g}"
-        return [sys.executable, "-m", "sglang.bench_serving", "--backend", "sglang",
+        # With real weights the client would decode its random ids to text (and drop
+        # a BOS), which the server re-encodes: send the ids themselves instead.
+        exact = [] if self.dummy else ["--tokenize-prompt"]
+        return [sys.executable, "-m", CLIENT_MODULE, "--backend", "sglang",
                 "--host", self.host, "--port", str(self.port),
                 "--model", str(self.model_dir), "--tokenizer", str(self.model_dir),
                 "--dataset-name", "random-ids", "--num-prompts", str(num_prompts),
@@ -187,7 +246,7 @@ class SglangServe(EngineWorkload):
                 "--request-rate", rate,
                 *(["--max-concurrency", str(self.concurrency)] if self.concurrency else []),
                 "--seed", str(self.seed), "--warmup-requests", "0",  # hpcai warmed up
-                "--output-file", str(self.out_dir / CLIENT_RESULT), "--disable-tqdm"]
+                "--output-file", str(self.out_dir / CLIENT_RESULT), "--disable-tqdm", *exact]
 
     # ---- the run --------------------------------------------------------
     def run(self, protocol: dict, progress, on_epoch=None) -> None:
@@ -200,13 +259,15 @@ class SglangServe(EngineWorkload):
             llm_assets.write_dummy_model(self.model_dir, self.model_cfg)
         if not self.port:
             self.port = free_port(self.host)
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env = loopback_env({**os.environ, "PYTHONUNBUFFERED": "1"})
+        env.pop("SGLANG_IS_IN_CI", None)  # it would flush the cache inside the client's 1 s sleep
+        server_env = {**env, "SGL_FORCE_SHUTDOWN": "1"}  # SIGTERM: no unbounded drain
         self.server = proc.GroupProcess("SGLang server", self.server_command(),
-                                        self.out_dir / SERVER_LOG, env, self.stop_grace_s)
+                                        self.out_dir / SERVER_LOG, server_env, self.stop_grace_s)
         try:
             self.server.start()
             self.model_info = proc.wait_until_ready(
-                self.server, f"{self.base_url}/get_model_info", self.server_timeout_s,
+                self.server, f"{self.base_url}{READY_PATH}", self.server_timeout_s,
                 "the SGLang server", None if self.ctx.device_type == "cuda"
                 else "SGLang serves only on GPUs, and this run is on the CPU")
             for index in range(int(protocol["warmup_epochs"])):
@@ -264,7 +325,7 @@ class SglangServe(EngineWorkload):
         result_file.unlink(missing_ok=True)
         self.client = proc.GroupProcess("SGLang benchmark client", self.client_command(num_prompts),
                                         self.out_dir / CLIENT_LOG, env, stop_grace_s=5)
-        self.client.start(watch=(BANNER,))
+        self.client.start(watch=(START_LINE, BANNER))
         code = self.client.wait()
         exit_wall = time.time()
         if code != 0:
@@ -279,20 +340,23 @@ class SglangServe(EngineWorkload):
             print(f"[hpcai] warning: {num_prompts - completed} of {num_prompts} measured requests "
                   f"failed; see the server log: {self.server.log_path}", file=sys.stderr, flush=True)
         duration = float(bench["duration"])
-        banner = self.client.first_time(BANNER)
-        end = banner if banner is not None else exit_wall
-        self.window = {"start": end - duration, "end": end, "client_duration_s": duration,
-                       "end_source": "client result banner" if banner is not None
-                       else "client exit (no banner seen)"}
+        started, banner = self.client.first_time(START_LINE), self.client.first_time(BANNER)
+        if started is not None:
+            start = started + CLIENT_START_SLEEP_S
+            end, source = start + duration, "client start line + 1.0 s"
+        else:
+            end = banner if banner is not None else exit_wall
+            start, source = end - duration, ("client result banner" if banner is not None
+                                             else "client exit (no banner seen)")
+        self.window = {"start": start, "end": end, "client_duration_s": duration, "source": source}
         return Epoch(index, False, num_prompts, int(bench["total_output_tokens"]),
-                     end - duration, end, duration, None)
+                     start, end, duration, None)
 
     # ---- what the result records ---------------------------------------------
     def describe(self) -> dict:
         return {
             "task": "inference",
-            "engine": "SGLang server (sglang.launch_server) + SGLang's benchmark client "
-                      "(sglang.bench_serving)",
+            "engine": f"SGLang server (sglang.launch_server) + SGLang's benchmark client ({CLIENT_MODULE})",
             "model": self.model_cfg["name"] if self.model_cfg else str(self.model_dir),
             "weights": "dummy (random, --load-format dummy)" if self.dummy else str(self.model_dir),
             "model_dir": str(self.model_dir),

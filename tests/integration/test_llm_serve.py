@@ -78,7 +78,8 @@ def test_serving_run_gives_a_valid_result_aligned_with_power(fake_nvidia_node, r
     assert len(streams) == 24
     first, last = min(s for s, _ in streams), max(e for _, e in streams)
     window = m["window"]
-    assert window["end_source"] == "client result banner"
+    # Anchored on the client's own start line: 1.0 s after it, SGLang's client starts its clock.
+    assert window["source"] == "client start line + 1.0 s"
     assert window["start"] <= first + 0.05 and last <= window["end"] + 0.01
     assert (window["end"] - window["start"]) - (last - first) < 0.25
     # Energy over that window from the FAKE GPUs' counters: their steady draw x window.
@@ -90,6 +91,27 @@ def test_serving_run_gives_a_valid_result_aligned_with_power(fake_nvidia_node, r
     assert power["energy_per_unit_j"] == pytest.approx(power["energy_j"] / (24 * 32))
     assert "tokens/s (node)" in done.stdout
     assert_server_gone(folder)
+
+
+def test_a_site_proxy_does_not_catch_loopback_traffic(cpu_node, result_schema):
+    """http_proxy without no_proxy, pointing at a port nobody listens on: hpcai's
+    readiness poll and warm-up, and the client's ready check and /server_info (the
+    real one uses requests, which obeys http_proxy), must all go direct."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    node = with_standin(cpu_node, http_proxy=dead, HTTP_PROXY=dead)
+    node.env.pop("no_proxy", None)
+    node.env.pop("NO_PROXY", None)
+    done = node.launch(*TINY, "--server-timeout", "20", "-o", str(node.results))
+    assert done.returncode == 0, done.stderr
+    doc = node.only_result()
+    assert_valid_result(doc, result_schema)
+    assert doc["workload_metrics"]["requests"]["completed"] == 8
+    assert doc["workload_metrics"]["window"]["source"] == "client start line + 1.0 s"
+    assert_server_gone(run_dir(node))
 
 
 def test_failed_requests_are_counted(cpu_node, result_schema):

@@ -213,3 +213,39 @@ print("ok")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env=env, cwd=tmp_path)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+
+
+def _keep_list() -> set[str]:
+    text = (DEFS / "common" / "install-hpcai.sh").read_text()
+    return set(re.search(r'^KEEP="([^"]+)"', text, re.M)[1].split())
+
+
+def _lock_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("hpcai_lock", DEFS / "requirements" / "lock.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_lock_and_install_script_keep_the_same_packages():
+    assert _lock_module().KEEP == _keep_list()
+
+
+@pytest.mark.parametrize("flavour,family", [(f, g) for f, g in ALL if f != "cpu"])
+def test_pins_agree_with_their_base_list(flavour, family):
+    """No file pins a KEEP package at another version than its base's (the build
+    would stop), and no ROCm file carries CUDA wheels (lock.py's torch leak)."""
+    lock = _lock_module()
+    path = DEFS / "requirements" / f"{flavour}-{family}.txt"
+    header = dict(kv.strip().partition("=")[::2] for line in path.read_text().splitlines()
+                  if line.startswith("# lock:") for kv in line[len("# lock:"):].split(";"))
+    base = lock.pins(DEFS / "requirements" / header["base"])
+    pinned = lock.pins(path)
+    for name in _keep_list() & pinned.keys():
+        assert name in base and lock.public(base[name]) == lock.public(pinned[name]), (name, pinned[name])
+    if flavour == "rocm":
+        assert not [n for n in pinned if n.startswith("nvidia-") and n != "nvidia-ml-py"]
+        assert "nvidia-ml-py" not in pinned
+

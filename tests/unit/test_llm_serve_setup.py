@@ -60,7 +60,9 @@ def test_commands_serve_dummy_weights_and_drive_fixed_lengths(tmp_path):
     assert flags["--load-format"] == "dummy" and flags["--port"] == "4321"
     assert server[-2:] == ["--mem-fraction-static", "0.8"]
     client = workload.client_command(640)
-    assert client[1:3] == ["-m", "sglang.bench_serving"]
+    # SGLang 0.5.19's own module; sglang.bench_serving is a deprecated alias there.
+    assert client[1:3] == ["-m", "sglang.benchmark.serving"]
+    assert "--tokenize-prompt" not in client  # hpcai's word tokenizer round-trips exactly
     flags = dict(zip(client[3::2], client[4::2]))
     assert flags["--dataset-name"] == "random-ids" and flags["--random-range-ratio"] == "1.0"
     assert (flags["--random-input-len"], flags["--random-output-len"]) == ("1024", "1024")
@@ -78,6 +80,79 @@ def test_real_weights_are_served_from_their_folder(tmp_path):
     assert workload.model_dir == model.resolve() and workload.vocab_size == 128256
     client = workload.client_command(8)
     assert client[client.index("--request-rate") + 1] == "2.5"
+    # A real tokenizer: the client sends the ids, not text the server re-encodes.
+    assert "--tokenize-prompt" in client
+
+
+@pytest.mark.parametrize("server_args,flag,hint", [
+    ("--port 30000", "--port", "hpcai picks a free port"),
+    ("--mem-fraction-static 0.8 --tp-size 2", "--tp-size", "--tp"),
+    ("--tensor-parallel-size=2", "--tensor-parallel-size", "--tp"),
+    ("--data-parallel-size 4", "--data-parallel-size", "--dp"),
+    ("--dp 4", "--dp", "--dp"),  # argparse would take the abbreviation for --dp-size
+    ("--model-path /other", "--model-path", "--weights"),
+    ("--model /other", "--model", "--weights"),
+    ("--random-seed 7", "--random-seed", "--seed"),
+    ("--load-format auto", "--load-format", "--weights"),
+    ("--host 0.0.0.0", "--host", "127.0.0.1"),
+])
+def test_server_args_may_not_override_what_hpcai_sets(tmp_path, server_args, flag, hint):
+    """SGLang's parser keeps the last of a repeated flag (server_args.py uses argparse):
+    these would silently override hpcai's own."""
+    with pytest.raises(UsageError) as err:
+        S.build(spec(tmp_path, server_args=server_args), ctx())
+    line = err.value.one_line()
+    assert f"--server-args sets {flag}," in line and hint in line and "\n" not in line
+
+
+def test_other_server_args_pass_through(tmp_path):
+    workload = S.build(spec(tmp_path, server_args="--mem-fraction-static 0.8 --tp-worker-threads 2"), ctx())
+    assert workload.server_command()[-4:] == ["--mem-fraction-static", "0.8", "--tp-worker-threads", "2"]
+
+
+def test_loopback_is_kept_away_from_proxies():
+    env = S.loopback_env({"http_proxy": "http://proxy:3128", "no_proxy": "example.org", "NO_PROXY": ""})
+    assert env["no_proxy"] == "example.org,127.0.0.1,localhost"
+    assert env["NO_PROXY"] == "127.0.0.1,localhost"
+    assert S.loopback_env(env)["no_proxy"] == env["no_proxy"]  # nothing added twice
+
+
+def test_hpcai_s_own_requests_ignore_the_proxy(monkeypatch):
+    """A proxy that is not there: urllib's default opener would fail through it."""
+    import http.server
+    import threading
+
+    class Answer(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = b'{"ok": true}'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        dead = S.free_port()
+        monkeypatch.setenv("http_proxy", f"http://127.0.0.1:{dead}")
+        monkeypatch.delenv("no_proxy", raising=False)
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        assert proc.get_json(f"http://127.0.0.1:{server.server_port}/model_info") == {"ok": True}
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_server_stop_grace_stays_under_the_launcher_s(tmp_path):
+    assert S.build(spec(tmp_path), ctx()).stop_grace_s <= S.MAX_SERVER_STOP_GRACE_S
+    params = {k: v for k, v in spec(tmp_path)["params"].items() if k != "server_stop_grace_s"}
+    assert S.build({**spec(tmp_path), "params": params}, ctx()).stop_grace_s == 20
+    with pytest.raises(UsageError) as err:
+        S.build(spec(tmp_path, server_stop_grace_s=30), ctx())
+    assert "under the launcher's 30 s grace" in err.value.one_line()
 
 
 @pytest.mark.parametrize("params,expected", [
@@ -110,13 +185,13 @@ def test_the_client_s_last_result_line_is_read(tmp_path):
     path = tmp_path / S.CLIENT_RESULT
     path.write_text(json.dumps({"completed": 1}) + "\n" + json.dumps({
         "completed": 7, "mean_ttft_ms": 1.0, "median_ttft_ms": 2.0, "p99_ttft_ms": 3.0,
-        "mean_itl_ms": 4.0, "median_itl_ms": 5.0, "p95_itl_ms": 5.5, "p99_itl_ms": 6.0,
+        "mean_itl_ms": 4.0, "median_itl_ms": 5.0, "p90_itl_ms": 5.2, "p95_itl_ms": 5.5, "p99_itl_ms": 6.0,
         "mean_tpot_ms": 7.0, "median_tpot_ms": 8.0, "p99_tpot_ms": 9.0}) + "\n")
     bench = S.parse_bench_result(path)
     assert bench["completed"] == 7
     stats = S.latency_stats(bench)
     assert stats["ttft"] == {"mean": 1.0, "median": 2.0, "p99": 3.0}
-    assert stats["itl"] == {"mean": 4.0, "median": 5.0, "p99": 6.0, "p95": 5.5}
+    assert stats["itl"] == {"mean": 4.0, "median": 5.0, "p99": 6.0, "p90": 5.2, "p95": 5.5}
     assert stats["e2e"] == {"mean": None, "median": None, "p99": None}
     with pytest.raises(WorkloadError, match="wrote no result"):
         S.parse_bench_result(tmp_path / "missing.jsonl")

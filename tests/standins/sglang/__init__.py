@@ -2,11 +2,14 @@
 
 SGLang cannot serve on CPU machines (its kernels need a GPU driver), so the
 tests put this folder on PYTHONPATH and hpcai's serving workload drives it
-exactly as it drives SGLang on a GPU node: `python -m sglang.launch_server`
-and `python -m sglang.bench_serving` with the same flags, the same HTTP
-endpoints (/get_model_info, /health, /generate with SGLang's streaming
-format) and the same result file (JSON lines with SGLang's keys). It
-generates random tokens instead of running a model.
+exactly as it drives SGLang 0.5.19 on a GPU node: `python -m
+sglang.launch_server` and `python -m sglang.benchmark.serving` with the same
+flags, the same HTTP endpoints (/model_info, /v1/models, /server_info,
+/health, /generate with SGLang's streaming format) and the same result file
+(JSON lines with SGLang's keys). It generates random tokens instead of
+running a model. Each module cites the SGLang 0.5.19 source lines it
+follows; tests/integration/test_sglang_client.py runs SGLang's real client
+against this server.
 
 Failure modes for the tests, from HPCAI_SGLANG_STANDIN (comma-separated):
   crash-at-start        the server exits with code 3 before listening

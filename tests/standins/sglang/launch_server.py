@@ -3,7 +3,11 @@
 It checks the model folder as SGLang would need it (config.json, a tokenizer
 whose vocabulary fits the model's), starts a child process as SGLang starts
 its scheduler (so the tests see a process group being stopped), and answers
-the endpoints hpcai uses with random tokens.
+the endpoints hpcai and SGLang's benchmark client use with random tokens.
+Endpoints as in SGLang 0.5.19's sglang/srt/entrypoints/http_server.py:
+/model_info (:753), /get_model_info (:743, a deprecated alias that logs a
+warning on each call), /server_info (:811), /v1/models (:1855), /health and
+/generate.
 """
 import argparse
 import json
@@ -37,10 +41,12 @@ def parse_args(argv=None):
 
 
 class Model:
-    def __init__(self, path: Path, seed: int):
+    def __init__(self, path: Path, seed: int, server_args: dict):
         from tokenizers import Tokenizer
 
         self.path = path
+        self.server_args = server_args
+        self.load_format = server_args.get("load_format")
         self.config = json.loads((path / "config.json").read_text())
         self.tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
         if self.tokenizer.get_vocab_size() > self.config["vocab_size"]:
@@ -70,9 +76,21 @@ def make_handler(model: Model, modes: set):
             self.wfile.write(body)
 
         def do_GET(self):
-            if self.path == "/get_model_info":
-                self._json(200, {"model_path": str(model.path), "tokenizer_path": str(model.path),
-                                 "is_generation": True, "standin": True})
+            if self.path in ("/model_info", "/get_model_info"):
+                if self.path == "/get_model_info":  # http_server.py:743-750
+                    print("WARNING Endpoint '/get_model_info' is deprecated and will be removed in a "
+                          "future version. Please use '/model_info' instead.", flush=True)
+                self._json(200, {"model_path": str(model.path), "served_model_name": str(model.path),
+                                 "tokenizer_path": str(model.path), "is_generation": True,
+                                 "load_format": model.load_format, "model_type": model.config.get("model_type"),
+                                 "architectures": model.config.get("architectures"), "standin": True})
+            elif self.path == "/v1/models":  # http_server.py:1855-1868, ModelCard (openai/protocol.py:77)
+                self._json(200, {"object": "list", "data": [{
+                    "id": str(model.path), "object": "model", "owned_by": "sglang", "root": str(model.path),
+                    "max_model_len": model.config.get("max_position_embeddings")}]})
+            elif self.path == "/server_info":  # http_server.py:811-840: the resolved server args, and more
+                self._json(200, {**model.server_args, "internal_states": [{}], "version": "0.5.19",
+                                 "standin": True})
             elif self.path == "/health":
                 self._json(200, {})
             else:
@@ -145,7 +163,7 @@ def main(argv=None) -> int:
     if "never-ready" in modes:
         while True:
             time.sleep(1)
-    model = Model(Path(args.model_path), args.random_seed)
+    model = Model(Path(args.model_path), args.random_seed, vars(args))
     # SGLang serves through uvicorn, whose listen backlog is 2048 (uvicorn's Config
     # backlog default); http.server's is 5, which would reset a burst of requests.
     ThreadingHTTPServer.request_queue_size = 2048
