@@ -22,11 +22,27 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
+def umask() -> int:
+    """This process's umask, read without changing it (Linux), else by a swap."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
 def write_json_atomic(path: Path, doc: dict) -> None:
-    """Readers see the old file or the new one, never half of one."""
+    """Readers see the old file or the new one, never half of one. The file
+    gets the mode the user's umask gives new files (mkstemp's is 0600), so a
+    shared results folder stays readable by the group."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~umask())
         with os.fdopen(fd, "w") as fh:
             json.dump(doc, fh, indent=2, allow_nan=False, default=_json_default)
             fh.write("\n")

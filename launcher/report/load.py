@@ -183,6 +183,10 @@ def _from_doc(path: Path, doc: dict, errors: list[str]) -> Run:
         run.problems.append(f"missing or malformed field {exc}")
     if run.status == "complete" and run.per_gpu is None:
         run.problems.append("complete but without a throughput")
+    if run.status == "complete" and not isinstance(doc.get("launcher"), dict):
+        # The workload outlived a killed launcher: no cap check, limits maybe restored under it.
+        run.problems.append("written without its launcher's finishing step (no cap check; "
+                            "the launcher was killed)")
     return run
 
 
