@@ -29,6 +29,9 @@ SUMMARY_VERSION = 1
 ORDERS = ("shuffle", "alternate", "ascending")
 MAX_SLOTS = 200  # a typo in a range should not start a week of runs
 IDLE_BASELINE_S = 5.0
+# A GPU busier than this (mean utilisation, %) while the idle baseline is taken
+# runs someone's work: the baseline is recorded invalid and taken again on resume.
+IDLE_BUSY_PCT = 5.0
 
 
 # ---- caps -----------------------------------------------------------------
@@ -231,11 +234,18 @@ def measure_idle(vendor: str, gpu_indices: list[int] | None, seconds: float,
             counter_w = (e1 - e0) / (end.t - start.t) if e0 is not None and e1 is not None else None
             sampled = (stats["power_w"] or {}).get("mean")
             devices.append({**who, "samples": stats["samples"], "power_w": stats["power_w"],
-                            "mean_power_w": counter_w if counter_w is not None else sampled})
+                            "mean_power_w": counter_w if counter_w is not None else sampled,
+                            "utilization_pct_mean": stats.get("utilization_pct_mean")})
         known = [d["mean_power_w"] for d in devices if d["mean_power_w"] is not None]
         total = sum(known) if known and len(known) == len(devices) else None
-        return {"available": total is not None, "source": discovery.kind,
-                "reason": None if total is not None else "too few idle samples",
+        busy = [f"GPU {d['index']} at {d['utilization_pct_mean']:.0f}%" for d in devices
+                if (d.get("utilization_pct_mean") or 0) > IDLE_BUSY_PCT]
+        reason = None if total is not None else "too few idle samples"
+        if busy:
+            reason = (f"the GPUs were not idle ({', '.join(busy)} utilisation, above "
+                      f"{IDLE_BUSY_PCT:g}%): measured again when the sweep resumes")
+        return {"available": total is not None and not busy, "source": discovery.kind,
+                "reason": reason,
                 "seconds": end.t - start.t, "measured": _now_iso(),
                 "total_power_w": total, "devices": devices}
     finally:
@@ -324,7 +334,8 @@ def run_sweep(opts) -> int:
                                            output=str(sweep_dir)))[1]
         print("command of the first run: " + " ".join(first))
         return 0
-    R.check_output_dir(sweep_dir)
+    # Journal, free space, output: all before the idle baseline measures anything.
+    R.preflight(site, node, opts, sweep_dir)
     runtime.check_ready(spec, get_workload(spec["workload"]).impl(spec["impl"]).framework)
     tried = attempts(sweep_dir, digest)
     summary = Summary(summary_path, {

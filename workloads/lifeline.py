@@ -12,7 +12,6 @@ import fcntl
 import os
 import signal
 import threading
-import time
 
 LIFELINE_ENV = "HPCAI_LIFELINE"
 POLL_S = 0.5

@@ -11,6 +11,7 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
+from hpcai.workloads.efficiency import energy_with_overhead_j, units_per_joule
 from hpcai.workloads.telemetry import integrate_power_j, window_stats
 
 RESULT_SCHEMA_VERSION = "1.0"
@@ -225,7 +226,6 @@ def power_section(spec: dict, discovery, sampler, window, units: int) -> tuple[l
             reason = "no measured epoch completed"
         else:
             reason = "too few power samples in the measured window"
-    overhead_j = overhead_w * window_s if window_s else None
     power = {
         "available": available,
         "reason": reason,
@@ -239,11 +239,12 @@ def power_section(spec: dict, discovery, sampler, window, units: int) -> tuple[l
         "energy_j": energy,
         "mean_power_w": energy / window_s if available and window_s else None,
         "node_overhead_w": overhead_w,
-        "energy_with_overhead_j": energy + overhead_j if available and overhead_j else None,
+        "energy_with_overhead_j": (energy_with_overhead_j(energy, overhead_w, window_s)
+                                   if available else None),
         "energy_per_unit_j": energy / units if available and units else None,
-        "units_per_joule": units / energy if available and energy else None,
-        "units_per_joule_with_overhead": (units / (energy + overhead_j)
-                                          if available and overhead_j else None),
+        "units_per_joule": units_per_joule(units, energy) if available else None,
+        "units_per_joule_with_overhead": (units_per_joule(units, energy, overhead_w, window_s)
+                                          if available else None),
     }
     return gpus, packages, power
 

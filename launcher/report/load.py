@@ -14,6 +14,7 @@ from importlib import resources
 from pathlib import Path
 
 from hpcai.errors import ConfigError, UsageError
+from hpcai.workloads.efficiency import units_per_joule
 
 REFERENCE_FILE = "reference/seed-paper-throughput.csv"
 REFERENCE_COLUMNS = ["workload", "gpu", "cap_w", "throughput", "unit", "enforced"]
@@ -95,18 +96,14 @@ class Run:
 
     def efficiency(self, overhead_w: float | None = None) -> float | None:
         """Units per joule with a node overhead (None: the one the run stated)."""
-        if not self.power_available or not self.energy_j or not self.units:
+        if not self.power_available or self.window_s is None:
             return None
         if overhead_w is None:
             overhead_w = self.node_overhead_w or 0.0
-        if self.window_s is None:
-            return None
-        return self.units / (self.energy_j + overhead_w * self.window_s)
+        return units_per_joule(self.units, self.energy_j, overhead_w, self.window_s)
 
     def gpu_efficiency(self) -> float | None:
-        if not self.power_available or not self.energy_j or not self.units:
-            return None
-        return self.units / self.energy_j
+        return units_per_joule(self.units, self.energy_j) if self.power_available else None
 
 
 @dataclass

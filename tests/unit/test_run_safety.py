@@ -5,7 +5,6 @@ claim, and the one efficiency formula. GPU libraries are the FAKES in
 tests/fakes; processes, locks, files and signals are real."""
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -23,7 +22,7 @@ from hpcai.launcher.power.journal import load_journal, record_workload, write_jo
 from hpcai.launcher.power.session import CapSession, restore_from_journal
 from hpcai.launcher.workload_log import TracebackFilter
 
-from conftest import ROOT, pid_alive
+from conftest import ROOT
 from fakes import fake_gpu_state as fgs
 
 
@@ -140,3 +139,114 @@ def test_worker_tracebacks_stay_in_the_log():
     assert all("Traceback" not in line and "File " not in line for line in shown)
     assert any("[hpcai] error: RuntimeError" in line for line in shown)
     assert len(shown) <= 3, shown  # two ranks' one-line errors
+
+
+# ---- one efficiency formula, node overhead 0 W included -----------------------------
+def test_zero_node_overhead_is_a_value_and_result_and_report_agree():
+    from hpcai.gpu.base import GpuReading
+    from hpcai.launcher.report.load import Run
+    from hpcai.workloads import result as R
+    from hpcai.workloads.telemetry import Mark, Sampler
+
+    class Package:  # a RAPL domain as power_sources.discover returns it
+        name, path = "package-0", Path("/sys/class/powercap/intel-rapl:0")
+
+    class Discovery:
+        kind, rapl, gpus, vendor = "rapl", [Package()], [], None
+
+    sampler = Sampler(sources=[object()], interval_s=0.1)
+    sampler.times = [0.0, 1.0, 2.0]
+    sampler.readings = [[GpuReading(power_w=100.0)] for _ in range(3)]
+    sampler.marks = [Mark("start", 0.0, [1000.0]), Mark("end", 2.0, [1200.0])]
+    spec = {"power": {"node_overhead_w": 0.0}, "devices": {"gpu_indices": None},
+            "protocol": {"telemetry": True}}
+    _, _, power = R.power_section(spec, Discovery(), sampler, (0.0, 2.0), 400)
+    assert power["energy_j"] == pytest.approx(200.0)
+    assert power["units_per_joule_with_overhead"] == pytest.approx(2.0)  # was None
+    assert power["energy_with_overhead_j"] == pytest.approx(200.0)
+    run = Run(Path("r"), "r", "complete", power_available=True, energy_j=power["energy_j"],
+              window_s=power["window_s"], node_overhead_w=0.0, units=400)
+    assert run.efficiency() == pytest.approx(power["units_per_joule_with_overhead"])
+    assert run.efficiency(100.0) == pytest.approx(400 / (200 + 100 * 2))
+
+
+# ---- input that is not what it claims ----------------------------------------------
+@pytest.mark.parametrize("text, fragment", [
+    ("{}", "key 'run_id' is missing"),
+    ("[]", "JSON list, not an object"),
+    ('{"run_id": "r", "workload": "resnet50"}', "key 'preset' is missing"),
+])
+def test_a_spec_that_is_not_a_run_spec_is_one_line(tmp_path, text, fragment):
+    (tmp_path / "spec.json").write_text(text)
+    done = subprocess.run([sys.executable, "-m", "hpcai.workloads", "run", "--spec",
+                           str(tmp_path / "spec.json")], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hpcai: error: run spec "), done.stderr
+    assert fragment in lines[0]
+
+
+def test_a_site_file_with_non_utf8_bytes_is_one_line(tmp_path):
+    site = tmp_path / "bad.toml"
+    site.write_bytes(b'description = "caf\xe9"\n')
+    done = subprocess.run([sys.executable, "-m", "hpcai.launcher.cli", "info", "--site",
+                           str(site)], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hpcai-launch: error: "), done.stderr
+    assert "not UTF-8" in lines[0] and "byte 18" in lines[0]  # after `description = "caf`
+
+
+# ---- the output folder -----------------------------------------------------------------
+def test_results_are_written_with_the_users_umask(tmp_path):
+    from hpcai.workloads.result import write_json_atomic
+
+    old = os.umask(0o027)
+    try:
+        write_json_atomic(tmp_path / "result.json", {"a": 1})
+    finally:
+        os.umask(old)
+    assert (tmp_path / "result.json").stat().st_mode & 0o777 == 0o640  # was 0600
+
+
+def test_a_failed_first_write_leaves_no_file(tmp_path, monkeypatch):
+    import errno
+
+    from hpcai.launcher import output_check
+    from hpcai.workloads import result as R
+
+    real = R.write_json_atomic
+
+    def full_after_spec(path, doc):
+        if Path(path).name == "result.json":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(path, doc)
+
+    monkeypatch.setattr(R, "write_json_atomic", full_after_spec)
+    with pytest.raises(output_check.OutputError) as failed:
+        output_check.first_write(tmp_path / "run", {"spec": 1}, {"status": "running"})
+    line = failed.value.one_line()
+    assert str(tmp_path / "run") in line and "Errno 28 ENOSPC" in line
+    assert not (tmp_path / "run").exists()  # no empty spec.json, no empty folder
+
+
+def test_too_little_free_space_refuses_before_anything(tmp_path):
+    from hpcai.launcher import output_check
+
+    with pytest.raises(output_check.OutputError) as refused:
+        output_check.check_free_space(tmp_path / "results", 1e15)
+    assert "MB free" in refused.value.one_line() and "min_free_mb" in refused.value.one_line()
+    output_check.check_free_space(tmp_path / "results", 0)
+
+
+# ---- sweeps: the idle baseline ---------------------------------------------------------
+def test_an_idle_baseline_on_busy_gpus_is_invalid(fake_gpus):
+    from hpcai.launcher.sweep import measure_idle
+
+    fgs.update_device(fake_gpus, 1, utilization_pct=87.0)  # someone's job on GPU 1
+    busy = measure_idle("nvidia", [0, 1], 0.5, 0.05)
+    assert busy["available"] is False and "GPU 1 at 87%" in busy["reason"]
+    fgs.update_device(fake_gpus, 1, utilization_pct=0.0)
+    idle = measure_idle("nvidia", [0, 1], 0.5, 0.05)
+    assert idle["available"] is True and idle["total_power_w"] > 0
