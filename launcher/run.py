@@ -294,24 +294,19 @@ def execute(spec: dict, command: list[str], site: dict, node: Node, opts: Option
                 "if this launcher is killed, stop the workload by hand")
         env.update(lifeline.environment())
         follower = LogFollower(run_dir)
-        devices = spec["devices"]
-        log(f"run {spec['run_id']}: {spec['workload']} preset {spec['preset']} on "
-            f"{devices['nproc']} {'GPU' if devices['type'] == 'cuda' else 'CPU process'}(es); "
-            f"results in {run_dir}")
-        if spec["runtime"]["kind"] == "apptainer":
-            image = spec["runtime"]["image"]
-            log(f"runtime: apptainer, image {image['path']} (sha256 {image['sha256'][:12]})")
-        # Its own session: a terminal's Ctrl-C reaches the launcher alone, which
-        # forwards it once, instead of hitting torchrun and its workers twice.
-        try:
-            with follower.open_for_workload() as sink:
-                child = subprocess.Popen(command, env=env, start_new_session=True,
-                                         stdout=sink, stderr=sink)
-        except OSError as exc:
-            raise output_check.write_error(run_dir, exc, "the workload's log",
-                                           "free space or make the folder writable") from None
         stack.callback(follower.stop)
         try:
+            # A signal from here on marks the `running` result interrupted.
+            devices = spec["devices"]
+            log(f"run {spec['run_id']}: {spec['workload']} preset {spec['preset']} on "
+                f"{devices['nproc']} {'GPU' if devices['type'] == 'cuda' else 'CPU process'}(es); "
+                f"results in {run_dir}")
+            if spec["runtime"]["kind"] == "apptainer":
+                image = spec["runtime"]["image"]
+                log(f"runtime: apptainer, image {image['path']} (sha256 {image['sha256'][:12]})")
+            # Its own session: a terminal's Ctrl-C reaches the launcher alone, which
+            # forwards it once, instead of hitting torchrun and its workers twice.
+            child = _start(command, env, follower, run_dir)
             follower.start()
             if cap_w is not None:
                 from hpcai.launcher.power.journal import record_workload
@@ -320,8 +315,9 @@ def execute(spec: dict, command: list[str], site: dict, node: Node, opts: Option
             child.wait()
         except (Interrupted, KeyboardInterrupt) as exc:
             interrupted = exc if isinstance(exc, Interrupted) else Interrupted(signal.SIGINT)
-            _stop_child(child, interrupted.signum, already_sent=bool(forwarded),
-                        grace_s=grace_s)
+            if child is not None:
+                _stop_child(child, interrupted.signum, already_sent=bool(forwarded),
+                            grace_s=grace_s)
         # Before the limits come back: what was in force when the workload ended.
         end_limits = limits_in_force(backend, indices)
     if cap_w is not None and backend is not None:
@@ -360,6 +356,17 @@ def limits_in_force(backend, indices: list[int]) -> dict[int, float | None]:
         except Exception:  # a reading must not stop the limits coming back
             found[i] = None
     return found
+
+
+def _start(command: list[str], env: dict, follower: LogFollower, run_dir: Path):
+    """The workload, its output into the run's log (never a pipe it could die of)."""
+    try:
+        with follower.open_for_workload() as sink:
+            return subprocess.Popen(command, env=env, start_new_session=True,
+                                    stdout=sink, stderr=sink)
+    except OSError as exc:
+        raise output_check.write_error(run_dir, exc, "the workload's log",
+                                       "free space or make the folder writable") from None
 
 
 def slurm_grace_s(kill_wait_s: int | None) -> float:

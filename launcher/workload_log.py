@@ -109,6 +109,11 @@ class LogFollower:
         self._done.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        try:
+            if self.path.stat().st_size == 0:
+                self.path.unlink()  # no empty files left behind
+        except OSError:
+            pass
         if self.filter.hidden:
             try:
                 print(f"hpcai: {self.filter.hidden} line(s) of tracebacks kept in {self.path}",

@@ -56,21 +56,35 @@ def find(workload: dict | None) -> list[int]:
     return sorted(found)
 
 
+def _parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def stop(workload: dict, grace_s: float = STOP_GRACE_S) -> list[int]:
-    """SIGTERM every process of it, SIGKILL what is left after grace_s; the pids
-    still alive after that (none, normally)."""
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-        pids = find(workload)
-        if not pids:
-            return []
-        for pid in pids:
+    """SIGTERM the workload's topmost processes (torchrun forwards it to its ranks
+    once; a second signal would make it abandon their clean-up), SIGKILL what is
+    left after grace_s; the pids still alive after that (none, normally)."""
+    pids = find(workload)
+    roots = [pid for pid in pids if _parent(pid) not in pids]
+    for pid in pids:
+        for sig in ((signal.SIGTERM, signal.SIGCONT) if pid in roots else (signal.SIGCONT,)):
             try:
-                os.kill(pid, sig)
+                os.kill(pid, sig)  # SIGCONT: a stopped process must get to act on it
             except (ProcessLookupError, PermissionError):
                 pass
+    for wait_s, sig in ((grace_s, signal.SIGKILL), (5.0, None)):
         deadline = time.monotonic() + wait_s
         while find(workload) and time.monotonic() < deadline:
             time.sleep(0.2)
+        if sig is not None:
+            for pid in find(workload):
+                try:
+                    os.kill(pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
     return find(workload)
 
 
