@@ -43,10 +43,14 @@ class Lifeline:
             self._close()
         return self
 
-    def environment(self) -> dict[str, str]:
+    def environment(self, container: bool = False) -> dict[str, str]:
+        """For the workload's environment; in a container (--cleanenv) also as
+        APPTAINERENV_*, which is what reaches the processes inside."""
         env = {TAG_ENV: self.tag}
         if self._fd is not None:
             env[LIFELINE_ENV] = str(self.path)
+        if container:
+            env.update({f"APPTAINERENV_{k}": v for k, v in env.items()})
         return env
 
     def _close(self) -> None:

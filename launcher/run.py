@@ -292,7 +292,7 @@ def execute(spec: dict, command: list[str], site: dict, node: Node, opts: Option
         if lifeline.problem:
             log(f"no lifeline for the workload ({lifeline.problem}); "
                 "if this launcher is killed, stop the workload by hand")
-        env.update(lifeline.environment())
+        env.update(lifeline.environment(container=spec["runtime"]["kind"] == "apptainer"))
         follower = LogFollower(run_dir)
         stack.callback(follower.stop)
         try:

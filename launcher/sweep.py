@@ -270,21 +270,34 @@ class Summary:
                               "move it aside and run the sweep again") from None
         return cls(Path(path), doc)
 
-    def write(self) -> None:
+    def write(self, quiet: bool = False) -> None:
+        """quiet: on the way out of an error, say a failed write in one line and go on
+        (the error being raised matters more; the summary keeps its last state)."""
+        from hpcai.launcher.output_check import write_error
         from hpcai.workloads.result import write_json_atomic
 
         self.doc["updated"] = _now_iso()
-        write_json_atomic(self.path, self.doc)
+        try:
+            write_json_atomic(self.path, self.doc)
+        except OSError as exc:
+            error = write_error(self.path.parent, exc, "the sweep summary",
+                                "free space or make the folder writable, then run the "
+                                "same command again")
+            if not quiet:
+                raise error from None
+            from hpcai.launcher.run import log
+
+            log(f"{error.message}; {self.path} keeps its last state")
 
     def refresh_attempts(self) -> None:
         found = attempts(self.path.parent, self.doc["key"])
         for run in self.doc["runs"]:
             run["attempts"] = found.get(Slot(run["cap_w"], run["repeat"]), [])
 
-    def set_run(self, position: int, **fields) -> None:
+    def set_run(self, position: int, quiet: bool = False, **fields) -> None:
         self.doc["runs"][position].update(fields)
         self.doc["counts"] = _counts(self.doc["runs"])
-        self.write()
+        self.write(quiet)
 
 
 def _counts(runs: list[dict]) -> dict:
@@ -372,12 +385,12 @@ def run_sweep(opts) -> int:
     except (Interrupted, KeyboardInterrupt) as exc:
         summary.doc["status"] = "interrupted"
         summary.refresh_attempts()
-        summary.write()
+        summary.write(quiet=True)
         raise exc if isinstance(exc, Interrupted) else Interrupted(signal.SIGINT) from None
     except HpcaiError:
         summary.doc["status"] = "stopped"
         summary.refresh_attempts()
-        summary.write()
+        summary.write(quiet=True)
         raise
     return _finish(summary)
 
@@ -402,10 +415,10 @@ def _run_slot(R, opts, slot: Slot, position: int, total: int, digest: str, sweep
         return
     except (Interrupted, KeyboardInterrupt) as exc:
         why = exc.one_line() if isinstance(exc, Interrupted) else "interrupted by SIGINT"
-        summary.set_run(position, status="interrupted", message=why)
+        summary.set_run(position, quiet=True, status="interrupted", message=why)
         raise
     except HpcaiError as exc:  # power or configuration trouble: stop the sweep
-        summary.set_run(position, status="failed", message=exc.one_line())
+        summary.set_run(position, quiet=True, status="failed", message=exc.one_line())
         raise
     summary.set_run(position, status="complete")
 

@@ -192,11 +192,9 @@ def fill(folder: Path, mounted: bool) -> None:
         for run_dir in folder.iterdir():
             run_dir.chmod(0o555)
         return
-    with open(folder / "filler", "wb") as filler:
-        with contextlib.suppress(OSError):
-            while True:
-                filler.write(b"\0" * 65536)
-                filler.flush()
+    with contextlib.suppress(OSError), open(folder / "filler", "ab", buffering=0) as filler:
+        while True:  # unbuffered: closing has nothing left to write
+            filler.write(b"\0" * 65536)
 
 
 def test_a_disk_that_fills_mid_run_ends_in_one_line(fake_nvidia_node, tmp_path):

@@ -250,3 +250,11 @@ def test_an_idle_baseline_on_busy_gpus_is_invalid(fake_gpus):
     fgs.update_device(fake_gpus, 1, utilization_pct=0.0)
     idle = measure_idle("nvidia", [0, 1], 0.5, 0.05)
     assert idle["available"] is True and idle["total_power_w"] > 0
+
+
+def test_the_lifeline_reaches_inside_a_container(tmp_path):
+    """Apptainer runs with --cleanenv: only APPTAINERENV_* variables get inside."""
+    with Lifeline(tmp_path, "t") as line:
+        env = line.environment(container=True)
+    assert env[f"APPTAINERENV_{LIFELINE_ENV}"] == env[LIFELINE_ENV] == str(tmp_path / ".lifeline")
+    assert env[f"APPTAINERENV_{TAG_ENV}"] == env[TAG_ENV] == "t"
