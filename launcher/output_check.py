@@ -7,6 +7,8 @@ file that looks like a result.
 from __future__ import annotations
 
 import errno
+import json
+import os
 import shutil
 from pathlib import Path
 
@@ -91,3 +93,23 @@ def first_write(run_dir: Path, spec: dict, placeholder: dict) -> None:
 def is_disk_error(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EROFS, errno.EDQUOT,
                                                       errno.EFBIG, errno.EIO, errno.EACCES)
+
+
+def overwrite_in_place(path: Path, doc: dict) -> bool:
+    """On a full disk, where a new file cannot be made: rewrite the existing file
+    in the blocks it already has, as compact JSON, when that fits. Not atomic,
+    but a result marked `failed` beats one left `running`. False if it did not fit."""
+    text = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
+    try:
+        if len(text) > path.stat().st_size:
+            return False
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            os.write(fd, text)
+            os.ftruncate(fd, len(text))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        return False
+    return True

@@ -433,6 +433,10 @@ def _finish_result(run_dir: Path, spec: dict, code: int | None, limits: dict,
     try:
         write_json_atomic(path, doc)
     except OSError as exc:
+        if doc["status"] != "complete" and output_check.overwrite_in_place(path, doc):
+            raise output_check.write_error(
+                run_dir, exc, "the result's full form",
+                f"{path} is marked {doc['status']} (written compactly in place)") from None
         raise output_check.write_error(
             run_dir, exc, "the result",
             f"{path} is left as the workload wrote it (status {doc_status(path)}), "

@@ -70,6 +70,19 @@ def framework_versions(ctx, framework: str) -> dict:
     return versions
 
 
+def _absorb_further_signals(signum: int) -> None:
+    """The first signal stops the run; the next ones (torchrun forwarding one the
+    rank also got itself, the lifeline's, Slurm's) must not cut short the
+    writing of the interrupted result. Handlers come back when the run ends."""
+    import signal
+
+    from hpcai.signals import SIGNALS
+
+    for sig in SIGNALS:
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, lambda s, f: None)
+
+
 class Run:
     def __init__(self, spec: dict, out_dir: Path):
         self.spec = spec
@@ -84,7 +97,7 @@ class Run:
 
     # ---- the run --------------------------------------------------------
     def execute(self) -> int:
-        with install_signal_handlers():
+        with install_signal_handlers(_absorb_further_signals):
             # Before anything slow: a workload must not outlive its launcher.
             watcher = lifeline.watch(log)
             try:

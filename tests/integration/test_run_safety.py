@@ -217,8 +217,10 @@ def test_a_disk_that_fills_mid_run_ends_in_one_line(fake_nvidia_node, tmp_path):
         for path in results.rglob("*"):
             if path.is_file() and path.name != "filler":
                 assert path.stat().st_size > 0, f"empty file left: {path}"
-        for path in results.glob("*/result.json"):
-            assert json.loads(path.read_text())["status"] != "complete"
+        statuses = [json.loads(p.read_text())["status"] for p in results.glob("*/result.json")]
+        assert statuses == ["failed"], statuses  # marked, in the blocks it already had
+        if mounted:
+            assert "is marked failed" in last, last
 
 
 @pytest.mark.parametrize("min_free_mb, fragment", [
