@@ -94,12 +94,13 @@ class Run:
         self.status, self.error = "running", None
         self.ctx = self.discovery = self.sampler = self.workload = None
         self.sampler_written = True
+        self.watcher = None
 
     # ---- the run --------------------------------------------------------
     def execute(self) -> int:
         with install_signal_handlers(_absorb_further_signals):
             # Before anything slow: a workload must not outlive its launcher.
-            watcher = lifeline.watch(log)
+            watcher = self.watcher = lifeline.watch(log)
             try:
                 self._setup()
                 self._measure()
@@ -208,6 +209,7 @@ class Run:
             # This node's ranks only (two "nodes" may share a hostname, as in CI).
             ranks = [r for r in ranks if r["node_rank"] == self.ctx.node_rank]
         if self.ctx is None or self.ctx.is_node_leader:
+            self._check_launcher()
             if self.sampler is not None:
                 names = ([f"gpu{g.info().index}" for g in self.discovery.gpus]
                          or [d.name for d in self.discovery.rapl])
@@ -225,6 +227,22 @@ class Run:
             self.discovery.close()
         if self.ctx is not None:
             distributed.shutdown(self.ctx)
+
+    def _check_launcher(self) -> None:
+        """A measurement that ends after its launcher died gets no cap check and may
+        have run on restored limits: it is not `complete`, whatever it measured."""
+        if self.status != "complete" or self.watcher is None:
+            return
+        try:
+            gone = self.watcher.launcher_gone()
+        except OSError:
+            return
+        if gone:
+            self.status = "interrupted"
+            self.error = {"type": "LauncherGone",
+                          "message": "the launcher is gone (killed?) before it could check the "
+                                     "cap: the figures are not a result"}
+            log(self.error["message"])
 
     def _disk_failed(self, exc: OSError, what: str) -> None:
         """A full or read-only disk: the run failed, said in one line."""

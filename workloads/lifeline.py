@@ -33,7 +33,7 @@ class Watcher:
     def stop(self) -> None:
         self._stop.set()
 
-    def _launcher_gone(self) -> bool:
+    def launcher_gone(self) -> bool:
         try:
             fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
@@ -49,7 +49,7 @@ class Watcher:
     def _loop(self) -> None:
         while not self._stop.wait(POLL_S):
             try:
-                gone = self._launcher_gone()
+                gone = self.launcher_gone()
             except OSError as exc:
                 self.log(f"cannot watch the launcher's lifeline {self.path} ({exc}); "
                          "running without it")

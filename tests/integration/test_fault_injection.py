@@ -89,6 +89,13 @@ def unfill(folder: Path, mounted: bool) -> None:
             path.chmod(0o755)
 
 
+def counted_by_report(path: Path) -> bool:
+    from hpcai.launcher.report.load import load_results
+
+    runs, _ = load_results([path])
+    return any(run.usable for run in runs)
+
+
 def false_completes(folder: Path) -> list[str]:
     """`complete` results that are not: unfinished by the launcher, or the cap not in force."""
     from hpcai.launcher.results import validation_errors
@@ -106,8 +113,13 @@ def false_completes(folder: Path) -> list[str]:
         measured = doc["protocol"]["measured_epochs_completed"]
         if validation_errors(doc):
             bad.append(f"{path}: complete but schema-invalid")
+        elif not limits and counted_by_report(path):
+            # The launcher died in the instant after the workload wrote its result:
+            # it stays `complete` on disk, so the report must not count it.
+            bad.append(f"{path}: complete without the launcher's finishing step, "
+                       "and the report counts it")
         elif not limits:
-            bad.append(f"{path}: complete without the launcher's finishing step")
+            continue
         elif any(g["enforced_at_start_w"] != cap or g["enforced_at_end_w"] != cap
                  for g in limits):
             bad.append(f"{path}: complete at {cap} W but limits in force were {limits}")

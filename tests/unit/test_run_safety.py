@@ -109,10 +109,10 @@ def test_lifeline_held_then_released_when_its_holder_dies(tmp_path):
         env = eval(holder.stdout.readline())  # noqa: S307 (our own dict literal)
         assert env == {TAG_ENV: "tag", LIFELINE_ENV: str(tmp_path / ".lifeline")}
         watcher = Watcher(env[LIFELINE_ENV], log=lambda m: None)
-        assert watcher._launcher_gone() is False
+        assert watcher.launcher_gone() is False
         holder.kill()  # SIGKILL: no clean-up runs, the kernel drops the lock
         holder.wait()
-        assert watcher._launcher_gone() is True
+        assert watcher.launcher_gone() is True
     finally:
         holder.kill()
         holder.wait()
@@ -258,3 +258,21 @@ def test_the_lifeline_reaches_inside_a_container(tmp_path):
         env = line.environment(container=True)
     assert env[f"APPTAINERENV_{LIFELINE_ENV}"] == env[LIFELINE_ENV] == str(tmp_path / ".lifeline")
     assert env[f"APPTAINERENV_{TAG_ENV}"] == env[TAG_ENV] == "t"
+
+
+def test_a_result_its_launcher_never_finished_is_not_counted(tmp_path):
+    """The workload wrote `complete` as its launcher was killed: no cap check, no
+    `launcher` block; the report lists it with why, and measures nothing from it."""
+    from hpcai.launcher.report.load import load_results
+
+    from report_docs import make_result, write_result
+
+    finished = make_result(cap_w=350.0, run_id="finished")
+    orphaned = make_result(cap_w=350.0, run_id="orphaned")
+    del orphaned["launcher"]
+    write_result(tmp_path, finished)
+    write_result(tmp_path, orphaned)
+    runs = {run.run_id: run for run in load_results([tmp_path])[0]}
+    assert runs["finished"].usable
+    assert not runs["orphaned"].usable
+    assert "launcher's finishing step" in runs["orphaned"].problems[0]
