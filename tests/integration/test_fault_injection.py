@@ -160,7 +160,7 @@ def test_twenty_random_faults_leave_every_invariant_intact(fake_nvidia_node, tmp
                          and b"torch.distributed.run" not in Path(f"/proc/{p}/cmdline").read_bytes()]
                 if ranks:
                     with contextlib.suppress(ProcessLookupError):
-                        os.kill(rng.choice(ranks), signal.SIGKILL)
+                        os.kill(random.Random(seed * 100 + round_).choice(ranks), signal.SIGKILL)
                         hit = True
             elif kind == "disk" and proc.poll() is None:
                 fill(tmp_path / "disk", mounted)
