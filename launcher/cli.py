@@ -310,11 +310,18 @@ def power_show(site, power_method):
 @click.option("--site", help="site name or .toml path")
 @click.option("--power-method", type=click.Choice(POWER_METHODS))
 @click.option("--journal", help="journal path (default: this host's in ~/.local/state/hpcai)")
-def power_restore(site, power_method, journal):
-    """Put back the limits recorded by a launcher that was killed."""
+@click.option("--force", is_flag=True,
+              help="stop the killed run's workload first if it still runs (SIGTERM, then "
+                   "SIGKILL), and restore even if its launcher still runs")
+def power_restore(site, power_method, journal, force):
+    """Put back the limits recorded by a launcher that was killed.
+
+    Refuses while the killed run's workload still runs on the GPUs (a cap
+    lifted under it would mislabel its result), unless --force.
+    """
     from hpcai.launcher.info import restore_power
 
-    _run_guarded(restore_power, site, power_method, journal)
+    _run_guarded(restore_power, site, power_method, journal, force)
 
 
 @main.command()

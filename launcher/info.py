@@ -142,7 +142,8 @@ def _w(value) -> str:
     return "-" if value is None else f"{value:.0f} W"
 
 
-def restore_power(site_selector: str | None, method: str | None, journal: str | None) -> None:
+def restore_power(site_selector: str | None, method: str | None, journal: str | None,
+                  force: bool = False) -> None:
     from hpcai.launcher.power import restore_from_journal
 
     site = sites.load(site_selector)
@@ -152,7 +153,7 @@ def restore_power(site_selector: str | None, method: str | None, journal: str | 
         click.echo(f"no power journal at {path}: nothing to restore")
         return
     with _backend(site, method, node.vendor) as backend:
-        done = restore_from_journal(backend, path)
+        done = restore_from_journal(backend, path, force=force)
     for gpu in done["gpus"]:
         click.echo(f"GPU {gpu['index']}: restored to {gpu['limit_w']:g} W "
                    f"(reads {gpu['read_back_w']:g} W)")

@@ -68,6 +68,28 @@ def mark_crashed(doc: dict, exit_code: int) -> None:
     doc["timestamps"]["finished"] = now_iso()
 
 
+def mark_interrupted(doc: dict, why: str) -> None:
+    """A result left 'running' by a signal that came before the workload could write one."""
+    from hpcai.workloads.result import now_iso
+
+    doc["status"] = "interrupted"
+    doc["error"] = {"type": "Interrupted", "message": f"{why} before the workload wrote a result"}
+    doc["timestamps"]["finished"] = now_iso()
+
+
+def limits_record(limits: dict[int, dict], end: dict[int, float | None]) -> list[dict]:
+    """Each GPU's enforced limit when the run started (after any cap was set) and
+    when the workload ended: an uncapped result on GPUs someone left capped shows."""
+    record = []
+    for index, lim in sorted(limits.items()):
+        start = lim.get("enforced_w")
+        record.append({"index": index, "uuid": lim.get("uuid"), "default_w": lim.get("default_w"),
+                       "requested_w": lim.get("requested_w"),
+                       "enforced_at_start_w": start if start is not None else lim.get("applied_w"),
+                       "enforced_at_end_w": end.get(index)})
+    return record
+
+
 def apply_limits(doc: dict, limits: dict[int, dict], cap_w: float | None,
                  tolerance_frac: float) -> None:
     """Per GPU: default/min/max/requested/applied limits and whether the cap held."""

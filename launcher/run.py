@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hpcai.errors import Interrupted, UsageError, WorkloadError
-from hpcai.launcher import results, runtime, sites
+from hpcai.launcher import output_check, results, runtime, sites
+from hpcai.launcher.lifeline import Lifeline
+from hpcai.launcher.workload_log import LogFollower
 from hpcai.launcher.spec import build_spec
 from hpcai.signals import install_signal_handlers
 from hpcai.workloads.catalog import get_workload
@@ -77,6 +79,17 @@ def check_output_dir(path: Path) -> Path:
         raise UsageError(f"cannot write to output folder {path} ({exc.strerror})",
                          "choose another with --output") from None
     return path
+
+
+def preflight(site: dict, node: Node, opts: Options, folder: Path) -> None:
+    """Everything that can refuse a run, checked before anything is measured or set."""
+    if node.gpus:
+        from hpcai.launcher.power.session import refuse_stale_journal
+
+        # Uncapped runs too: GPUs left capped by a killed run would mislabel the result.
+        refuse_stale_journal(journal_path(site, opts.journal))
+    check_output_dir(folder)
+    output_check.check_free_space(folder, output_check.min_free_mb(site))
 
 
 def journal_path(site: dict, override: str | None) -> Path:
@@ -263,7 +276,7 @@ def launch(opts: Options, placement: dict | None = None, run_id: str | None = No
         print(json.dumps(spec, indent=2))
         print("command: " + shlex.join(command))
         return 0
-    check_output_dir(Path(spec["output_dir"]).parent)
+    preflight(site, node, opts, Path(spec["output_dir"]).parent)
     runtime.check_ready(spec, get_workload(spec["workload"]).impl(spec["impl"]).framework)
     return execute(spec, command, site, node, opts)
 
@@ -280,6 +293,7 @@ def execute(spec: dict, command: list[str], site: dict, node: Node, opts: Option
     child = None
     interrupted: Interrupted | None = None
     limits: dict[int, dict] = {}
+    end_limits: dict[int, float | None] = {}
 
     forwarded: list[int] = []
     # Slurm signals every process of the step itself (scancel, time limit):
@@ -307,32 +321,49 @@ def execute(spec: dict, command: list[str], site: dict, node: Node, opts: Option
             if cap_w is not None:
                 log(f"power limit set to {cap_w:g} W on GPU(s) {', '.join(map(str, indices))};"
                     " it is restored when the run ends")
-        # Only now, with the cap in place, does the run leave anything on disk.
-        run_dir.mkdir(parents=True, exist_ok=False)
-        (run_dir / "spec.json").write_text(json.dumps(spec, indent=2) + "\n")
-        devices = spec["devices"]
-        log(f"run {spec['run_id']}: {spec['workload']} preset {spec['preset']} on "
-            f"{devices['nproc']} {'GPU' if devices['type'] == 'cuda' else 'CPU process'}(es); "
-            f"results in {run_dir}")
-        if spec["runtime"]["kind"] == "apptainer":
-            image = spec["runtime"]["image"]
-            log(f"runtime: apptainer, image {image['path']} (sha256 {image['sha256'][:12]})")
-        # Its own session: a terminal's Ctrl-C reaches the launcher alone, which
-        # forwards it once, instead of hitting torchrun and its workers twice.
-        child = subprocess.Popen(command, env=env, start_new_session=True)
+        # Only now, with the cap in place, does the run leave anything on disk:
+        # the folder, its spec and a `running` result that any ending will mark.
+        output_check.first_write(run_dir, spec, placeholder_result(spec, run_dir))
+        # Held until the workload has exited: if this launcher dies, the workload stops.
+        lifeline = stack.enter_context(Lifeline(run_dir, spec["run_id"]))
+        if lifeline.problem:
+            log(f"no lifeline for the workload ({lifeline.problem}); "
+                "if this launcher is killed, stop the workload by hand")
+        env.update(lifeline.environment(container=spec["runtime"]["kind"] == "apptainer"))
+        follower = LogFollower(run_dir)
+        stack.callback(follower.stop)
         try:
+            # A signal from here on marks the `running` result interrupted.
+            devices = spec["devices"]
+            log(f"run {spec['run_id']}: {spec['workload']} preset {spec['preset']} on "
+                f"{devices['nproc']} {'GPU' if devices['type'] == 'cuda' else 'CPU process'}(es); "
+                f"results in {run_dir}")
+            if spec["runtime"]["kind"] == "apptainer":
+                image = spec["runtime"]["image"]
+                log(f"runtime: apptainer, image {image['path']} (sha256 {image['sha256'][:12]})")
+            # Its own session: a terminal's Ctrl-C reaches the launcher alone, which
+            # forwards it once, instead of hitting torchrun and its workers twice.
+            child = _start(command, env, follower, run_dir)
+            follower.start()
+            if cap_w is not None:
+                from hpcai.launcher.power.journal import record_workload
+
+                record_workload(journal_path(site, opts.journal), child.pid, spec["run_id"])
             child.wait()
         except (Interrupted, KeyboardInterrupt) as exc:
             interrupted = exc if isinstance(exc, Interrupted) else Interrupted(signal.SIGINT)
-            _stop_child(child, interrupted.signum, already_sent=bool(forwarded),
-                        grace_s=grace_s)
+            if child is not None:
+                _stop_child(child, interrupted.signum, already_sent=bool(forwarded),
+                            grace_s=grace_s)
+        # Before the limits come back: what was in force when the workload ended.
+        end_limits = limits_in_force(backend, indices)
     if cap_w is not None and backend is not None:
         log("power limits restored")
     code = child.returncode if child is not None else None
     if interrupted is not None and under_slurm:
         _await_final_result(run_dir / "result.json", ORPHAN_WAIT_S)
     try:
-        doc = _finish_result(run_dir, spec, code, limits)
+        doc = _finish_result(run_dir, spec, code, limits, end_limits, interrupted)
     except WorkloadError:
         if interrupted is not None:  # stopped before it could write a result
             raise interrupted from None
@@ -340,6 +371,39 @@ def execute(spec: dict, command: list[str], site: dict, node: Node, opts: Option
     if interrupted is not None:
         raise interrupted
     return _summarize(doc, run_dir)
+
+
+def placeholder_result(spec: dict, run_dir: Path) -> dict:
+    """The result as it stands before the workload starts: `running`, no figures."""
+    from hpcai.workloads.entrypoint import Run
+    from hpcai.workloads.result import clean
+
+    return clean(Run(spec, run_dir)._document())
+
+
+def limits_in_force(backend, indices: list[int]) -> dict[int, float | None]:
+    """Each GPU's enforced limit now (the set one where the driver reports no other)."""
+    found: dict[int, float | None] = {}
+    if backend is None:
+        return found
+    for i in indices:
+        try:
+            lim = backend.limits(i)
+            found[i] = lim.enforced_w if lim.enforced_w is not None else lim.current_w
+        except Exception:  # a reading must not stop the limits coming back
+            found[i] = None
+    return found
+
+
+def _start(command: list[str], env: dict, follower: LogFollower, run_dir: Path):
+    """The workload, its output into the run's log (never a pipe it could die of)."""
+    try:
+        with follower.open_for_workload() as sink:
+            return subprocess.Popen(command, env=env, start_new_session=True,
+                                    stdout=sink, stderr=sink)
+    except OSError as exc:
+        raise output_check.write_error(run_dir, exc, "the workload's log",
+                                       "free space or make the folder writable") from None
 
 
 def slurm_grace_s(kill_wait_s: int | None) -> float:
@@ -383,23 +447,46 @@ def _await_final_result(path: Path, seconds: float) -> None:
         time.sleep(0.2)
 
 
-def _finish_result(run_dir: Path, spec: dict, code: int | None, limits: dict) -> dict:
+def _finish_result(run_dir: Path, spec: dict, code: int | None, limits: dict,
+                   end_limits: dict | None = None, interrupted: Interrupted | None = None) -> dict:
     from hpcai.workloads.result import clean, write_json_atomic
 
     path = run_dir / "result.json"
     doc = results.load(path)
     if doc is None:
         raise WorkloadError(f"the workload exited with code {code} and wrote no result",
-                            f"see its output above; the run spec is {run_dir / 'spec.json'}")
+                            f"see {run_dir / 'workload.log'}; the run spec is "
+                            f"{run_dir / 'spec.json'}")
     if doc["status"] == "running":
-        results.mark_crashed(doc, code)
+        if interrupted is not None:
+            results.mark_interrupted(doc, interrupted.one_line())
+        else:
+            results.mark_crashed(doc, code)
     results.apply_limits(doc, limits, spec["power"]["cap_w"],
                          float(spec["power"]["cap_tolerance_frac"]))
-    doc["launcher"] = {"command_exit_code": code}
+    doc["launcher"] = {"command_exit_code": code,
+                       "gpu_limits": results.limits_record(limits, end_limits or {})}
     doc = clean(doc)
-    write_json_atomic(path, doc)
+    try:
+        write_json_atomic(path, doc)
+    except OSError as exc:
+        if doc["status"] != "complete" and output_check.overwrite_in_place(path, doc):
+            raise output_check.write_error(
+                run_dir, exc, "the result's full form",
+                f"{path} is marked {doc['status']} (written compactly in place)") from None
+        raise output_check.write_error(
+            run_dir, exc, "the result",
+            f"{path} is left as the workload wrote it (status {doc_status(path)}), "
+            "without the launcher's checks: the report will not count it") from None
     results.validate(doc, path)
     return doc
+
+
+def doc_status(path: Path) -> str:
+    try:
+        return str(json.loads(path.read_text()).get("status"))
+    except (OSError, ValueError, AttributeError):
+        return "missing"
 
 
 def _summarize(doc: dict, run_dir: Path) -> int:
@@ -407,7 +494,8 @@ def _summarize(doc: dict, run_dir: Path) -> int:
     if doc["status"] != "complete":
         message = (doc.get("error") or {}).get("message", "no error recorded")
         raise WorkloadError(f"run {doc['status']}: {message}",
-                            f"partial result (not complete) at {path}")
+                            f"partial result (not complete) at {path}; the workload's "
+                            f"output is in {run_dir / 'workload.log'}")
     tp, power = doc["throughput"], doc["power"]
     unit = doc["work"]["unit"]
     parts = [f"{tp['node']:.1f} {tp['unit']} (node)",

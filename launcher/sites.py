@@ -33,7 +33,8 @@ DEFAULTS = {
     "gpu": {"vendor": "auto"},  # per_node: optional
     "power": {"method": "auto", "command": "", "cap_tolerance_frac": 0.05,
               "node_overhead_w": 100.0},  # allowed_cap_range_w: optional [lo, hi]
-    "paths": {"results": "results", "state_dir": ""},
+    # min_free_mb: a run refuses to start with less free space in the results folder.
+    "paths": {"results": "results", "state_dir": "", "min_free_mb": 100},
     # Host folders bound at /data, /models and /scratch in the container; "" = not bound.
     "binds": {"data": "", "models": "", "scratch": ""},
     "images": {"dir": "", "registry": "", "registry_https": True, "sign_key": "", "verify_key": "",
@@ -66,7 +67,11 @@ def _schema() -> dict:
 def parse(path: Path) -> dict:
     """Read and validate one site file; ConfigError says what is wrong where."""
     try:
-        raw = tomllib.loads(Path(path).read_text())
+        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"site file {path} is not UTF-8 text (byte {exc.start}: "
+                          f"{exc.object[exc.start:exc.start + 1]!r})",
+                          "TOML files must be UTF-8; re-save it as UTF-8") from None
     except OSError as exc:
         raise ConfigError(f"cannot read site file {path}: {exc.strerror}",
                           "check the path given to --site") from None

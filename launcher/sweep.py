@@ -29,6 +29,9 @@ SUMMARY_VERSION = 1
 ORDERS = ("shuffle", "alternate", "ascending")
 MAX_SLOTS = 200  # a typo in a range should not start a week of runs
 IDLE_BASELINE_S = 5.0
+# A GPU busier than this (mean utilisation, %) while the idle baseline is taken
+# runs someone's work: the baseline is recorded invalid and taken again on resume.
+IDLE_BUSY_PCT = 5.0
 
 
 # ---- caps -----------------------------------------------------------------
@@ -227,15 +230,25 @@ def measure_idle(vendor: str, gpu_indices: list[int] | None, seconds: float,
         devices = []
         for i, who in enumerate(names):
             stats = window_stats(sampler.series(i, start.t, end.t))
+            # Utilisation is read once a second (telemetry.FULL_READ_S), so a short
+            # baseline may hold no reading inside its marks: judge it on every one taken.
+            everything = window_stats(sampler.series(i, float("-inf"), float("inf")))
             e0, e1 = start.energy_j[i], end.energy_j[i]
             counter_w = (e1 - e0) / (end.t - start.t) if e0 is not None and e1 is not None else None
             sampled = (stats["power_w"] or {}).get("mean")
             devices.append({**who, "samples": stats["samples"], "power_w": stats["power_w"],
-                            "mean_power_w": counter_w if counter_w is not None else sampled})
+                            "mean_power_w": counter_w if counter_w is not None else sampled,
+                            "utilization_pct_mean": everything.get("utilization_pct_mean")})
         known = [d["mean_power_w"] for d in devices if d["mean_power_w"] is not None]
         total = sum(known) if known and len(known) == len(devices) else None
-        return {"available": total is not None, "source": discovery.kind,
-                "reason": None if total is not None else "too few idle samples",
+        busy = [f"GPU {d['index']} at {d['utilization_pct_mean']:.0f}%" for d in devices
+                if (d.get("utilization_pct_mean") or 0) > IDLE_BUSY_PCT]
+        reason = None if total is not None else "too few idle samples"
+        if busy:
+            reason = (f"the GPUs were not idle ({', '.join(busy)} utilisation, above "
+                      f"{IDLE_BUSY_PCT:g}%): measured again when the sweep resumes")
+        return {"available": total is not None and not busy, "source": discovery.kind,
+                "reason": reason,
                 "seconds": end.t - start.t, "measured": _now_iso(),
                 "total_power_w": total, "devices": devices}
     finally:
@@ -260,21 +273,34 @@ class Summary:
                               "move it aside and run the sweep again") from None
         return cls(Path(path), doc)
 
-    def write(self) -> None:
+    def write(self, quiet: bool = False) -> None:
+        """quiet: on the way out of an error, say a failed write in one line and go on
+        (the error being raised matters more; the summary keeps its last state)."""
+        from hpcai.launcher.output_check import write_error
         from hpcai.workloads.result import write_json_atomic
 
         self.doc["updated"] = _now_iso()
-        write_json_atomic(self.path, self.doc)
+        try:
+            write_json_atomic(self.path, self.doc)
+        except OSError as exc:
+            error = write_error(self.path.parent, exc, "the sweep summary",
+                                "free space or make the folder writable, then run the "
+                                "same command again")
+            if not quiet:
+                raise error from None
+            from hpcai.launcher.run import log
+
+            log(f"{error.message}; {self.path} keeps its last state")
 
     def refresh_attempts(self) -> None:
         found = attempts(self.path.parent, self.doc["key"])
         for run in self.doc["runs"]:
             run["attempts"] = found.get(Slot(run["cap_w"], run["repeat"]), [])
 
-    def set_run(self, position: int, **fields) -> None:
+    def set_run(self, position: int, quiet: bool = False, **fields) -> None:
         self.doc["runs"][position].update(fields)
         self.doc["counts"] = _counts(self.doc["runs"])
-        self.write()
+        self.write(quiet)
 
 
 def _counts(runs: list[dict]) -> dict:
@@ -326,7 +352,8 @@ def run_sweep(opts) -> int:
                                            output=str(sweep_dir)))[1]
         print("command of the first run: " + " ".join(first))
         return 0
-    R.check_output_dir(sweep_dir)
+    # Journal, free space, output: all before the idle baseline measures anything.
+    R.preflight(site, node, opts, sweep_dir)
     runtime.check_ready(spec, get_workload(spec["workload"]).impl(spec["impl"]).framework)
     tried = attempts(sweep_dir, digest)
     summary = Summary(summary_path, {
@@ -363,12 +390,12 @@ def run_sweep(opts) -> int:
     except (Interrupted, KeyboardInterrupt) as exc:
         summary.doc["status"] = "interrupted"
         summary.refresh_attempts()
-        summary.write()
+        summary.write(quiet=True)
         raise exc if isinstance(exc, Interrupted) else Interrupted(signal.SIGINT) from None
     except HpcaiError:
         summary.doc["status"] = "stopped"
         summary.refresh_attempts()
-        summary.write()
+        summary.write(quiet=True)
         raise
     return _finish(summary)
 
@@ -393,10 +420,10 @@ def _run_slot(R, opts, slot: Slot, position: int, total: int, digest: str, sweep
         return
     except (Interrupted, KeyboardInterrupt) as exc:
         why = exc.one_line() if isinstance(exc, Interrupted) else "interrupted by SIGINT"
-        summary.set_run(position, status="interrupted", message=why)
+        summary.set_run(position, quiet=True, status="interrupted", message=why)
         raise
     except HpcaiError as exc:  # power or configuration trouble: stop the sweep
-        summary.set_run(position, status="failed", message=exc.one_line())
+        summary.set_run(position, quiet=True, status="failed", message=exc.one_line())
         raise
     summary.set_run(position, status="complete")
 

@@ -101,6 +101,7 @@ def make_result(*, workload="resnet50", preset="paper", gpu="NVIDIA H100 80GB HB
         },
         "memory": None,
         "sidecar": {"samples": None},
+        "launcher": {"command_exit_code": 0},  # finished by its launcher
     }
     return doc
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from hpcai import provenance
 from hpcai.errors import HpcaiError, Interrupted
 from hpcai.signals import deferred_signals, install_signal_handlers
-from hpcai.workloads import catalog, distributed
+from hpcai.workloads import catalog, distributed, lifeline
 from hpcai.workloads import result as R
 from hpcai.workloads.base import EngineWorkload
 from hpcai.workloads.flops import fraction_of_peak
@@ -25,7 +25,10 @@ RESULT_FILE = "result.json"
 
 
 def log(message: str) -> None:
-    print(f"[hpcai] {message}", file=sys.stderr, flush=True)
+    try:
+        print(f"[hpcai] {message}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass  # a full disk under the log must not stop the result being written
 
 
 # Distributions that provide a framework's module, for its version without importing it.
@@ -72,6 +75,19 @@ def framework_versions(ctx, framework: str) -> dict:
     return versions
 
 
+def _absorb_further_signals(signum: int) -> None:
+    """The first signal stops the run; the next ones (torchrun forwarding one the
+    rank also got itself, the lifeline's, Slurm's) must not cut short the
+    writing of the interrupted result. Handlers come back when the run ends."""
+    import signal
+
+    from hpcai.signals import SIGNALS
+
+    for sig in SIGNALS:
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, lambda s, f: None)
+
+
 class Run:
     def __init__(self, spec: dict, out_dir: Path):
         self.spec = spec
@@ -82,32 +98,45 @@ class Run:
         self.progress = Progress()
         self.status, self.error = "running", None
         self.ctx = self.discovery = self.sampler = self.workload = None
+        self.sampler_written = True
+        self.watcher = None
 
     # ---- the run --------------------------------------------------------
     def execute(self) -> int:
-        with install_signal_handlers():
+        with install_signal_handlers(_absorb_further_signals):
+            # Before anything slow: a workload must not outlive its launcher.
+            watcher = self.watcher = lifeline.watch(log)
             try:
                 self._setup()
                 self._measure()
                 self.status = "complete"
             except (Interrupted, KeyboardInterrupt) as exc:
                 self.status = "interrupted"
-                self.error = {"type": "Interrupted", "message": str(exc) or "interrupted by SIGINT"}
+                message = str(exc) or "interrupted by SIGINT"
+                if watcher is not None and watcher.reason:
+                    message = f"{message}: {watcher.reason}"
+                self.error = {"type": "Interrupted", "message": message}
                 log(f"{self.error['message']}: writing a result marked interrupted")
             except HpcaiError as exc:
                 self.status, self.error = "failed", {"type": type(exc).__name__,
                                                      "message": exc.one_line()}
                 log(f"error: {exc.one_line()}")
-            except Exception as exc:  # recorded in the result, traceback on stderr
+            except Exception as exc:  # recorded in the result, traceback in the log
                 self.status = "failed"
                 self.error = {"type": type(exc).__name__, "message": str(exc)}
-                traceback.print_exc()
+                log(f"error: {type(exc).__name__}: {' '.join(str(exc).split())}")
+                try:
+                    traceback.print_exc()
+                except (OSError, ValueError):
+                    pass
             # The run is over; more signals (under Slurm every process gets one,
             # then srun forwards another) must not stop the result being written.
             with deferred_signals():
                 if self.sampler is not None:
                     self.sampler.stop()
                 self._finish()
+            if watcher is not None:
+                watcher.stop()
         return {"complete": 0, "interrupted": 130}.get(self.status, 1)
 
     def _setup(self) -> None:
@@ -186,15 +215,47 @@ class Run:
             # This node's ranks only (two "nodes" may share a hostname, as in CI).
             ranks = [r for r in ranks if r["node_rank"] == self.ctx.node_rank]
         if self.ctx is None or self.ctx.is_node_leader:
+            self._check_launcher()
             if self.sampler is not None:
                 names = ([f"gpu{g.info().index}" for g in self.discovery.gpus]
                          or [d.name for d in self.discovery.rapl])
-                self.sampler.write_csv(self.out_dir / SAMPLES_FILE, names)
-            self._write(self._document(ranks))
+                try:
+                    self.sampler.write_csv(self.out_dir / SAMPLES_FILE, names)
+                except OSError as exc:
+                    self._disk_failed(exc, SAMPLES_FILE)
+                    (self.out_dir / SAMPLES_FILE).unlink(missing_ok=True)
+            try:
+                self._write(self._document(ranks))
+            except OSError as exc:
+                log(f"error: cannot write {self.out_dir / RESULT_FILE} "
+                    f"([Errno {exc.errno}] {exc.strerror}): the result is missing or stale")
         if self.discovery is not None:
             self.discovery.close()
         if self.ctx is not None:
             distributed.shutdown(self.ctx)
+
+    def _check_launcher(self) -> None:
+        """A measurement that ends after its launcher died gets no cap check and may
+        have run on restored limits: it is not `complete`, whatever it measured."""
+        if self.status != "complete" or self.watcher is None:
+            return
+        try:
+            gone = self.watcher.launcher_gone()
+        except OSError:
+            return
+        if gone:
+            self.status = "interrupted"
+            self.error = {"type": "LauncherGone",
+                          "message": "the launcher is gone (killed?) before it could check the "
+                                     "cap: the figures are not a result"}
+            log(self.error["message"])
+
+    def _disk_failed(self, exc: OSError, what: str) -> None:
+        """A full or read-only disk: the run failed, said in one line."""
+        message = f"cannot write {what} in {self.out_dir} ([Errno {exc.errno}] {exc.strerror})"
+        log(f"error: {message}")
+        self.status, self.error = "failed", {"type": "OutputError", "message": message}
+        self.sampler_written = False
 
     def _write(self, doc: dict) -> None:
         self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -282,7 +343,8 @@ class Run:
                        "kind": peaks[0]["kind"]} if peaks else None,
             "workload_metrics": self.workload.metrics() if self.workload is not None else None,
             **({"comparability": spec["comparability"]} if spec.get("comparability") else {}),
-            "sidecar": {"samples": SAMPLES_FILE if self.sampler and self.status != "running" else None},
+            "sidecar": {"samples": SAMPLES_FILE if self.sampler and self.status != "running"
+                        and self.sampler_written else None},
         }
         return doc
 
@@ -312,8 +374,37 @@ def main(argv: list[str] | None = None) -> int:
         return selfcheck.run(args.family, [w for w in (args.workloads or "").split(",") if w])
     try:
         spec = json.loads(Path(args.spec).read_text())
+        check_spec(spec, need_output=args.output is None)
+        run = Run(spec, Path(args.output or spec["output_dir"]))
     except (OSError, ValueError) as exc:
         print(f"hpcai: error: cannot read run spec {args.spec}: {exc}", file=sys.stderr)
         return 2
-    out = Path(args.output or spec["output_dir"])
-    return Run(spec, out).execute()
+    except HpcaiError as exc:
+        print(f"hpcai: error: run spec {args.spec}: {exc.one_line()}", file=sys.stderr)
+        return 2
+    return run.execute()
+
+
+# What Run and the result need from a spec, each an object unless named here.
+SPEC_KEYS = {"run_id": str, "workload": str, "preset": str, "params": dict, "protocol": dict,
+             "devices": dict, "power": dict}
+SPEC_NESTED = {"protocol": ("warmup_epochs", "epochs", "steps_per_epoch", "sample_interval_s"),
+               "devices": ("type",), "power": ("cap_w",)}
+
+
+def check_spec(spec, need_output: bool = True) -> None:
+    """A UsageError naming the first thing a run spec lacks."""
+    from hpcai.errors import UsageError
+
+    hint = "write one with `hpcai-launch WORKLOAD --dry-run`"
+    if not isinstance(spec, dict):
+        raise UsageError(f"it is a JSON {type(spec).__name__}, not an object", hint)
+    keys = dict(SPEC_KEYS, **({"output_dir": str} if need_output else {}))
+    for key, kind in keys.items():
+        if not isinstance(spec.get(key), kind):
+            what = "missing" if key not in spec else f"not a {kind.__name__}"
+            raise UsageError(f"key {key!r} is {what}", hint)
+    for key, inner in SPEC_NESTED.items():
+        for name in inner:
+            if name not in spec[key]:
+                raise UsageError(f"key {key}.{name} is missing", hint)

@@ -11,6 +11,7 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
+from hpcai.workloads.efficiency import energy_with_overhead_j, units_per_joule
 from hpcai.workloads.telemetry import integrate_power_j, window_stats
 
 RESULT_SCHEMA_VERSION = "1.0"
@@ -30,11 +31,27 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
+def umask() -> int:
+    """This process's umask, read without changing it (Linux), else by a swap."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
 def write_json_atomic(path: Path, doc: dict) -> None:
-    """Readers see the old file or the new one, never half of one."""
+    """Readers see the old file or the new one, never half of one. The file
+    gets the mode the user's umask gives new files (mkstemp's is 0600), so a
+    shared results folder stays readable by the group."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~umask())
         with os.fdopen(fd, "w") as fh:
             json.dump(doc, fh, indent=2, allow_nan=False, default=_json_default)
             fh.write("\n")
@@ -248,7 +265,6 @@ def power_section(spec: dict, discovery, sampler, window, units: int) -> tuple[l
             reason = "no measured epoch completed"
         else:
             reason = "too few power samples in the measured window"
-    overhead_j = overhead_w * window_s if window_s else None
     quality = window_quality(sampler, window, power_counts)
     if quality is not None:
         if quality["window_short"]:
@@ -271,11 +287,12 @@ def power_section(spec: dict, discovery, sampler, window, units: int) -> tuple[l
         "energy_j": energy,
         "mean_power_w": energy / window_s if available and window_s else None,
         "node_overhead_w": overhead_w,
-        "energy_with_overhead_j": energy + overhead_j if available and overhead_j else None,
+        "energy_with_overhead_j": (energy_with_overhead_j(energy, overhead_w, window_s)
+                                   if available else None),
         "energy_per_unit_j": energy / units if available and units else None,
-        "units_per_joule": units / energy if available and energy else None,
-        "units_per_joule_with_overhead": (units / (energy + overhead_j)
-                                          if available and overhead_j else None),
+        "units_per_joule": units_per_joule(units, energy) if available else None,
+        "units_per_joule_with_overhead": (units_per_joule(units, energy, overhead_w, window_s)
+                                          if available else None),
     }
     return gpus, packages, power
 

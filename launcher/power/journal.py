@@ -113,3 +113,30 @@ def _fsync_dir(directory: Path) -> None:
         pass  # some filesystems refuse fsync on a directory
     finally:
         os.close(fd)
+
+
+def record_workload(path, pgid: int, tag: str) -> None:
+    """Add the workload's process group and tag, once it has started, so that
+    `power restore` will not lift a cap under a workload still running."""
+    record = load_journal(path)
+    if record is None:
+        return
+    record["workload"] = {"pgid": int(pgid), "tag": tag}
+    _write_record(Path(path), record)
+
+
+def _write_record(path: Path, record: dict) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(record, f, indent=2)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise PowerError(f"cannot write the power journal {path}: {exc}", STATE_DIR_HINT) from exc
+        raise
+    _fsync_dir(path.parent)

@@ -56,7 +56,28 @@ def _pid_alive(pid) -> bool:
         return False
     except PermissionError:
         return True  # exists, owned by someone else
-    return True
+    try:  # a killed launcher nobody reaped yet is a zombie: it holds nothing
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def refuse_stale_journal(path) -> None:
+    """StaleJournalError while a journal exists: its GPUs may still be capped."""
+    path = Path(path)
+    if not path.exists():
+        return
+    try:
+        record = load_journal(path) or {}
+    except ConfigError:
+        record = {}
+    pid = record.get("pid", "unknown")
+    running = ", still running" if _pid_alive(record.get("pid")) else ""
+    raise StaleJournalError(
+        f"a power journal from an earlier run exists at {path} (pid {pid}{running}): "
+        "its GPUs may still be capped",
+        "run `hpcai-launch power restore` first",
+    )
 
 
 def check_cap_range(cap_w: float, limits: dict) -> None:
@@ -123,13 +144,14 @@ class CapSession:
                 "enforced_w": lim.enforced_w,
                 "restored_w": None,
             }
+        # Uncapped too: GPUs a killed run left capped would make its label wrong.
+        self._refuse_stale_journal()
         if self.cap_w is None:
             return self
         if not self.indices:
             raise UsageError("a power cap was requested but no GPU is visible")
         if not math.isfinite(self.cap_w) or self.cap_w <= 0:
             raise UsageError(f"invalid power cap {self.cap_w:g} W", "give a positive number of watts")
-        self._refuse_stale_journal()
         self._check_range(limits)
 
         self._snapshot = {i: limits[i].current_w for i in self.indices}
@@ -149,18 +171,7 @@ class CapSession:
         return self
 
     def _refuse_stale_journal(self) -> None:
-        if not self.journal_path.exists():
-            return
-        try:
-            record = load_journal(self.journal_path) or {}
-        except ConfigError:
-            record = {}
-        pid = record.get("pid", "unknown")
-        running = ", still running" if _pid_alive(record.get("pid")) else ""
-        raise StaleJournalError(
-            f"a power journal from an earlier run exists at {self.journal_path} (pid {pid}{running})",
-            "run `hpcai-launch power restore` first",
-        )
+        refuse_stale_journal(self.journal_path)
 
     def _check_range(self, limits) -> None:
         check_cap_range(self.cap_w, {i: limits[i] for i in self.indices})
@@ -257,6 +268,27 @@ class CapSession:
         }
 
 
+def _stop_or_refuse(workload: dict | None, path: Path, force: bool) -> None:
+    """A cap must not be lifted under a workload that still runs on it."""
+    from hpcai.launcher.power import workload_procs
+
+    pids = workload_procs.find(workload)
+    if not pids:
+        return
+    what = workload_procs.describe(workload, pids)
+    if not force:
+        raise PowerError(
+            f"the run that wrote {path} left {what} still running",
+            f"stop it with `kill -TERM -- -{workload.get('pgid')}` and `kill -TERM "
+            f"{' '.join(map(str, pids))}` (it writes an interrupted result), or pass --force "
+            "to stop it and restore")
+    log.warning("stopping %s", what)
+    left = workload_procs.stop(workload)
+    if left:
+        raise PowerError(f"could not stop {workload_procs.describe(workload, left)}",
+                         "stop them by hand (kill -KILL), then run `hpcai-launch power restore`")
+
+
 def restore_from_journal(backend: PowerBackend, journal_path=None, force: bool = False) -> dict:
     """Restore the limits a dead run left in its journal; remove it when all are back.
 
@@ -278,6 +310,7 @@ def restore_from_journal(backend: PowerBackend, journal_path=None, force: bool =
             f"the run that wrote {path} (pid {record['pid']}) is still running",
             "stop it first (it restores the limits when it exits), or pass --force",
         )
+    _stop_or_refuse(record.get("workload"), path, force)
     by_uuid = {g.uuid: g.index for g in backend.gpus()}
     results, failures = [], []
     for entry in record["gpus"]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hpcai.errors import UsageError
+from hpcai.workloads.efficiency import units_per_joule
 
 REFERENCE_FILE = "reference/seed-paper-throughput.csv"
 REFERENCE_COLUMNS = ["workload", "gpu", "cap_w", "throughput", "unit", "enforced"]
@@ -100,18 +101,14 @@ class Run:
 
     def efficiency(self, overhead_w: float | None = None) -> float | None:
         """Units per joule with a node overhead (None: the one the run stated)."""
-        if not self.power_available or not self.energy_j or not self.units:
+        if not self.power_available or self.window_s is None:
             return None
         if overhead_w is None:
             overhead_w = self.node_overhead_w or 0.0
-        if self.window_s is None:
-            return None
-        return self.units / (self.energy_j + overhead_w * self.window_s)
+        return units_per_joule(self.units, self.energy_j, overhead_w, self.window_s)
 
     def gpu_efficiency(self) -> float | None:
-        if not self.power_available or not self.energy_j or not self.units:
-            return None
-        return self.units / self.energy_j
+        return units_per_joule(self.units, self.energy_j) if self.power_available else None
 
 
 def shown_path(path: Path | str) -> str:
@@ -216,6 +213,10 @@ def _from_doc(path: Path, doc: dict, errors: list[str]) -> Run:
         run.problems.append(f"missing or malformed field {exc}")
     if run.status == "complete" and run.per_gpu is None:
         run.problems.append("complete but without a throughput")
+    if run.status == "complete" and not isinstance(doc.get("launcher"), dict):
+        # The workload outlived a killed launcher: no cap check, limits maybe restored under it.
+        run.problems.append("written without its launcher's finishing step (no cap check; "
+                            "the launcher was killed)")
     return run
 
 

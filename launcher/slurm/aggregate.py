@@ -11,6 +11,7 @@ from pathlib import Path
 from hpcai.errors import ResultError
 from hpcai.launcher import results
 from hpcai.launcher.slurm.job import AGGREGATE_FILE, Job, node_dir, now_iso
+from hpcai.workloads.efficiency import units_per_joule
 
 AGGREGATE_VERSION = 1
 SCHEMA_FILE = "schema/aggregate-v1.schema.json"
@@ -106,11 +107,11 @@ def _power(docs: list[dict]) -> dict:
     energy = sum(p["energy_j"] for p in powers)
     window = max(p["window_s"] for p in powers)
     units = sum(d["work"]["measured_units"] for d in docs)
-    overhead = sum(p["node_overhead_w"] for p in powers) * window
+    overhead_w = sum(p["node_overhead_w"] for p in powers)
     return {"available": True, "reason": None, "energy_j": energy, "window_s": window,
             "mean_power_w": sum(p["mean_power_w"] for p in powers),
-            "units_per_joule": units / energy if energy else None,
-            "units_per_joule_with_overhead": units / (energy + overhead) if energy else None}
+            "units_per_joule": units_per_joule(units, energy),
+            "units_per_joule_with_overhead": units_per_joule(units, energy, overhead_w, window)}
 
 
 def _scaling(job: Job, first: dict, per_gpu: float) -> dict:

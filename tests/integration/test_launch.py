@@ -114,8 +114,14 @@ def test_killed_launcher_leaves_a_journal_that_power_restore_replays(fake_nvidia
         time.sleep(0.2)
     proc.kill()  # SIGKILL: no handler runs
     proc.wait(timeout=30)
-    subprocess.run(["pkill", "-f", str(node.results)], check=False)  # its orphaned workload
     assert node.journal_files(), "the journal must survive a SIGKILL"
+    # Its workload notices (the lifeline) and stops; restore refuses until then.
+    from hpcai.launcher.power import workload_procs
+
+    workload = json.loads(node.journal_files()[0].read_text())["workload"]
+    while workload_procs.find(workload):
+        assert time.time() < deadline + 60, "the workload outlived its launcher"
+        time.sleep(0.2)
     refused = node.launch(*TINY, "--device", "cpu", "--cap", "300", "-o", str(node.results))
     assert refused.returncode != 0 and "power restore" in refused.stderr
     done = node.launch("power", "restore")

@@ -1,0 +1,122 @@
+"""The workload's output: all of it in the run's log file, the readable part
+on the terminal.
+
+The workload writes into the log file directly (not through a pipe to the
+launcher, so it never dies of a broken pipe if the launcher does); a thread
+follows the file and echoes each line to the launcher's stderr, except
+Python tracebacks and torchrun's failure banner: a failing run with two ranks
+prints about 80 of those lines. They stay in the log, and the launcher says
+where.
+"""
+from __future__ import annotations
+
+import re
+import sys
+import threading
+from pathlib import Path
+
+FILE = "workload.log"
+POLL_S = 0.1
+_TORCHRUN_LOG = re.compile(r"^[EWI]\d{4} [\d:.]+ \d+ .*torch/distributed/elastic/")
+_CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
+
+
+class TracebackFilter:
+    """Line by line: True to show a line, False for one of a traceback or banner."""
+
+    def __init__(self):
+        self.state = "text"  # text | traceback | banner
+        self.rules = 0
+        self.hidden = 0
+
+    def show(self, line: str) -> bool:
+        keep = self._show(line.rstrip("\n"))
+        if not keep:
+            self.hidden += 1
+        return keep
+
+    def _show(self, line: str) -> bool:
+        if self.state == "banner":
+            if line.startswith("=" * 20):
+                self.rules += 1
+                if self.rules >= 2:
+                    self.state = "text"
+            return False
+        if self.state == "traceback":
+            if not line or line[0].isspace() or line.startswith("^"):
+                return False
+            # The exception's own line ends the traceback; torchrun's goes on with a banner.
+            self.state = "banner" if "ChildFailedError" in line else "text"
+            self.rules = 0
+            return False
+        if line.startswith("Traceback (most recent call last):"):
+            self.state = "traceback"
+            return False
+        if _TORCHRUN_LOG.match(line) or line.startswith(_CHAINED):
+            return False
+        return True
+
+
+class LogFollower:
+    """Opens the log for the workload and echoes it, filtered, while it runs."""
+
+    def __init__(self, run_dir: Path, out=None):
+        self.path = Path(run_dir) / FILE
+        self.out = out or sys.stderr
+        self.filter = TracebackFilter()
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def open_for_workload(self):
+        """A file object for the child's stdout and stderr (the caller closes it)."""
+        return open(self.path, "ab", buffering=0)
+
+    def start(self) -> LogFollower:
+        self._thread = threading.Thread(target=self._follow, name="hpcai-log", daemon=True)
+        self._thread.start()
+        return self
+
+    def _follow(self) -> None:
+        try:
+            with open(self.path, "rb") as log:
+                pending = b""
+                while True:
+                    finished = self._done.is_set()  # read once more after the end
+                    chunk = log.read()
+                    if chunk:
+                        pending += chunk
+                        *lines, pending = pending.split(b"\n")
+                        for raw in lines:
+                            self._echo(raw.decode("utf-8", "replace"))
+                    elif finished:
+                        if pending:
+                            self._echo(pending.decode("utf-8", "replace"))
+                        return
+                    else:
+                        self._done.wait(POLL_S)
+        except OSError:
+            return
+
+    def _echo(self, line: str) -> None:
+        if self.filter.show(line):
+            try:
+                print(line, file=self.out, flush=True)
+            except (OSError, ValueError):
+                pass
+
+    def stop(self) -> None:
+        """Echo what is left; then say where hidden lines are."""
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        try:
+            if self.path.stat().st_size == 0:
+                self.path.unlink()  # no empty files left behind
+        except OSError:
+            pass
+        if self.filter.hidden:
+            try:
+                print(f"hpcai: {self.filter.hidden} line(s) of tracebacks kept in {self.path}",
+                      file=self.out, flush=True)
+            except (OSError, ValueError):
+                pass

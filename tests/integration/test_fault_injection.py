@@ -1,0 +1,216 @@
+"""Fault injection (issue 14): a short capped sweep on a node whose GPU
+library is the FAKE pynvml (tests/fakes), with real processes, torchrun and
+PyTorch on the CPU, is hit 20 times at a random moment by one of:
+
+- launcher: SIGKILL of the launcher (no handler runs);
+- rank: SIGKILL of one workload process;
+- disk: the results folder fills up (a real tmpfs, ENOSPC; where mounting
+  is not allowed, the folder turns read-only instead: EACCES).
+
+After each, as an operator would, `power restore` where a launcher was
+killed (retried while the workload still stops), and the invariants:
+limits back at the snapshot; no journal left unless a launcher was killed;
+no `complete` result that is not (launcher block, cap in force at start and
+end, every measured epoch); no workload process left; a report over the
+folder exits without a traceback. The seed is printed (HPCAI_FAULT_SEED
+replays it); the counts of injected faults and violations are printed and
+the violations listed.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import pid_alive
+
+pytestmark = pytest.mark.slow
+ROUNDS = 20
+CAPS = ("300", "400")
+
+
+def sweep_args(results: Path, nproc: int, site: Path) -> list[str]:
+    return ["resnet50", "--site", str(site), "--preset", "tiny", "--device", "cpu", "--nproc", str(nproc),
+            "--cap", ",".join(CAPS), "--idle-s", "0", "--epochs", "1", "--warmup-epochs", "0",
+            "--steps-per-epoch", "2", "-o", str(results)]
+
+
+def workload_processes(marker: bytes) -> list[int]:
+    """Our node's workload processes: they carry its fake state's path and a run tag."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            env = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if marker in env and any(e.startswith(b"HPCAI_WORKLOAD_TAG=") for e in env) \
+                and pid_alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+@contextlib.contextmanager
+def disk(folder: Path):
+    folder.mkdir(parents=True)
+    mounted = os.geteuid() == 0 and subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(folder)],
+        capture_output=True).returncode == 0
+    try:
+        yield mounted
+    finally:
+        if mounted:
+            subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def fill(folder: Path, mounted: bool) -> None:
+    if mounted:
+        with contextlib.suppress(OSError), open(folder / "filler", "ab", buffering=0) as filler:
+            while True:  # unbuffered: closing has nothing left to write
+                filler.write(b"\0" * 65536)
+    else:
+        for path in [folder, *(p for p in folder.rglob("*") if p.is_dir())]:
+            path.chmod(0o555)
+
+
+def unfill(folder: Path, mounted: bool) -> None:
+    if mounted:
+        (folder / "filler").unlink(missing_ok=True)
+    else:
+        for path in [folder, *(p for p in folder.rglob("*") if p.is_dir())]:
+            path.chmod(0o755)
+
+
+def counted_by_report(path: Path) -> bool:
+    from hpcai.launcher.report.load import load_results
+
+    runs, _ = load_results([path])
+    return any(run.usable for run in runs)
+
+
+def false_completes(folder: Path) -> list[str]:
+    """`complete` results that are not: unfinished by the launcher, or the cap not in force."""
+    from hpcai.launcher.results import validation_errors
+
+    bad = []
+    for path in folder.rglob("result.json"):
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if doc.get("status") != "complete":
+            continue
+        cap = doc["spec"]["power"]["cap_w"]
+        limits = (doc.get("launcher") or {}).get("gpu_limits") or []
+        measured = doc["protocol"]["measured_epochs_completed"]
+        if validation_errors(doc):
+            bad.append(f"{path}: complete but schema-invalid")
+        elif not limits and counted_by_report(path):
+            # The launcher died in the instant after the workload wrote its result:
+            # it stays `complete` on disk, so the report must not count it.
+            bad.append(f"{path}: complete without the launcher's finishing step, "
+                       "and the report counts it")
+        elif not limits:
+            continue
+        elif any(g["enforced_at_start_w"] != cap or g["enforced_at_end_w"] != cap
+                 for g in limits):
+            bad.append(f"{path}: complete at {cap} W but limits in force were {limits}")
+        elif measured != doc["spec"]["protocol"]["epochs"]:
+            bad.append(f"{path}: complete with {measured} measured epoch(s)")
+    return bad
+
+
+def test_twenty_random_faults_leave_every_invariant_intact(fake_nvidia_node, tmp_path):
+    node = fake_nvidia_node
+    seed = int(os.environ.get("HPCAI_FAULT_SEED") or random.SystemRandom().randrange(1, 10**6))
+    print(f"\nfault injection seed {seed} (replay: HPCAI_FAULT_SEED={seed})", flush=True)
+    rng = random.Random(seed)
+    snapshot = node.limits()
+    marker = f"HPCAI_FAKE_GPU_STATE={node.state}".encode()
+    injected: dict[str, int] = {"launcher": 0, "rank": 0, "disk": 0}
+    site = tmp_path / "small-disk.toml"  # runs start on the 4 MB disk (the default asks 100 MB)
+    site.write_text('name = "small-disk"\n[paths]\nmin_free_mb = 0.5\n')
+    violations: list[str] = []
+    with disk(tmp_path / "disk") as mounted:
+        print(f"disk faults: {'a 4 MB tmpfs fills (ENOSPC)' if mounted else 'read-only (EACCES)'}",
+              flush=True)
+        for round_ in range(ROUNDS):
+            kind = rng.choice(("launcher", "rank", "disk"))
+            nproc = 2 if kind == "rank" else 1  # torchrun where a rank is the target
+            delay = rng.uniform(0.5, 10.0)
+            results = tmp_path / "disk" / f"round-{round_:02d}"
+            where = f"round {round_} ({kind} at {delay:.1f} s, nproc {nproc}, seed {seed})"
+            proc = node.popen(*sweep_args(results, nproc, site))
+            time.sleep(delay)
+            hit = False
+            if kind == "launcher" and proc.poll() is None:
+                proc.kill()
+                hit = True
+            elif kind == "rank":
+                ranks = [p for p in workload_processes(marker)
+                         if b"hpcai.workloads" in Path(f"/proc/{p}/cmdline").read_bytes()
+                         and b"torch.distributed.run" not in Path(f"/proc/{p}/cmdline").read_bytes()]
+                if ranks:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(random.Random(seed * 100 + round_).choice(ranks), signal.SIGKILL)
+                        hit = True
+            elif kind == "disk" and proc.poll() is None:
+                fill(tmp_path / "disk", mounted)
+                hit = True
+            try:
+                output, _ = proc.communicate(timeout=240)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                output, _ = proc.communicate()
+                violations.append(f"{where}: the launcher did not end within 240 s")
+            injected[kind] += hit
+            if kind == "disk":
+                unfill(tmp_path / "disk", mounted)
+            if "Traceback" in output:
+                violations.append(f"{where}: the launcher printed a traceback:\n{output}")
+            last = (output.strip().splitlines() or [""])[-1]
+            if kind == "disk" and proc.returncode != 0 and not last.startswith("hpcai-launch: "):
+                violations.append(f"{where}: the launcher did not end with its one-line "
+                                  f"error:\n{output}")
+            journals = node.journal_files()
+            if journals and not (kind == "launcher" and hit):
+                violations.append(f"{where}: a journal was left: {journals}")
+            if journals:  # an operator's `power restore`, while the workload still stops
+                deadline = time.time() + 90
+                while True:
+                    done = node.launch("power", "restore")
+                    if done.returncode == 0 or time.time() > deadline:
+                        break
+                    time.sleep(1)
+                if done.returncode != 0:
+                    violations.append(f"{where}: power restore failed: {done.stderr}")
+                    node.launch("power", "restore", "--force")
+            if node.limits() != snapshot:
+                violations.append(f"{where}: limits {node.limits()} not back at {snapshot}")
+            deadline = time.time() + 30
+            while workload_processes(marker) and time.time() < deadline:
+                time.sleep(0.5)
+            if workload_processes(marker):
+                violations.append(f"{where}: workload processes left: {workload_processes(marker)}")
+                for pid in workload_processes(marker):
+                    os.kill(pid, signal.SIGKILL)
+            violations += [f"{where}: {v}" for v in false_completes(results)]
+            if results.exists() and list(results.rglob("result.json")):
+                report = node.launch("report", str(results), "-o", str(tmp_path / f"report-{round_}"))
+                if "Traceback" in report.stderr + report.stdout:
+                    violations.append(f"{where}: the report raised:\n{report.stderr}")
+            print(f"{where}: {'injected' if hit else 'missed (no target alive at that moment)'}, "
+                  f"launcher exit {proc.returncode}", flush=True)
+    total = sum(injected.values())
+    print(f"faults injected: {total} of {ROUNDS} ({injected}); invariant violations: "
+          f"{len(violations)}", flush=True)
+    assert not violations, "\n".join(violations)
+    assert total >= ROUNDS // 2, f"too few faults landed (seed {seed}): {injected}"
