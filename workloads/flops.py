@@ -12,9 +12,6 @@ analytically from their layer graph. Imports no framework at import time.
 """
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-
 # ---- counting -----------------------------------------------------------------
 
 
@@ -89,77 +86,32 @@ def _keras_layers(model):
 
 
 # ---- peaks --------------------------------------------------------------------
+# Peaks come from the device table (hpcai/devices/gpus.toml), the one source of
+# datasheet figures; a CPU gets the table's vector-width estimate, labelled so.
 
 # What a run's precision means for the peak it can reach: mixed precision does
 # its matrix products in the half type; plain fp32 runs on the FP32 units (on
 # AMD, FP32 matrix cores).
 PRECISION_PEAK = {"bf16-mixed": "bf16", "bf16-true": "bf16", "fp16-mixed": "fp16", "tf32": "tf32",
-                  "fp32": "fp32"}
-
-_SPARSITY = "datasheet figures marked 'with sparsity' halved to dense"
+                  "fp32": "fp32", "fp64": "fp64"}
 
 
-@dataclass(frozen=True)
-class GpuPeak:
-    gpu: str
-    pattern: str  # regular expression on the device name the driver reports
-    tflops: dict  # precision -> dense TFLOP/s of one device (as the framework sees it)
-    source: str
-    url: str
-    note: str = ""
+def match_gpu(device_name: str | None):
+    """The device table's entry for a reported name (exact match), or None."""
+    from hpcai import devices
+
+    return devices.lookup(device_name)
 
 
-# Dense (no structured sparsity) peak TFLOP/s per device. Order matters: the
-# first pattern that matches the device name wins. Names are those the driver
-# reports ("NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "AMD Instinct MI300X");
-# the look-behind keeps Grace Hopper's "GH200", which this table leaves out,
-# from passing for an H200.
-GPU_PEAKS: tuple[GpuPeak, ...] = (
-    GpuPeak("H100 PCIe", r"(?<![A-Z])H100.*PCIe",
-            {"fp32": 51.0, "tf32": 378.0, "bf16": 756.5, "fp16": 756.5, "fp8": 1513.0},
-            "NVIDIA H100 Tensor Core GPU datasheet (H100 PCIe column)",
-            "https://www.nvidia.com/en-us/data-center/h100/", _SPARSITY),
-    GpuPeak("H100 NVL", r"(?<![A-Z])H100.*NVL",
-            {"fp32": 60.0, "tf32": 417.5, "bf16": 835.5, "fp16": 835.5, "fp8": 1670.5},
-            "NVIDIA H100 Tensor Core GPU datasheet (H100 NVL column)",
-            "https://www.nvidia.com/en-us/data-center/h100/", _SPARSITY),
-    GpuPeak("H100 SXM", r"(?<![A-Z])H100",
-            {"fp32": 67.0, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5, "fp8": 1979.0},
-            "NVIDIA H100 Tensor Core GPU datasheet (H100 SXM column)",
-            "https://www.nvidia.com/en-us/data-center/h100/", _SPARSITY),
-    GpuPeak("H200 NVL", r"(?<![A-Z])H200.*NVL",
-            {"fp32": 60.0, "tf32": 417.5, "bf16": 835.5, "fp16": 835.5, "fp8": 1670.5},
-            "NVIDIA H200 Tensor Core GPU datasheet (H200 NVL column)",
-            "https://www.nvidia.com/en-us/data-center/h200/", _SPARSITY),
-    GpuPeak("H200 SXM", r"(?<![A-Z])H200",
-            {"fp32": 67.0, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5, "fp8": 1979.0},
-            "NVIDIA H200 Tensor Core GPU datasheet (H200 SXM column)",
-            "https://www.nvidia.com/en-us/data-center/h200/", _SPARSITY),
-    GpuPeak("A100", r"A100",
-            {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0},
-            "NVIDIA A100 Tensor Core GPU datasheet (40GB and 80GB, PCIe and SXM)",
-            "https://www.nvidia.com/en-us/data-center/a100/",
-            "the datasheet's dense figures; PCIe and SXM share them"),
-    GpuPeak("MI300X", r"MI300X",
-            {"fp32": 163.4, "tf32": 653.7, "bf16": 1307.4, "fp16": 1307.4, "fp8": 2614.9},
-            "AMD Instinct MI300X accelerator datasheet",
-            "https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html",
-            "dense figures; fp32 is the FP32 matrix peak"),
-    GpuPeak("MI250X (one GCD)", r"MI250X",
-            {"fp32": 47.85, "bf16": 191.5, "fp16": 191.5},
-            "AMD Instinct MI250X accelerator datasheet",
-            "https://www.amd.com/en/products/accelerators/instinct/mi200/mi250x.html",
-            "the datasheet gives the whole card (FP32 matrix 95.7, FP16/BF16 383 TFLOP/s); "
-            "each of its two GCDs is one device, so half; no TF32"),
-)
+def _cpu_estimate(device_name: str | None) -> dict | None:
+    """This host's CPU figures when device_name is its model name."""
+    from hpcai.devices import cpu
 
-
-def match_gpu(device_name: str | None) -> GpuPeak | None:
     if not device_name:
         return None
-    for peak in GPU_PEAKS:
-        if re.search(peak.pattern, device_name, re.IGNORECASE):
-            return peak
+    host = cpu.this_host()
+    if host.get("model") and host["model"].strip() == device_name.strip() and host["peak_tflops_estimate"]:
+        return host
     return None
 
 
@@ -173,11 +125,17 @@ def peak_for(device_name: str | None, precision: str, devices: int) -> dict:
     peak = match_gpu(device_name)
     if peak is None:
         entry["reason"] = f"no known peak for {device_name or 'this device'}"
+        host = _cpu_estimate(device_name)
+        if host is not None:
+            # Beside the datasheet peaks, never in their place: fraction_of_peak stays null.
+            entry["reason"] += " (a CPU: cpu_estimate has a peak estimated from its vector width)"
+            entry["cpu_estimate"] = {k: host[k] for k in ("model", "cores", "threads", "clock_mhz", "caches",
+                                                          "vector_isa", "peak_tflops_estimate", "estimate_method")}
         return entry
-    entry.update(gpu=peak.gpu, source=peak.source, url=peak.url, note=peak.note or None)
+    entry.update(gpu=peak.model, source=peak.source, url=peak.url, note=peak.note or None)
     per_device = peak.tflops.get(key)
     if per_device is None:
-        entry["reason"] = f"the {peak.gpu} datasheet gives no {key} peak"
+        entry["reason"] = f"the {peak.model} datasheet gives no {key} peak"
         return entry
     entry["tflops_per_device"] = per_device
     entry["tflops_node"] = per_device * devices if devices > 0 else None
