@@ -15,17 +15,61 @@ from __future__ import annotations
 # ---- counting -----------------------------------------------------------------
 
 
-def count_torch_flops(fn) -> int:
-    """FLOPs of what fn() runs, counted by PyTorch's FlopCounterMode.
+BYTES_METHOD = ("upper bound of DRAM traffic: the bytes of every operator's tensor inputs and outputs, "
+                "counted at the dispatcher in the same meta-device pass as the FLOPs (views move nothing and "
+                "are left out); no fusion and no cache reuse assumed, so real traffic is lower")
 
-    It counts matrix products, convolutions and attention (a multiply-add is
-    2 FLOPs), forward and backward; elementwise work and the optimizer are
-    left out, as in published model FLOPs."""
+
+def count_torch_work(fn) -> dict:
+    """FLOPs and bytes moved of what fn() runs, in one pass.
+
+    FLOPs: PyTorch's FlopCounterMode counts matrix products, convolutions and
+    attention (a multiply-add is 2 FLOPs), forward and backward; elementwise
+    work and the optimizer are left out, as in published model FLOPs.
+    Bytes: every operator's inputs and outputs (see BYTES_METHOD)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    with FlopCounterMode(display=False) as counter:
+    bytes_mode = _bytes_mode()
+    with FlopCounterMode(display=False) as counter, bytes_mode:
         fn()
-    return int(counter.get_total_flops())
+    return {"flops": int(counter.get_total_flops()), "bytes": int(bytes_mode.bytes)}
+
+
+def count_torch_flops(fn) -> int:
+    """FLOPs of what fn() runs (count_torch_work without the bytes)."""
+    return count_torch_work(fn)["flops"]
+
+
+def _bytes_mode():
+    """A dispatch mode adding up the bytes of each operator's tensors."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    def tensor_bytes(tree) -> int:
+        return sum(t.numel() * t.element_size() for t in tree_leaves(tree) if isinstance(t, torch.Tensor))
+
+    def is_view(func) -> bool:
+        # A view returns an alias of its input without writing: no data moves.
+        # In-place ops also return an alias, but write it (is_write): they count.
+        returns = func._schema.returns
+        return bool(returns) and all(r.alias_info is not None and not r.alias_info.is_write for r in returns)
+
+    class BytesMode(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.bytes = 0
+            self.ops = []  # (operator, bytes), for tests and curiosity
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if not is_view(func):
+                moved = tensor_bytes((args, kwargs or {})) + tensor_bytes(out)
+                self.bytes += moved
+                self.ops.append((str(func), moved))
+            return out
+
+    return BytesMode()
 
 
 def torch_image_model_flops(build_model, image_size: int, batch: int = 2) -> dict:
@@ -43,10 +87,13 @@ def torch_image_model_flops(build_model, image_size: int, batch: int = 2) -> dic
     def train():
         model(images).float().sum().backward()
 
+    forward_work, train_work = count_torch_work(forward), count_torch_work(train)
     return {
-        "forward_per_image": count_torch_flops(forward) / batch,
-        "train_per_image": count_torch_flops(train) / batch,
+        "forward_per_image": forward_work["flops"] / batch,
+        "train_per_image": train_work["flops"] / batch,
         "method": "torch.utils.flop_counter.FlopCounterMode, one forward+backward on the meta device",
+        "train_bytes_per_image": train_work["bytes"] / batch,
+        "bytes_method": BYTES_METHOD,
     }
 
 
@@ -67,13 +114,52 @@ def keras_forward_macs(model) -> int:
     return macs
 
 
-def keras_image_model_flops(model) -> dict:
+KERAS_BYTES_METHOD = ("analytic upper bound of DRAM traffic: each Keras layer's input and output activations "
+                      "and its weights (over the batch), in the layer's compute dtype, x3 for forward+backward; "
+                      "no fusion (XLA fuses) and no cache reuse assumed, so real traffic is lower")
+
+_DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+
+
+def keras_forward_bytes(model, batch: int) -> float:
+    """Bytes one image's forward pass moves through a Keras model's layers:
+    every layer reads its inputs and weights and writes its outputs."""
+    total = 0.0
+    for layer in _keras_layers(model):
+        if type(layer).__name__ == "InputLayer":
+            continue
+        size = _DTYPE_BYTES.get(str(getattr(layer, "compute_dtype", "float32")), 4)
+        activations = sum(_per_sample(t) for t in _flat(layer.input)) + sum(_per_sample(t) for t in _flat(layer.output))
+        weights = sum(_elements(w.shape) * _DTYPE_BYTES.get(str(w.dtype).replace("tf.", "").replace("'", ""), 4)
+                      for w in layer.weights)
+        total += activations * size + weights / batch
+    return total
+
+
+def _flat(x):
+    return list(x) if isinstance(x, (list, tuple)) else [x]
+
+
+def _elements(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def _per_sample(tensor) -> int:
+    return _elements(tuple(tensor.shape)[1:])
+
+
+def keras_image_model_flops(model, batch: int = 1) -> dict:
     forward = 2 * keras_forward_macs(model)
     return {
         "forward_per_image": float(forward),
         # Backward computes gradients for activations and weights: 2x forward.
         "train_per_image": 3.0 * forward,
         "method": "analytic: 2 x multiply-adds of the Keras Conv2D/Dense layers, x3 for forward+backward",
+        "train_bytes_per_image": 3.0 * keras_forward_bytes(model, batch),
+        "bytes_method": KERAS_BYTES_METHOD,
     }
 
 
@@ -89,11 +175,7 @@ def _keras_layers(model):
 # Peaks come from the device table (hpcai/devices/gpus.toml), the one source of
 # datasheet figures; a CPU gets the table's vector-width estimate, labelled so.
 
-# What a run's precision means for the peak it can reach: mixed precision does
-# its matrix products in the half type; plain fp32 runs on the FP32 units (on
-# AMD, FP32 matrix cores).
-PRECISION_PEAK = {"bf16-mixed": "bf16", "bf16-true": "bf16", "fp16-mixed": "fp16", "tf32": "tf32",
-                  "fp32": "fp32", "fp64": "fp64"}
+# The run's precision -> the table's precision column: hpcai.devices.PRECISION_PEAK.
 
 
 def match_gpu(device_name: str | None):
@@ -118,7 +200,9 @@ def _cpu_estimate(device_name: str | None) -> dict | None:
 def peak_for(device_name: str | None, precision: str, devices: int) -> dict:
     """The node's peak TFLOP/s for this device and precision, with its source;
     where it is unknown, the figures are null and `reason` says why."""
-    key = PRECISION_PEAK.get(precision, precision)
+    from hpcai.devices import peak_precision
+
+    key = peak_precision(precision)
     entry = {"device": device_name, "gpu": None, "precision": key, "devices": devices,
              "tflops_per_device": None, "tflops_node": None, "source": None, "url": None,
              "note": None, "reason": None}

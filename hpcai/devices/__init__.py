@@ -15,6 +15,19 @@ else:  # pragma: no cover
 
 PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8")
 
+# What a run's precision means for the peak it can reach: mixed precision does
+# its matrix products in the half type; plain fp32 runs on the FP32 units (on
+# AMD, FP32 matrix cores).
+PRECISION_PEAK = {"bf16-mixed": "bf16", "bf16-true": "bf16", "fp16-mixed": "fp16", "tf32": "tf32",
+                  "fp32": "fp32", "fp64": "fp64"}
+
+
+def peak_precision(run_precision: str | None) -> str | None:
+    """The table's precision column for a run's precision setting."""
+    if not run_precision:
+        return None
+    return PRECISION_PEAK.get(run_precision, run_precision)
+
 
 @dataclass(frozen=True)
 class Device:

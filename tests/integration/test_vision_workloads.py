@@ -34,6 +34,8 @@ def assert_complete(doc, schema, processes, images):
     assert tp["achieved_tflops_node"] == pytest.approx(tp["node"] * config["flops_per_unit"] / 1e12)
     assert tp["fraction_of_peak"] is None and tp["peak_tflops_node"] is None
     assert "no known peak" in config["peak_tflops"]["reason"]
+    # ... and bytes moved per image, an upper bound, so the arithmetic intensity
+    assert config["bytes_per_unit"] > 0 and "upper bound" in config["bytes_method"]
 
 
 def test_vit_l16_tiny(cpu_node, result_schema):
