@@ -190,11 +190,29 @@ class Run:
                 names = ([f"gpu{g.info().index}" for g in self.discovery.gpus]
                          or [d.name for d in self.discovery.rapl])
                 self.sampler.write_csv(self.out_dir / SAMPLES_FILE, names)
-            self._write(self._document(ranks))
+            doc = self._document(ranks)
+            doc["sidecar"].update(self._write_mllog(doc))
+            self._write(doc)
         if self.discovery is not None:
             self.discovery.close()
         if self.ctx is not None:
             distributed.shutdown(self.ctx)
+
+    def _write_mllog(self, doc: dict) -> dict:
+        """The MLPerf-format log, after the run (workloads/mlperf_log.py)."""
+        from hpcai.workloads import mlperf_log
+
+        stamps = doc["timestamps"]
+        samples = []
+        if self.sampler is not None and stamps.get("measured_start") is not None:
+            samples = mlperf_log.power_samples(self.sampler, stamps["measured_start"], stamps["measured_end"])
+        try:
+            reason = mlperf_log.write(self.out_dir / mlperf_log.MLLOG_FILE, doc, samples)
+        except Exception as exc:  # a side file: the result is still written
+            reason = f"{type(exc).__name__}: {exc}"
+        if reason:
+            log(f"no {mlperf_log.MLLOG_FILE}: {reason}")
+        return {"mllog": None if reason else mlperf_log.MLLOG_FILE, "mllog_reason": reason}
 
     def _write(self, doc: dict) -> None:
         self.out_dir.mkdir(parents=True, exist_ok=True)

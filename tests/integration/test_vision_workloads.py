@@ -47,6 +47,14 @@ def test_vit_l16_tiny(cpu_node, result_schema):
     assert config["architecture"]["patch_size"] == 16 and config["image_size"] == 64
     assert config["optimizer"].startswith("AdamW")
     assert "vit-l16 tiny:" in done.stdout
+    # The MLPerf-format log beside it, read back with mlperf-logging's own parser.
+    from mlperf_logging.compliance_checker.mlp_parser import parse_file
+
+    assert doc["sidecar"]["mllog"] == "mllog.txt" and doc["sidecar"]["mllog_reason"] is None
+    lines, errors = parse_file(str(cpu_node.result_paths()[0].parent / "mllog.txt"), ruleset="6.1.0")
+    keys = [x.key for x in lines]
+    assert not errors and keys.count("epoch_start") == len(doc["epochs"]) and "run_stop" in keys
+    assert [x.value["value"] for x in lines if x.key == "throughput"] == [doc["throughput"]["node"]]
 
 
 def test_sd2_tiny_trains_the_unet_and_freezes_the_rest(cpu_node, result_schema):
