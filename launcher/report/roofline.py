@@ -269,10 +269,11 @@ def roofline_plots(folder, points: list[Point]) -> tuple[list, list[str]]:
         lo = min(p.intensity for p in ps) / 10
         hi = max(max(p.intensity for p in ps) * 10, max((device.balance(q) or 1) for q in device.tflops) * 10)
         xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
+        styles = iter(("-", "--", "-.", ":") * 2)
         for precision in sorted({p.precision for p in ps if p.precision in device.tflops}):
             peak = device.tflops[precision]
-            ax.plot(xs, [min(peak, x * device.bandwidth_tbs) for x in xs], label=f"roof, {precision}: "
-                    f"{peak:g} TFLOP/s, {device.bandwidth_tbs:g} TB/s")
+            ax.plot(xs, [min(peak, x * device.bandwidth_tbs) for x in xs], color="black", linestyle=next(styles),
+                    label=f"roof, {precision}: {peak:g} TFLOP/s, {device.bandwidth_tbs:g} TB/s")
             balance = device.balance(precision)
             ax.axvline(balance, linestyle=":", color="grey")
             ax.annotate(f"balance {balance:.0f} FLOP/B", (balance, peak), fontsize=7,
@@ -280,8 +281,15 @@ def roofline_plots(folder, points: list[Point]) -> tuple[list, list[str]]:
         markers = "osD^v<>p*h"
         for i, workload in enumerate(sorted({p.workload for p in ps})):
             mine = [p for p in ps if p.workload == workload]
-            ax.scatter([p.intensity for p in mine], [p.achieved_tflops for p in mine],
-                       marker=markers[i % len(markers)], label=workload, zorder=3)
+            for source, face in (("ours", None), ("paper", "none")):  # the paper's points hollow
+                these = [p for p in mine if p.source == source]
+                if these:
+                    drawn = ax.scatter([p.intensity for p in these], [p.achieved_tflops for p in these],
+                                       marker=markers[i % len(markers)], zorder=3, color=f"C{i}",
+                                       label=workload + (" (paper)" if source == "paper" else ""))
+                    if face:
+                        drawn.set_facecolor(face)
+                        drawn.set_edgecolor(f"C{i}")
             for p in mine:
                 ax.annotate(_cap(p.cap_w) + ("" if p.source == "ours" else " (paper)"),
                             (p.intensity, p.achieved_tflops), fontsize=6, xytext=(3, 3), textcoords="offset points")
