@@ -225,7 +225,9 @@ class Run:
                     self._disk_failed(exc, SAMPLES_FILE)
                     (self.out_dir / SAMPLES_FILE).unlink(missing_ok=True)
             try:
-                self._write(self._document(ranks))
+                doc = self._document(ranks)
+                doc["sidecar"].update(self._write_mllog(doc))
+                self._write(doc)
             except OSError as exc:
                 log(f"error: cannot write {self.out_dir / RESULT_FILE} "
                     f"([Errno {exc.errno}] {exc.strerror}): the result is missing or stale")
@@ -256,6 +258,24 @@ class Run:
         log(f"error: {message}")
         self.status, self.error = "failed", {"type": "OutputError", "message": message}
         self.sampler_written = False
+
+    def _write_mllog(self, doc: dict) -> dict:
+        """The MLPerf-format log, after the run (workloads/mlperf_log.py)."""
+        from hpcai.workloads import mlperf_log
+
+        stamps = doc["timestamps"]
+        samples = []
+        if self.sampler is not None and stamps.get("measured_start") is not None:
+            samples = mlperf_log.power_samples(self.sampler, stamps["measured_start"], stamps["measured_end"])
+        try:
+            reason = mlperf_log.write(self.out_dir / mlperf_log.MLLOG_FILE, doc, samples)
+        except Exception as exc:  # a side file: the result is still written
+            reason = f"{type(exc).__name__}: {exc}"
+            # No half-written log beside the result (a full disk, say).
+            (self.out_dir / mlperf_log.MLLOG_FILE).unlink(missing_ok=True)
+        if reason:
+            log(f"no {mlperf_log.MLLOG_FILE}: {reason}")
+        return {"mllog": None if reason else mlperf_log.MLLOG_FILE, "mllog_reason": reason}
 
     def _write(self, doc: dict) -> None:
         self.out_dir.mkdir(parents=True, exist_ok=True)

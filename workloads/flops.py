@@ -12,23 +12,64 @@ analytically from their layer graph. Imports no framework at import time.
 """
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-
 # ---- counting -----------------------------------------------------------------
 
 
-def count_torch_flops(fn) -> int:
-    """FLOPs of what fn() runs, counted by PyTorch's FlopCounterMode.
+BYTES_METHOD = ("upper bound of DRAM traffic: the bytes of every operator's tensor inputs and outputs, "
+                "counted at the dispatcher in the same meta-device pass as the FLOPs (views move nothing and "
+                "are left out); no fusion and no cache reuse assumed, so real traffic is lower")
 
-    It counts matrix products, convolutions and attention (a multiply-add is
-    2 FLOPs), forward and backward; elementwise work and the optimizer are
-    left out, as in published model FLOPs."""
+
+def count_torch_work(fn) -> dict:
+    """FLOPs and bytes moved of what fn() runs, in one pass.
+
+    FLOPs: PyTorch's FlopCounterMode counts matrix products, convolutions and
+    attention (a multiply-add is 2 FLOPs), forward and backward; elementwise
+    work and the optimizer are left out, as in published model FLOPs.
+    Bytes: every operator's inputs and outputs (see BYTES_METHOD)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    with FlopCounterMode(display=False) as counter:
+    bytes_mode = _bytes_mode()
+    with FlopCounterMode(display=False) as counter, bytes_mode:
         fn()
-    return int(counter.get_total_flops())
+    return {"flops": int(counter.get_total_flops()), "bytes": int(bytes_mode.bytes)}
+
+
+def count_torch_flops(fn) -> int:
+    """FLOPs of what fn() runs (count_torch_work without the bytes)."""
+    return count_torch_work(fn)["flops"]
+
+
+def _bytes_mode():
+    """A dispatch mode adding up the bytes of each operator's tensors."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    def tensor_bytes(tree) -> int:
+        return sum(t.numel() * t.element_size() for t in tree_leaves(tree) if isinstance(t, torch.Tensor))
+
+    def is_view(func) -> bool:
+        # A view returns an alias of its input without writing: no data moves.
+        # In-place ops also return an alias, but write it (is_write): they count.
+        returns = func._schema.returns
+        return bool(returns) and all(r.alias_info is not None and not r.alias_info.is_write for r in returns)
+
+    class BytesMode(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.bytes = 0
+            self.ops = []  # (operator, bytes), for tests and curiosity
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if not is_view(func):
+                moved = tensor_bytes((args, kwargs or {})) + tensor_bytes(out)
+                self.bytes += moved
+                self.ops.append((str(func), moved))
+            return out
+
+    return BytesMode()
 
 
 def torch_image_model_flops(build_model, image_size: int, batch: int = 2) -> dict:
@@ -46,10 +87,13 @@ def torch_image_model_flops(build_model, image_size: int, batch: int = 2) -> dic
     def train():
         model(images).float().sum().backward()
 
+    forward_work, train_work = count_torch_work(forward), count_torch_work(train)
     return {
-        "forward_per_image": count_torch_flops(forward) / batch,
-        "train_per_image": count_torch_flops(train) / batch,
+        "forward_per_image": forward_work["flops"] / batch,
+        "train_per_image": train_work["flops"] / batch,
         "method": "torch.utils.flop_counter.FlopCounterMode, one forward+backward on the meta device",
+        "train_bytes_per_image": train_work["bytes"] / batch,
+        "bytes_method": BYTES_METHOD,
     }
 
 
@@ -70,13 +114,52 @@ def keras_forward_macs(model) -> int:
     return macs
 
 
-def keras_image_model_flops(model) -> dict:
+KERAS_BYTES_METHOD = ("analytic upper bound of DRAM traffic: each Keras layer's input and output activations "
+                      "and its weights (over the batch), in the layer's compute dtype, x3 for forward+backward; "
+                      "no fusion (XLA fuses) and no cache reuse assumed, so real traffic is lower")
+
+_DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+
+
+def keras_forward_bytes(model, batch: int) -> float:
+    """Bytes one image's forward pass moves through a Keras model's layers:
+    every layer reads its inputs and weights and writes its outputs."""
+    total = 0.0
+    for layer in _keras_layers(model):
+        if type(layer).__name__ == "InputLayer":
+            continue
+        size = _DTYPE_BYTES.get(str(getattr(layer, "compute_dtype", "float32")), 4)
+        activations = sum(_per_sample(t) for t in _flat(layer.input)) + sum(_per_sample(t) for t in _flat(layer.output))
+        weights = sum(_elements(w.shape) * _DTYPE_BYTES.get(str(w.dtype).replace("tf.", "").replace("'", ""), 4)
+                      for w in layer.weights)
+        total += activations * size + weights / batch
+    return total
+
+
+def _flat(x):
+    return list(x) if isinstance(x, (list, tuple)) else [x]
+
+
+def _elements(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def _per_sample(tensor) -> int:
+    return _elements(tuple(tensor.shape)[1:])
+
+
+def keras_image_model_flops(model, batch: int = 1) -> dict:
     forward = 2 * keras_forward_macs(model)
     return {
         "forward_per_image": float(forward),
         # Backward computes gradients for activations and weights: 2x forward.
         "train_per_image": 3.0 * forward,
         "method": "analytic: 2 x multiply-adds of the Keras Conv2D/Dense layers, x3 for forward+backward",
+        "train_bytes_per_image": 3.0 * keras_forward_bytes(model, batch),
+        "bytes_method": KERAS_BYTES_METHOD,
     }
 
 
@@ -89,95 +172,54 @@ def _keras_layers(model):
 
 
 # ---- peaks --------------------------------------------------------------------
+# Peaks come from the device table (hpcai/devices/gpus.toml), the one source of
+# datasheet figures; a CPU gets the table's vector-width estimate, labelled so.
 
-# What a run's precision means for the peak it can reach: mixed precision does
-# its matrix products in the half type; plain fp32 runs on the FP32 units (on
-# AMD, FP32 matrix cores).
-PRECISION_PEAK = {"bf16-mixed": "bf16", "bf16-true": "bf16", "fp16-mixed": "fp16", "tf32": "tf32",
-                  "fp32": "fp32"}
-
-_SPARSITY = "datasheet figures marked 'with sparsity' halved to dense"
+# The run's precision -> the table's precision column: hpcai.devices.PRECISION_PEAK.
 
 
-@dataclass(frozen=True)
-class GpuPeak:
-    gpu: str
-    pattern: str  # regular expression on the device name the driver reports
-    tflops: dict  # precision -> dense TFLOP/s of one device (as the framework sees it)
-    source: str
-    url: str
-    note: str = ""
+def match_gpu(device_name: str | None):
+    """The device table's entry for a reported name (exact match), or None."""
+    from hpcai import devices
+
+    return devices.lookup(device_name)
 
 
-# Dense (no structured sparsity) peak TFLOP/s per device. Order matters: the
-# first pattern that matches the device name wins. Names are those the driver
-# reports ("NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "AMD Instinct MI300X");
-# the look-behind keeps Grace Hopper's "GH200", which this table leaves out,
-# from passing for an H200.
-GPU_PEAKS: tuple[GpuPeak, ...] = (
-    GpuPeak("H100 PCIe", r"(?<![A-Z])H100.*PCIe",
-            {"fp32": 51.0, "tf32": 378.0, "bf16": 756.5, "fp16": 756.5, "fp8": 1513.0},
-            "NVIDIA H100 Tensor Core GPU datasheet (H100 PCIe column)",
-            "https://www.nvidia.com/en-us/data-center/h100/", _SPARSITY),
-    GpuPeak("H100 NVL", r"(?<![A-Z])H100.*NVL",
-            {"fp32": 60.0, "tf32": 417.5, "bf16": 835.5, "fp16": 835.5, "fp8": 1670.5},
-            "NVIDIA H100 Tensor Core GPU datasheet (H100 NVL column)",
-            "https://www.nvidia.com/en-us/data-center/h100/", _SPARSITY),
-    GpuPeak("H100 SXM", r"(?<![A-Z])H100",
-            {"fp32": 67.0, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5, "fp8": 1979.0},
-            "NVIDIA H100 Tensor Core GPU datasheet (H100 SXM column)",
-            "https://www.nvidia.com/en-us/data-center/h100/", _SPARSITY),
-    GpuPeak("H200 NVL", r"(?<![A-Z])H200.*NVL",
-            {"fp32": 60.0, "tf32": 417.5, "bf16": 835.5, "fp16": 835.5, "fp8": 1670.5},
-            "NVIDIA H200 Tensor Core GPU datasheet (H200 NVL column)",
-            "https://www.nvidia.com/en-us/data-center/h200/", _SPARSITY),
-    GpuPeak("H200 SXM", r"(?<![A-Z])H200",
-            {"fp32": 67.0, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5, "fp8": 1979.0},
-            "NVIDIA H200 Tensor Core GPU datasheet (H200 SXM column)",
-            "https://www.nvidia.com/en-us/data-center/h200/", _SPARSITY),
-    GpuPeak("A100", r"A100",
-            {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0},
-            "NVIDIA A100 Tensor Core GPU datasheet (40GB and 80GB, PCIe and SXM)",
-            "https://www.nvidia.com/en-us/data-center/a100/",
-            "the datasheet's dense figures; PCIe and SXM share them"),
-    GpuPeak("MI300X", r"MI300X",
-            {"fp32": 163.4, "tf32": 653.7, "bf16": 1307.4, "fp16": 1307.4, "fp8": 2614.9},
-            "AMD Instinct MI300X accelerator datasheet",
-            "https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html",
-            "dense figures; fp32 is the FP32 matrix peak"),
-    GpuPeak("MI250X (one GCD)", r"MI250X",
-            {"fp32": 47.85, "bf16": 191.5, "fp16": 191.5},
-            "AMD Instinct MI250X accelerator datasheet",
-            "https://www.amd.com/en/products/accelerators/instinct/mi200/mi250x.html",
-            "the datasheet gives the whole card (FP32 matrix 95.7, FP16/BF16 383 TFLOP/s); "
-            "each of its two GCDs is one device, so half; no TF32"),
-)
+def _cpu_estimate(device_name: str | None) -> dict | None:
+    """This host's CPU figures when device_name is its model name."""
+    from hpcai.devices import cpu
 
-
-def match_gpu(device_name: str | None) -> GpuPeak | None:
     if not device_name:
         return None
-    for peak in GPU_PEAKS:
-        if re.search(peak.pattern, device_name, re.IGNORECASE):
-            return peak
+    host = cpu.this_host()
+    if host.get("model") and host["model"].strip() == device_name.strip() and host["peak_tflops_estimate"]:
+        return host
     return None
 
 
 def peak_for(device_name: str | None, precision: str, devices: int) -> dict:
     """The node's peak TFLOP/s for this device and precision, with its source;
     where it is unknown, the figures are null and `reason` says why."""
-    key = PRECISION_PEAK.get(precision, precision)
+    from hpcai.devices import peak_precision
+
+    key = peak_precision(precision)
     entry = {"device": device_name, "gpu": None, "precision": key, "devices": devices,
              "tflops_per_device": None, "tflops_node": None, "source": None, "url": None,
              "note": None, "reason": None}
     peak = match_gpu(device_name)
     if peak is None:
         entry["reason"] = f"no known peak for {device_name or 'this device'}"
+        host = _cpu_estimate(device_name)
+        if host is not None:
+            # Beside the datasheet peaks, never in their place: fraction_of_peak stays null.
+            entry["reason"] += " (a CPU: cpu_estimate has a peak estimated from its vector width)"
+            entry["cpu_estimate"] = {k: host[k] for k in ("model", "cores", "threads", "clock_mhz", "caches",
+                                                          "vector_isa", "peak_tflops_estimate", "estimate_method")}
         return entry
-    entry.update(gpu=peak.gpu, source=peak.source, url=peak.url, note=peak.note or None)
+    entry.update(gpu=peak.model, source=peak.source, url=peak.url, note=peak.note or None)
     per_device = peak.tflops.get(key)
     if per_device is None:
-        entry["reason"] = f"the {peak.gpu} datasheet gives no {key} peak"
+        entry["reason"] = f"the {peak.model} datasheet gives no {key} peak"
         return entry
     entry["tflops_per_device"] = per_device
     entry["tflops_node"] = per_device * devices if devices > 0 else None

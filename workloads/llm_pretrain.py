@@ -133,9 +133,15 @@ def model_config(params: dict, weights: Path | None):
 
 
 def train_flops_per_token(config, seq_len: int) -> tuple[float, int]:
-    """Forward + backward FLOPs per token, counted by PyTorch on a meta-device
-    copy of LitGPT's model (as LitGPT's own measure_flops does); and the
-    parameter count."""
+    """Forward + backward FLOPs per token and the parameter count."""
+    work = train_work_per_token(config, seq_len)
+    return work["flops"], work["parameters"]
+
+
+def train_work_per_token(config, seq_len: int) -> dict:
+    """Forward + backward FLOPs and bytes moved (an upper bound) per token,
+    counted by PyTorch on a meta-device copy of LitGPT's model (as LitGPT's own
+    measure_flops does); and the parameter count."""
     import torch
     from litgpt.model import GPT
     from litgpt.utils import chunked_cross_entropy
@@ -149,7 +155,8 @@ def train_flops_per_token(config, seq_len: int) -> tuple[float, int]:
         chunked_cross_entropy(model(x), x, chunk_size=0).backward()
 
     parameters = sum(p.numel() for p in model.parameters())
-    return F.count_torch_flops(train) / seq_len, parameters
+    work = F.count_torch_work(train)
+    return {"flops": work["flops"] / seq_len, "bytes": work["bytes"] / seq_len, "parameters": parameters}
 
 
 class LitgptPretrain(EngineWorkload):
@@ -195,7 +202,8 @@ class LitgptPretrain(EngineWorkload):
         self.compiled = ctx.device_type == "cuda" if compile_ in (None, "auto") else bool(compile_)
         self.workers = int(params.get("data_workers", 2))
         self.seed = int(spec.get("seed", 0))
-        self.flops_per_token, self.parameters = train_flops_per_token(self.config, self.seq_len)
+        work = train_work_per_token(self.config, self.seq_len)
+        self.flops_per_token, self.bytes_per_token, self.parameters = work["flops"], work["bytes"], work["parameters"]
         self.strategy = ("fsdp" if ctx.device_type == "cuda" else "ddp") \
             if ctx.world_size > 1 else "single-device"
         self.clock: EpochClock | None = None
@@ -393,6 +401,8 @@ class LitgptPretrain(EngineWorkload):
             "flops_per_unit": self.flops_per_token,
             "flops_method": "torch.utils.flop_counter on a meta-device copy of LitGPT's GPT, "
                             "forward + backward of one sequence, per token",
+            "bytes_per_unit": self.bytes_per_token,
+            "bytes_method": F.BYTES_METHOD,
             # The node's peak: the result's fraction_of_peak is then the MFU.
             "peak_tflops": F.peak_for(distributed.device_name(self.ctx), self.precision,
                                       self.ctx.local_world_size if self.ctx.device_type == "cuda"

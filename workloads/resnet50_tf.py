@@ -125,7 +125,7 @@ class KerasResNet50(StepWorkload):
         # Linear scaling rule (Goyal et al.): 0.1 per 256 images of global batch.
         self.lr = float(params.get("lr") or 0.1 * self.global_batch / 256)
         self.optimizer.learning_rate = self.lr
-        self.flops = flops.keras_image_model_flops(self.model)
+        self.flops = flops.keras_image_model_flops(self.model, self.batch_size or 1)
         if ctx.device_type == "cpu":
             batch_search.reset_peak_rss()  # peak memory counts the run, not the set-up
 
@@ -253,6 +253,8 @@ class KerasResNet50(StepWorkload):
             "optimizer": "SGD(momentum=0.9, weight_decay=1e-4 decoupled, as Keras applies it)",
             "learning_rate": self.lr,
             "flops_per_unit": self.flops["train_per_image"],
+            "bytes_per_unit": self.flops["train_bytes_per_image"],
+            "bytes_method": self.flops["bytes_method"],
             "flops": self.flops,
             "peak_tflops": flops.peak_for(device, self.precision, gpus),
         }

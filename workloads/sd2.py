@@ -167,11 +167,14 @@ class StableDiffusion2(TorchTrainer):
         def unet_train():
             unet(latents, steps, hidden).sample.float().sum().backward()
 
-        parts = {"vae_encode": flops.count_torch_flops(encode_images) / batch,
-                 "text_encode": flops.count_torch_flops(encode_text) / batch,
-                 "unet_forward": flops.count_torch_flops(unet_forward) / batch,
-                 "unet_train": flops.count_torch_flops(unet_train) / batch}
+        work = {name: flops.count_torch_work(fn) for name, fn in (
+            ("vae_encode", encode_images), ("text_encode", encode_text),
+            ("unet_forward", unet_forward), ("unet_train", unet_train))}
+        parts = {name: w["flops"] / batch for name, w in work.items()}
+        moved = {name: w["bytes"] / batch for name, w in work.items()}
         return {
+            "train_bytes_per_image": moved["vae_encode"] + moved["text_encode"] + moved["unet_train"],
+            "bytes_method": flops.BYTES_METHOD,
             "forward_per_image": parts["vae_encode"] + parts["text_encode"] + parts["unet_forward"],
             "train_per_image": parts["vae_encode"] + parts["text_encode"] + parts["unet_train"],
             "per_image_by_part": parts,

@@ -154,6 +154,8 @@ class TorchTrainer(StepWorkload):
             "optimizer_fused": self.fused_optimizer,
             "learning_rate": self.lr,
             "flops_per_unit": self.flops["train_per_image"],
+            "bytes_per_unit": self.flops.get("train_bytes_per_image"),
+            "bytes_method": self.flops.get("bytes_method"),
             "flops": self.flops,
             "peak_tflops": flops.peak_for(distributed.device_name(self.ctx), self.precision, gpus),
         }

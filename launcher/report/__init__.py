@@ -88,6 +88,12 @@ def make_report(paths: list, opts: ReportOptions) -> dict:
                               excluded, sweeps_table, runs_table) if t is not None]
 
     plots, skipped = make_plots(out / "plots", cells, analyses, runs, reference, opts.power_run)
+    from hpcai.launcher.report import roofline
+
+    roof_tables, roof_plots, roof_skipped, roof_notes = roofline.section(out / "plots", runs, reference)
+    all_tables += roof_tables
+    plots += roof_plots
+    skipped += roof_skipped
     usable = sum(r.usable for r in runs)
     generated = datetime.now(timezone.utc).isoformat(timespec="seconds")
     meta = [(f"Generated {generated} from {len(runs)} result file(s): {usable} complete and "
@@ -111,7 +117,10 @@ def make_report(paths: list, opts: ReportOptions) -> dict:
                 ("Throughput per GPU", throughput),
                 ("Energy efficiency", efficiency),
                 ("Energy and time for a fixed amount of work", [t for t in (fixed,) if t]),
-                ("Figures", plots + [f"Not drawn: {s}." for s in skipped]),
+                ("Figures", [p for p in plots if p not in roof_plots]
+                 + [f"Not drawn: {s}." for s in skipped if s not in roof_skipped]),
+                ("Roofline and hardware correlation", [*roof_notes, *roof_tables, *roof_plots,
+                                                       *[f"Not drawn: {s}." for s in roof_skipped]]),
                 ("Statistics", [t for t in (statistics,) if t]),
                 ("Runs not included", [t for t in (excluded,) if t]),
                 ("Sweeps", [t for t in (sweeps_table,) if t]),

@@ -93,6 +93,10 @@ class Run:
     preset_kind: str | None = None
     comparable_to_paper: bool | None = None
     comparability_reasons: list[str] = field(default_factory=list)
+    # For the roofline (report/roofline.py): the run's precision, FLOPs and bytes moved per unit.
+    precision: str | None = None
+    flops_per_unit: float | None = None
+    bytes_per_unit: float | None = None
 
     @property
     def usable(self) -> bool:
@@ -271,6 +275,8 @@ def _fill(run: Run, path: Path, doc: dict) -> None:
     run.units_per_joule = power.get("units_per_joule")
     run.units_per_joule_with_overhead = power.get("units_per_joule_with_overhead")
     run.units = (doc.get("work") or {}).get("measured_units")
+    run.precision = config.get("precision")
+    run.flops_per_unit, run.bytes_per_unit = config.get("flops_per_unit"), config.get("bytes_per_unit")
     run.sm_clock_mhz = _mean([g.get("sm_clock_mhz_mean") for g in used])
     run.memory_clock_mhz = _mean([g.get("memory_clock_mhz_mean") for g in used])
     samples = (doc.get("sidecar") or {}).get("samples")

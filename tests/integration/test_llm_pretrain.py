@@ -105,6 +105,8 @@ def test_synthetic_tokens_one_process(cpu_node, result_schema):
     assert doc["throughput"]["achieved_tflops_node"] == pytest.approx(
         doc["throughput"]["node"] * 2.7648e6 / 1e12)
     assert doc["config"]["peak_tflops"]["tflops_node"] is None  # no peak known for CPUs
+    # Bytes moved per token, counted in the same pass: an upper bound, so intensity is a lower one.
+    assert doc["config"]["bytes_per_unit"] > 0 and "upper bound" in doc["config"]["bytes_method"]
     assert metrics["cross_check"]["tokens_per_s_from_litgpt_iter_time"] > 0
     # No checkpoint: the run ends before LitGPT's final save.
     run = cpu_node.result_paths()[0].parent

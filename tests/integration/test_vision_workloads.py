@@ -34,6 +34,8 @@ def assert_complete(doc, schema, processes, images):
     assert tp["achieved_tflops_node"] == pytest.approx(tp["node"] * config["flops_per_unit"] / 1e12)
     assert tp["fraction_of_peak"] is None and tp["peak_tflops_node"] is None
     assert "no known peak" in config["peak_tflops"]["reason"]
+    # ... and bytes moved per image, an upper bound, so the arithmetic intensity
+    assert config["bytes_per_unit"] > 0 and "upper bound" in config["bytes_method"]
 
 
 def test_vit_l16_tiny(cpu_node, result_schema):
@@ -45,6 +47,14 @@ def test_vit_l16_tiny(cpu_node, result_schema):
     assert config["architecture"]["patch_size"] == 16 and config["image_size"] == 64
     assert config["optimizer"].startswith("AdamW")
     assert "vit-l16 tiny:" in done.stdout
+    # The MLPerf-format log beside it, read back with mlperf-logging's own parser.
+    from mlperf_logging.compliance_checker.mlp_parser import parse_file
+
+    assert doc["sidecar"]["mllog"] == "mllog.txt" and doc["sidecar"]["mllog_reason"] is None
+    lines, errors = parse_file(str(cpu_node.result_paths()[0].parent / "mllog.txt"), ruleset="6.1.0")
+    keys = [x.key for x in lines]
+    assert not errors and keys.count("epoch_start") == len(doc["epochs"]) and "run_stop" in keys
+    assert [x.value["value"] for x in lines if x.key == "throughput"] == [doc["throughput"]["node"]]
 
 
 def test_sd2_tiny_trains_the_unet_and_freezes_the_rest(cpu_node, result_schema):

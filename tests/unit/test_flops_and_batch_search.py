@@ -98,8 +98,9 @@ def test_sd2_configs_build_the_published_model_sizes():
     ("NVIDIA H100 NVL", "H100 NVL", 835.5),
     ("NVIDIA H200", "H200 SXM", 989.5),
     ("NVIDIA H200 NVL", "H200 NVL", 835.5),
-    ("NVIDIA A100-SXM4-80GB", "A100", 312.0),
-    ("NVIDIA A100 80GB PCIe", "A100", 312.0),
+    ("NVIDIA A100-SXM4-80GB", "A100 SXM4 80GB", 312.0),
+    ("NVIDIA A100 80GB PCIe", "A100 PCIe 80GB", 312.0),
+    ("NVIDIA GH200 480GB", "GH200", 989.5),
     ("AMD Instinct MI300X", "MI300X", 1307.4),
     ("AMD Instinct MI250X", "MI250X (one GCD)", 191.5),
 ])
@@ -110,7 +111,7 @@ def test_gpu_names_find_their_datasheet_peak(name, gpu, bf16):
     assert peak["source"] and peak["url"].startswith("https://") and peak["reason"] is None
 
 
-@pytest.mark.parametrize("name", ["NVIDIA GH200 480GB", "Tesla V100-SXM2-32GB",
+@pytest.mark.parametrize("name", ["NVIDIA RTX A1000", "Tesla V100-SXM2-32GB",
                                   "Intel(R) Xeon(R) Platinum 8480+", None])
 def test_an_unknown_device_has_no_peak_and_says_why(name):
     peak = flops.peak_for(name, "bf16-mixed", 1)
@@ -130,11 +131,14 @@ def test_the_peak_follows_the_runs_precision():
 
 
 def test_table_is_dense_figures():
-    for peak in flops.GPU_PEAKS:
+    from hpcai import devices
+
+    for peak in devices.gpus():
         t = peak.tflops
         assert t["bf16"] == t["fp16"]
         if "tf32" in t:  # TF32 tensor throughput is half of the 16-bit types'
-            assert t["tf32"] == pytest.approx(t["bf16"] / 2, rel=0.01)
+            # (B200's datasheet rounds its sparse TF32 to 2.2 PFLOP/s: 1100 dense, not 1125)
+            assert t["tf32"] == pytest.approx(t["bf16"] / 2, rel=0.025)
 
 
 def test_fraction_of_peak():

@@ -1,0 +1,321 @@
+"""Why one GPU beats another: each workload on its device's roofline, its
+efficiency relative to the datasheet peak, and how throughput and work per
+joule follow the device figures across devices (Pearson and Spearman).
+
+Device figures come from the device table (hpcai/devices/gpus.toml). A run's
+intensity is its FLOPs over its bytes moved per unit of work (both counted by
+the workload; the bytes are an upper bound of DRAM traffic, so the intensity
+is a lower bound). The seed paper's published throughput (--reference) takes
+the FLOPs and bytes of our own runs of the same workload, where there are any:
+they are the model's, not the device's.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+from hpcai import devices
+from hpcai.launcher.report.load import RefPoint, Run, workload_key
+from hpcai.launcher.report.tables import Table, TCell, fmt
+
+# The seed paper's devices as the device table names them. Its Table 2 (device
+# figures) is not in the project's notes: the table's datasheet entries stand in.
+PAPER_DEVICES = {"H100": "H100 SXM", "H200": "H200 SXM", "MI300X": "MI300X"}
+PAPER_DEVICES_NOTE = ("The paper's devices (H100 = H100 SXM, H200 = H200 SXM, MI300X) carry the device "
+                      "table's datasheet figures (hpcai/devices/gpus.toml), not the paper's Table 2.")
+
+# name, label, how to read it off a device at a precision
+FIGURES = (
+    ("bandwidth", "memory bandwidth (TB/s)", lambda d, p: d.bandwidth_tbs),
+    ("peak", "peak TFLOP/s at the run's precision", lambda d, p: d.tflops.get(p) if p else None),
+    ("balance", "balance: peak / bandwidth (FLOP/B)", lambda d, p: d.balance(p) if p else None),
+    ("memory", "memory (GB)", lambda d, p: d.memory_gb),
+    ("tdp", "TDP (W)", lambda d, p: d.tdp_w),
+    ("units", "SMs / CUs", lambda d, p: d.sm_count),
+    ("clock", "boost clock (MHz)", lambda d, p: d.boost_mhz),
+)
+MIN_DEVICES = 3
+
+
+@dataclass
+class Point:
+    """One workload on one device at one cap: ours (a mean over runs) or the paper's."""
+
+    source: str  # "ours" | "paper"
+    workload: str
+    unit: str
+    label: str  # the device as the report names it
+    device: devices.Device | None
+    cap_w: float | None
+    enforced: bool | None
+    per_gpu: float
+    per_joule: float | None  # units per GPU joule (no node overhead); None where not measured
+    precision: str | None  # the device table's column
+    flops_per_unit: float | None
+    bytes_per_unit: float | None
+
+    @property
+    def achieved_tflops(self) -> float | None:
+        return self.per_gpu * self.flops_per_unit / 1e12 if self.flops_per_unit else None
+
+    @property
+    def intensity(self) -> float | None:
+        if not self.flops_per_unit or not self.bytes_per_unit:
+            return None
+        return self.flops_per_unit / self.bytes_per_unit
+
+    @property
+    def peak(self) -> float | None:
+        return self.device.tflops.get(self.precision) if self.device and self.precision else None
+
+    @property
+    def roof(self) -> float | None:
+        """What the roofline allows at this intensity: min(peak, intensity x bandwidth)."""
+        if self.peak is None or self.intensity is None or not self.device.bandwidth_tbs:
+            return None
+        return min(self.peak, self.intensity * self.device.bandwidth_tbs)
+
+
+def paper_precision(text: str) -> str | None:
+    """The table's column for the paper's precision as the reference file states it."""
+    low = (text or "").lower()
+    for marker, key in (("tf32", "tf32"), ("bf16", "bf16"), ("fp16", "fp16"), ("fp32", "fp32")):
+        if marker in low:
+            return key
+    return None
+
+
+def collect(runs: list[Run], reference: list[RefPoint] | None) -> list[Point]:
+    groups: dict[tuple, list] = {}
+    counted: dict[str, tuple[float, float | None]] = {}
+    for r in runs:
+        if not r.usable:
+            continue
+        if r.flops_per_unit and workload_key(r.workload) not in counted:
+            counted[workload_key(r.workload)] = (r.flops_per_unit, r.bytes_per_unit)
+        key = ("ours", r.workload, r.unit, r.device, r.device_full, r.cap_w, r.precision)
+        groups.setdefault(key, []).append(r)
+    points = []
+    for (source, workload, unit, label, full, cap, precision), rs in groups.items():
+        joules = [x for x in (r.gpu_efficiency() for r in rs) if x is not None]
+        points.append(Point(source, workload, unit, label, devices.lookup(full), cap,
+                            all(r.enforced is not False for r in rs),
+                            statistics.fmean(r.per_gpu for r in rs),
+                            statistics.fmean(joules) if joules else None,
+                            devices.peak_precision(precision), rs[0].flops_per_unit, rs[0].bytes_per_unit))
+    for p in reference or []:
+        flops, moved = counted.get(workload_key(p.workload), (None, None))
+        points.append(Point("paper", p.workload, p.unit, f"{p.gpu} (paper)",
+                            devices.lookup(PAPER_DEVICES.get(p.gpu, p.gpu)), p.cap_w, p.enforced,
+                            p.per_gpu, None, paper_precision(p.precision), flops, moved))
+    return points
+
+
+# ---- statistics ------------------------------------------------------------------
+
+
+def pearson(xs: list[float], ys: list[float]) -> float | None:
+    """None where either side does not vary (the coefficient is undefined)."""
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
+    sxx = sum((x - mx) ** 2 for x in xs)
+    syy = sum((y - my) ** 2 for y in ys)
+    if sxx == 0 or syy == 0:
+        return None
+    return sxy / math.sqrt(sxx * syy)
+
+
+def ranks(values: list[float]) -> list[float]:
+    """1-based ranks, ties sharing their mean rank."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    out = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            out[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return out
+
+
+def spearman(xs: list[float], ys: list[float]) -> float | None:
+    return pearson(ranks(xs), ranks(ys))
+
+
+@dataclass
+class Correlation:
+    source: str
+    workload: str
+    cap_w: float | None
+    measure: str  # "throughput per GPU" | "work per joule"
+    figure: str
+    n: int  # devices behind the coefficients
+    pearson: float | None
+    spearman: float | None
+
+
+def correlations(points: list[Point]) -> list[Correlation]:
+    """Per workload and cap, across the devices that ran it: each measure
+    against each device figure. Fewer than MIN_DEVICES: n only, no coefficients."""
+    by_case: dict[tuple, list[Point]] = {}
+    for p in points:
+        if p.device is not None:
+            by_case.setdefault((p.source, p.workload, p.cap_w), []).append(p)
+    out = []
+    for (source, workload, cap), ps in by_case.items():
+        for measure, value in (("throughput per GPU", lambda p: p.per_gpu), ("work per joule", lambda p: p.per_joule)):
+            usable = [p for p in ps if value(p) is not None]
+            if not usable:
+                continue
+            for _name, label, read in FIGURES:
+                # One (figure, mean measure) pair per device model.
+                per_model: dict[str, tuple] = {}
+                for p in usable:
+                    x = read(p.device, p.precision)
+                    if x is not None:
+                        per_model.setdefault(p.device.model, (float(x), []))[1].append(float(value(p)))
+                n = len(per_model)
+                if n < MIN_DEVICES:
+                    out.append(Correlation(source, workload, cap, measure, label, n, None, None))
+                    continue
+                xs = [x for x, _ in per_model.values()]
+                ys = [statistics.fmean(y) for _, y in per_model.values()]
+                out.append(Correlation(source, workload, cap, measure, label, n, pearson(xs, ys), spearman(xs, ys)))
+    return out
+
+
+# ---- tables ------------------------------------------------------------------------
+
+
+def _cap(cap: float | None) -> str:
+    return f"{cap:g} W" if cap is not None else "default"
+
+
+def correlation_table(corrs: list[Correlation]) -> Table | None:
+    if not corrs:
+        return None
+    rows = []
+    for c in sorted(corrs, key=lambda c: (c.source, c.workload, c.cap_w is None, c.cap_w or 0, c.measure)):
+        if c.n < MIN_DEVICES:
+            if c.figure != FIGURES[0][1]:
+                continue  # one line per case says why there are no coefficients
+            text = f"fewer than {MIN_DEVICES} devices (n = {c.n}): no coefficients"
+            rows.append([TCell(c.workload), TCell(c.source), TCell(_cap(c.cap_w)), TCell(c.measure),
+                         TCell("all"), TCell(str(c.n), c.n), TCell(text), TCell(text)])
+            continue
+        cells = [TCell(fmt(v, 3) if v is not None else "undefined (no spread)", v) for v in (c.pearson, c.spearman)]
+        rows.append([TCell(c.workload), TCell(c.source), TCell(_cap(c.cap_w)), TCell(c.measure),
+                     TCell(c.figure), TCell(str(c.n), c.n), *cells])
+    if not rows:
+        return None
+    return Table("hardware-correlation", "Hardware correlation across devices",
+                 ["Workload", "Source", "Cap", "Measure", "Device figure", "n devices", "Pearson r", "Spearman ρ"],
+                 rows, [f"Per workload and cap, across devices; coefficients need at least {MIN_DEVICES} devices.",
+                        "Device figures: datasheet values from hpcai/devices/gpus.toml. Work per joule: GPU energy "
+                        "only (no node overhead); the paper published no energy per run."])
+
+
+def efficiency_table(points: list[Point]) -> Table | None:
+    rows = []
+    for p in sorted(points, key=lambda p: (p.source, p.workload, p.label, p.cap_w is None, p.cap_w or 0)):
+        if p.achieved_tflops is None:
+            continue
+        frac = p.achieved_tflops / p.peak if p.peak else None
+        frac_roof = p.achieved_tflops / p.roof if p.roof else None
+        cap = _cap(p.cap_w) if p.enforced is not False else f"({_cap(p.cap_w)})"
+        rows.append([TCell(p.workload), TCell(p.label), TCell(cap), TCell(p.precision or "?"),
+                     TCell(fmt(p.achieved_tflops), p.achieved_tflops), TCell(fmt(p.peak), p.peak),
+                     TCell(f"{frac:.1%}" if frac is not None else "–", frac),
+                     TCell(fmt(p.intensity, 3), p.intensity), TCell(fmt(p.roof), p.roof),
+                     TCell(f"{frac_roof:.1%}" if frac_roof is not None else "–", frac_roof)])
+    if not rows:
+        return None
+    return Table("efficiency-vs-peak", "Efficiency relative to peak, per device and cap",
+                 ["Workload", "Device", "Cap", "Precision", "Achieved TFLOP/s per GPU", "Peak TFLOP/s",
+                  "Of peak", "Intensity (FLOP/B)", "Roofline bound TFLOP/s", "Of bound"],
+                 rows, ["Achieved: throughput per GPU x counted FLOPs per unit. Peak: dense datasheet figure at "
+                        "the run's precision. Intensity: FLOPs / bytes moved per unit; the bytes are an upper "
+                        "bound of DRAM traffic (no fusion, no cache reuse), so the intensity is a lower bound and "
+                        "the roofline bound min(peak, intensity x bandwidth) a lower bound too.",
+                        "Parentheses: a cap the device did not enforce."])
+
+
+# ---- plots ---------------------------------------------------------------------------
+
+
+def roofline_plots(folder, points: list[Point]) -> tuple[list, list[str]]:
+    """One roofline per device model: its roofs at the precisions run on it,
+    each workload at (intensity, achieved TFLOP/s) labelled with its cap."""
+    from hpcai.launcher.report.plots import _pyplot, _save, _slug
+
+    by_device: dict[str, list[Point]] = {}
+    skipped = []
+    for p in points:
+        if p.device is None:
+            continue
+        if p.intensity is None or p.achieved_tflops is None:
+            continue
+        by_device.setdefault(p.device.model, []).append(p)
+    for model in sorted({p.device.model for p in points if p.device} - set(by_device)):
+        skipped.append(f"roofline of {model}: no run with counted FLOPs and bytes")
+    plots = []
+    plt = _pyplot()
+    for model, ps in sorted(by_device.items()):
+        device = ps[0].device
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        lo = min(p.intensity for p in ps) / 10
+        hi = max(max(p.intensity for p in ps) * 10, max((device.balance(q) or 1) for q in device.tflops) * 10)
+        xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
+        styles = iter(("-", "--", "-.", ":") * 2)
+        for precision in sorted({p.precision for p in ps if p.precision in device.tflops}):
+            peak = device.tflops[precision]
+            ax.plot(xs, [min(peak, x * device.bandwidth_tbs) for x in xs], color="black", linestyle=next(styles),
+                    label=f"roof, {precision}: {peak:g} TFLOP/s, {device.bandwidth_tbs:g} TB/s")
+            balance = device.balance(precision)
+            ax.axvline(balance, linestyle=":", color="grey")
+            ax.annotate(f"balance {balance:.0f} FLOP/B", (balance, peak), fontsize=7,
+                        xytext=(4, -12), textcoords="offset points")
+        markers = "osD^v<>p*h"
+        for i, workload in enumerate(sorted({p.workload for p in ps})):
+            mine = [p for p in ps if p.workload == workload]
+            for source, face in (("ours", None), ("paper", "none")):  # the paper's points hollow
+                these = [p for p in mine if p.source == source]
+                if these:
+                    drawn = ax.scatter([p.intensity for p in these], [p.achieved_tflops for p in these],
+                                       marker=markers[i % len(markers)], zorder=3, color=f"C{i}",
+                                       label=workload + (" (paper)" if source == "paper" else ""))
+                    if face:
+                        drawn.set_facecolor(face)
+                        drawn.set_edgecolor(f"C{i}")
+            for p in mine:
+                ax.annotate(_cap(p.cap_w) + ("" if p.source == "ours" else " (paper)"),
+                            (p.intensity, p.achieved_tflops), fontsize=6, xytext=(3, 3), textcoords="offset points")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("arithmetic intensity (FLOP/B; bytes an upper bound)")
+        ax.set_ylabel("TFLOP/s per GPU")
+        ax.legend(fontsize=7)
+        title = f"Roofline: {model}"
+        plots.append(_save(fig, folder, f"roofline-{_slug(model)}", title,
+                           f"Roofs: {model}'s dense datasheet peak at each precision run and its memory "
+                           "bandwidth; dotted: the balance point (peak / bandwidth). Points: workloads at "
+                           "(intensity, achieved TFLOP/s), labelled with the cap."))
+    return plots, skipped
+
+
+def section(folder, runs: list[Run], reference: list[RefPoint] | None) -> tuple[list, list, list[str], list[str]]:
+    """(tables, plots, plots not drawn, notes) of the report's roofline and
+    correlation section."""
+    points = collect(runs, reference)
+    tables = [t for t in (efficiency_table(points), correlation_table(correlations(points))) if t is not None]
+    notes = []
+    unknown = sorted({p.label for p in points if p.device is None})
+    if unknown:
+        notes.append("Not in the device table (no roofline or correlation): " + ", ".join(unknown) + ".")
+    if reference:
+        notes.append(PAPER_DEVICES_NOTE)
+    plots, skipped = roofline_plots(folder, points) if points else ([], [])
+    return tables, plots, skipped, notes
