@@ -33,6 +33,10 @@ DEFAULTS = {
     "gpu": {"vendor": "auto"},  # per_node: optional
     "power": {"method": "auto", "command": "", "cap_tolerance_frac": 0.05,
               "node_overhead_w": 100.0},  # allowed_cap_range_w: optional [lo, hi]
+    # Node power beside the GPUs (RAPL, HPE Cray pm_counters, IPMI); [] = none.
+    "node_power": {"sources": []},
+    # pue, carbon_g_per_kwh, price_per_kwh, currency: optional; absent = not reported.
+    "facility": {},
     "paths": {"results": "results", "state_dir": ""},
     # Host folders bound at /data, /models and /scratch in the container; "" = not bound.
     "binds": {"data": "", "models": "", "scratch": ""},
@@ -108,6 +112,17 @@ def _check_consistency(raw: dict, path) -> None:
             check_command_template(power["command"])
         except ConfigError as exc:
             raise invalid("power.command", exc.message, exc.hint) from None
+    node_power = raw.get("node_power", {})
+    sources = node_power.get("sources", [])
+    if "auto" in sources and len(sources) > 1:
+        raise invalid("node_power.sources", f"{sources} mixes auto with named sources",
+                      'give ["auto"] alone, or name the sources')
+    if "ipmi" in sources:
+        ipmi = node_power.get("ipmi", {})
+        missing = [k for k in ("host", "credentials_file") if not ipmi.get(k)]
+        if missing:
+            raise invalid(f"node_power.ipmi.{missing[0]}", "is required when sources has ipmi",
+                          "name the BMC's host and a file holding its credentials")
     vendor = raw.get("gpu", {}).get("vendor", "auto")
     needs = {"nvml": "nvidia", "amdsmi": "amd"}.get(power.get("method", "auto"))
     if needs and vendor not in ("auto", needs):
