@@ -173,6 +173,11 @@ def overhead_note(runs, override: float | None) -> str:
         return (f"Node overhead in efficiency: {override:g} W per node (set with "
                 "--node-overhead-w; the results stated "
                 f"{_stated(runs)}).")
+    measured = sum(1 for r in runs if r.usable and r.node_energy_j)
+    if measured:  # Run.efficiency prefers measured node energy to the fixed overhead
+        return (f"Node energy in efficiency: measured at the node for {measured} of "
+                f"{sum(1 for r in runs if r.usable)} run(s); for the rest {_stated(runs)}, "
+                "as stated in the results (--node-overhead-w replaces both).")
     return (f"Node overhead in efficiency: {_stated(runs)}, as stated in the results "
             "(change it with --node-overhead-w).")
 

@@ -80,6 +80,10 @@ class Run:
     mean_power_w: float | None = None
     units_per_joule: float | None = None
     units_per_joule_with_overhead: float | None = None
+    # Measured node energy over the window (power.node_power), and the result's power
+    # section as written: the boundaries report (report/boundaries.py) reads it.
+    node_energy_j: float | None = None
+    power_doc: dict = field(default_factory=dict)
     sm_clock_mhz: float | None = None
     memory_clock_mhz: float | None = None
     samples_path: Path | None = None
@@ -103,6 +107,8 @@ class Run:
         if not self.power_available or not self.energy_j or not self.units:
             return None
         if overhead_w is None:
+            if self.node_energy_j:  # measured: preferred to the stated fixed overhead
+                return self.units / self.node_energy_j
             overhead_w = self.node_overhead_w or 0.0
         if self.window_s is None:
             return None
@@ -269,6 +275,8 @@ def _fill(run: Run, path: Path, doc: dict) -> None:
     run.mean_power_w = power.get("mean_power_w")
     run.units_per_joule = power.get("units_per_joule")
     run.units_per_joule_with_overhead = power.get("units_per_joule_with_overhead")
+    run.node_energy_j = (power.get("node_power") or {}).get("node_energy_j")
+    run.power_doc = power
     run.units = (doc.get("work") or {}).get("measured_units")
     run.sm_clock_mhz = _mean([g.get("sm_clock_mhz_mean") for g in used])
     run.memory_clock_mhz = _mean([g.get("memory_clock_mhz_mean") for g in used])

@@ -1,0 +1,79 @@
+"""node_power in the result: the GPUs' energy beside a measured node, the
+node's measured overhead, and efficiency "with node" from the measured node
+energy (else the fixed overhead), each figure naming its boundary and API.
+The GPU is the fake NVML (tests/fakes/pynvml.py), named as such."""
+import jsonschema
+import pytest
+from fakes import fake_gpu_state as fgs
+from test_node_power import pm_set, pm_tree
+
+from hpcai.gpu.base import GpuReading
+from hpcai.workloads import node_power as NP
+from hpcai.workloads import power_sources
+from hpcai.workloads import result as R
+from hpcai.workloads.telemetry import Sampler
+
+SPEC = {"power": {"node_overhead_w": 100.0}, "devices": {"gpu_indices": [0]},
+        "protocol": {"telemetry": True}}
+
+
+def gpu_sampler(t0, seconds, watts=300.0):
+    s = Sampler(sources=[object()], interval_s=0.1)
+    s.times = [t0 + i * 0.1 for i in range(int(seconds * 10) + 1)]
+    s.readings = [[GpuReading(power_w=watts, energy_j=watts * (t - t0))] for t in s.times]
+    return s
+
+
+def node_sampler(tmp_path, t_mono0, seconds, watts=500.0, wall0=0.0):
+    root = pm_tree(tmp_path / "pm", accels=1)
+    node = NP.NodePowerSampler({"sources": ["pm_counters"], "pm_counters": {"root": str(root)}})
+    node._wall0, node._mono0 = wall0, t_mono0
+    run = node.runs[0]
+    for i in range(seconds + 1):  # a BMC-like counter at `watts`, read every second
+        (root / "freshness").write_text(f"{1000 + i}\n")
+        pm_set(root, "energy", f"{100000 + watts * i} J")
+        run.tick()
+        run.samples[-1].t = t_mono0 + i
+    return node
+
+
+def power(tmp_path, monkeypatch, node):
+    fgs.install(monkeypatch, tmp_path / "gpus.json", fgs.make_devices(1, "nvidia"))
+    found = power_sources.discover("auto")
+    try:
+        return R.power_section(SPEC, found, gpu_sampler(0.0, 12), (1.0, 11.0), 1000, node=node)[2]
+    finally:
+        found.close()
+
+
+def test_measured_node_energy_drives_efficiency_with_node(tmp_path, monkeypatch, result_schema):
+    out = power(tmp_path, monkeypatch, node_sampler(tmp_path, 50.0, 12, wall0=0.0))
+    node = out["node_power"]
+    assert out["energy_j"] == pytest.approx(3000.0)  # GPU: 300 W x 10 s
+    assert node["node_energy_j"] == pytest.approx(5000.0)  # node: 500 W x 10 s
+    assert node["measured_overhead_w"] == pytest.approx(200.0)
+    assert out["energy_with_overhead_j"] == pytest.approx(5000.0)
+    assert out["energy_with_overhead_basis"] == "measured (pm_counters/node)"
+    assert out["units_per_joule_with_overhead"] == pytest.approx(1000 / 5000.0)
+    assert out["boundaries"]["energy_with_overhead_j"] == {"boundary": "node",
+                                                           "api": "HPE Cray pm_counters sysfs"}
+    assert out["boundaries"]["energy_j"]["boundary"] == "GPU board"
+    jsonschema.validate(out, {**result_schema["properties"]["power"], "$defs": result_schema["$defs"]})
+
+
+def test_without_a_node_source_the_fixed_overhead_is_used_and_said(tmp_path, monkeypatch,
+                                                                   result_schema):
+    out = power(tmp_path, monkeypatch, None)
+    assert out["energy_with_overhead_j"] == pytest.approx(3000.0 + 100.0 * 10)
+    assert out["energy_with_overhead_basis"] == "fixed overhead (100 W per node)"
+    assert out["node_power"] is None
+    jsonschema.validate(out, {**result_schema["properties"]["power"], "$defs": result_schema["$defs"]})
+
+
+def test_a_node_source_that_missed_the_window_falls_back_with_reasons(tmp_path, monkeypatch):
+    node = node_sampler(tmp_path, 50.0, 3, wall0=0.0)  # covers only 0..3 s of a 1..11 s window
+    node.runs[0].fault("no answer (TimeoutError: read timed out)")
+    out = power(tmp_path, monkeypatch, node)
+    assert out["energy_with_overhead_basis"] == "fixed overhead (100 W per node)"
+    assert out["node_power"]["node_energy_j"] is None
+    assert "pm_counters: no answer (TimeoutError: read timed out) (1x)" in out["node_power"]["reasons"]
