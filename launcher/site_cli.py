@@ -218,6 +218,7 @@ def _check_node_power(site: dict, report) -> None:
     runs, status = open_sources(config)
     for run in runs:
         run.tick()  # one read, so a source that opens but cannot answer shows here
+        run.stop()
         if run.faults:
             entry = next(s for s in status if s["source"] == run.source.kind)
             entry["status"], entry["detail"] = "unavailable", "; ".join(run.faults)

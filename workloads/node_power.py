@@ -256,6 +256,9 @@ class SourceRun:
             self._thread.join(timeout=timeout_s)
             if self._thread.is_alive():
                 self.fault("still reading when the run ended (hung source left behind)")
+                return
+        if hasattr(self.source, "close"):
+            self.source.close()
 
 
 # ---- configuration -----------------------------------------------------------------
