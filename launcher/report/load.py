@@ -84,6 +84,7 @@ class Run:
     # section as written: the boundaries report (report/boundaries.py) reads it.
     node_energy_j: float | None = None
     power_doc: dict = field(default_factory=dict)
+    facility: dict = field(default_factory=dict)  # the site's pue, carbon, price (spec.facility)
     sm_clock_mhz: float | None = None
     memory_clock_mhz: float | None = None
     samples_path: Path | None = None
@@ -276,6 +277,7 @@ def _fill(run: Run, path: Path, doc: dict) -> None:
     run.units_per_joule = power.get("units_per_joule")
     run.units_per_joule_with_overhead = power.get("units_per_joule_with_overhead")
     run.node_energy_j = (power.get("node_power") or {}).get("node_energy_j")
+    run.facility = dict(spec.get("facility") or {})
     run.power_doc = power
     run.units = (doc.get("work") or {}).get("measured_units")
     run.sm_clock_mhz = _mean([g.get("sm_clock_mhz_mean") for g in used])
