@@ -77,3 +77,61 @@ def test_a_node_source_that_missed_the_window_falls_back_with_reasons(tmp_path, 
     assert out["energy_with_overhead_basis"] == "fixed overhead (100 W per node)"
     assert out["node_power"]["node_energy_j"] is None
     assert "pm_counters: no answer (TimeoutError: read timed out) (1x)" in out["node_power"]["reasons"]
+
+
+def test_the_idle_baseline_of_a_sweep_reads_the_node_sources(tmp_path, monkeypatch):
+    from hpcai.launcher.sweep import measure_idle
+
+    fgs.install(monkeypatch, tmp_path / "gpus.json", fgs.make_devices(1, "nvidia"))
+    root = pm_tree(tmp_path / "pm", accels=0)
+    baseline = measure_idle("auto", None, 0.35, 0.1, {
+        "sources": ["pm_counters"], "pm_counters": {"root": str(root), "interval_s": 0.1}})
+    assert baseline["available"] is True
+    node = {e["channel"]: e for e in baseline["node_power"]["sources"]}
+    assert set(node) == {"node", "cpu", "memory"} and node["node"]["scope"] == "node"
+    assert node["node"]["samples"] >= 2
+
+
+def test_the_entrypoint_starts_the_sites_node_sources_and_writes_node_power(tmp_path, monkeypatch,
+                                                                            result_schema):
+    """Run._setup/_document as a run does them; only the workload module is replaced
+    (build is not what this tests), the GPU is the fake NVML."""
+    import json
+    import types
+
+    from hpcai.launcher.results import validation_errors
+    from hpcai.launcher.runtime import HOST
+    from hpcai.launcher.spec import build_spec
+    from hpcai.workloads import entrypoint
+    from hpcai.workloads.catalog import get_workload
+    from hpcai.workloads.protocol import Epoch
+
+    fgs.install(monkeypatch, tmp_path / "gpus.json", fgs.make_devices(1, "nvidia"))
+    spec = build_spec(get_workload("resnet50"), "tiny", impl="pytorch", overrides={},
+                      protocol_overrides={"warmup_epochs": 0, "epochs": 1}, device_type="cpu",
+                      vendor=None, nproc=1, gpu_indices=None, cap_w=None, power_method="auto",
+                      cap_tolerance_frac=0.05, node_overhead_w=100.0, site={"name": "default"},
+                      output_dir=str(tmp_path), runtime=dict(HOST))
+    spec["node_power"] = {"sources": ["pm_counters"],
+                          "pm_counters": {"root": str(pm_tree(tmp_path / "pm", accels=0))}}
+    real_import = entrypoint.importlib.import_module
+    workload_module = types.SimpleNamespace(build=lambda spec, ctx: None)
+    monkeypatch.setattr(entrypoint.importlib, "import_module",
+                        lambda name, *a: workload_module if name == "hpcai.workloads.resnet50"
+                        else real_import(name, *a))
+    run = entrypoint.Run(spec, tmp_path / "out")
+    run._setup()
+    try:
+        assert [r.source.kind for r in run.node_power.runs] == ["pm_counters"]
+        run.node_power.start()
+        t0 = run.sampler.now()
+        run.progress.epochs.append(Epoch(0, False, 10, 80, t0, t0 + 0.2, 0.2, 1.0))
+        run.progress.first_loss = 2.5
+        run.status = "complete"
+        doc = json.loads(json.dumps(entrypoint.R.clean(run._document())))  # as Run._write writes it
+    finally:
+        run.node_power.stop()
+        run.discovery.close()
+    assert validation_errors(doc) == []
+    assert doc["power"]["node_power"]["status"][0]["source"] == "pm_counters"
+    assert {e["channel"] for e in doc["power"]["node_power"]["sources"]} == {"node", "cpu", "memory"}
