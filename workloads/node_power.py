@@ -130,7 +130,7 @@ class PmCountersSource:
     operations/power_management/User_Access_to_Compute_Node_Power_Data.md)."""
     kind = "pm_counters"
     api = "HPE Cray pm_counters sysfs"
-    PREFIX_SCOPE = {"": "node", "cpu_": "cpu_package", "memory_": "dram"}
+    PREFIXES = ("", "cpu_", "memory_")  # node, CPU and memory domains
 
     def __init__(self, root: Path = Path("/sys/cray/pm_counters"),
                  max_power_w: float = DEFAULT_MAX_POWER_W):
@@ -139,7 +139,7 @@ class PmCountersSource:
         if not (self.root / "power").is_file():
             raise SourceError(f"{self.root}/power does not exist (not an HPE Cray EX node)")
         self.files: dict[str, tuple[str, str]] = {}  # channel -> (power file, energy file)
-        for prefix, scope in self.PREFIX_SCOPE.items():
+        for prefix in self.PREFIXES:
             if (self.root / f"{prefix}power").is_file():
                 self.files[prefix.rstrip("_") or "node"] = (f"{prefix}power", f"{prefix}energy")
         for path in sorted(self.root.glob("accel*_power")):

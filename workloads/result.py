@@ -250,7 +250,6 @@ def power_section(spec: dict, discovery, sampler, window, units: int,
             reason = "no measured epoch completed"
         else:
             reason = "too few power samples in the measured window"
-    overhead_j = overhead_w * window_s if window_s else None
     node_power = with_node = None
     with_node_basis = None
     if node is not None:

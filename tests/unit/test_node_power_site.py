@@ -27,7 +27,8 @@ def test_defaults_measure_no_node_power(tmp_path):
     assert site["node_power"] == {"sources": []} and site["facility"] == {}
 
 
-def test_site_check_reports_each_node_source(clean_env, no_gpu, tmp_path):
+@pytest.mark.usefixtures("clean_env", "no_gpu")
+def test_site_check_reports_each_node_source(tmp_path):
     pm = pm_tree(tmp_path / "pm", accels=1)
     rapl = rapl_tree(tmp_path / "powercap", packages=1)
     path = write_site(tmp_path, '[node_power]\nsources = ["rapl", "pm_counters"]\n'
@@ -39,7 +40,8 @@ def test_site_check_reports_each_node_source(clean_env, no_gpu, tmp_path):
     assert "node (node), cpu (cpu_package), memory (dram), accel0 (accelerator)" in done.stdout
 
 
-def test_site_check_fails_a_named_source_that_is_absent(clean_env, no_gpu, tmp_path):
+@pytest.mark.usefixtures("clean_env", "no_gpu")
+def test_site_check_fails_a_named_source_that_is_absent(tmp_path):
     path = write_site(tmp_path, '[node_power]\nsources = ["pm_counters"]\n'
                                 f'[node_power.pm_counters]\nroot = "{tmp_path / "none"}"\n')
     done = invoke("site", "check", "--site", str(path))
