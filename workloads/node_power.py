@@ -257,6 +257,8 @@ class SourceRun:
             if self._thread.is_alive():
                 self.fault("still reading when the run ended (hung source left behind)")
                 return
+            if self.source.kind != "ipmi":  # a last counter read, so the samples cover the
+                self.tick()                 # window's end (a BMC's is bounded, but slow: not it)
         if hasattr(self.source, "close"):
             self.source.close()
 
