@@ -246,8 +246,10 @@ def fixed_work_table(analyses: list[Analysis], work: dict[str, float]) -> Table 
     if not rows:
         return None
     return Table("fixed-work", "Energy and time for a fixed amount of work (one node)", header,
-                 rows, [("Energy is the node's: its GPUs plus the node overhead. Time is at "
-                        "the node's throughput (all its GPUs). Bold: least energy × time."),
+                 rows, [("Energy is the node's: measured at the node where a node power "
+                        "source measured it, else its GPUs plus the node overhead (see "
+                        "Measurement boundaries). Time is at the node's throughput (all its "
+                        "GPUs). Bold: least energy × time."),
                         "Change the amount with --work."])
 
 

@@ -107,10 +107,15 @@ def _power(docs: list[dict]) -> dict:
     window = max(p["window_s"] for p in powers)
     units = sum(d["work"]["measured_units"] for d in docs)
     overhead = sum(p["node_overhead_w"] for p in powers) * window
+    with_node, basis = energy + overhead, f"fixed overhead ({overhead / window:g} W over the nodes)"
+    if all((p.get("energy_with_overhead_basis") or "").startswith("measured") for p in powers):
+        # Every node measured its own energy (node_power): their sum, not the fixed overhead.
+        with_node, basis = sum(p["energy_with_overhead_j"] for p in powers), "measured at each node"
     return {"available": True, "reason": None, "energy_j": energy, "window_s": window,
             "mean_power_w": sum(p["mean_power_w"] for p in powers),
             "units_per_joule": units / energy if energy else None,
-            "units_per_joule_with_overhead": units / (energy + overhead) if energy else None}
+            "units_per_joule_with_overhead": units / with_node if energy else None,
+            "energy_with_overhead_basis": basis}
 
 
 def _scaling(job: Job, first: dict, per_gpu: float) -> dict:

@@ -135,3 +135,27 @@ def test_the_entrypoint_starts_the_sites_node_sources_and_writes_node_power(tmp_
     assert validation_errors(doc) == []
     assert doc["power"]["node_power"]["status"][0]["source"] == "pm_counters"
     assert {e["channel"] for e in doc["power"]["node_power"]["sources"]} == {"node", "cpu", "memory"}
+
+
+def test_a_multi_node_aggregate_sums_measured_node_energy(tmp_path):
+    """Where every node measured its own energy, the aggregate's efficiency with
+    node uses their sum and says so; else the fixed overhead, as before."""
+    from test_slurm_aggregate import result, two_node_job, write
+
+    from hpcai.launcher.slurm import aggregate
+    from hpcai.launcher.slurm.job import node_dir
+
+    job = two_node_job(tmp_path)
+    run_id = job.runs[0].run_id
+    for rank, node_j in ((0, 2000.0), (1, 1800.0)):
+        doc = result(80.0)
+        doc["power"].update(energy_with_overhead_j=node_j,
+                            energy_with_overhead_basis="measured (ipmi/node)")
+        write(node_dir(job.folder, run_id, rank) / "result.json", doc)
+    power = aggregate.aggregate(job, 0)["power"]
+    assert power["units_per_joule_with_overhead"] == pytest.approx(1600 / 3800)
+    assert power["energy_with_overhead_basis"] == "measured at each node"
+    write(node_dir(job.folder, run_id, 1) / "result.json", result(80.0))  # one node did not
+    power = aggregate.aggregate(job, 0)["power"]
+    assert power["units_per_joule_with_overhead"] == pytest.approx(1600 / (1200 + 2 * 100 * 10))
+    assert power["energy_with_overhead_basis"].startswith("fixed overhead")
