@@ -117,12 +117,13 @@ def _check_consistency(raw: dict, path) -> None:
     if "auto" in sources and len(sources) > 1:
         raise invalid("node_power.sources", f"{sources} mixes auto with named sources",
                       'give ["auto"] alone, or name the sources')
-    if "ipmi" in sources:
-        ipmi = node_power.get("ipmi", {})
-        missing = [k for k in ("host", "credentials_file") if not ipmi.get(k)]
-        if missing:
-            raise invalid(f"node_power.ipmi.{missing[0]}", "is required when sources has ipmi",
-                          "name the BMC's host and a file holding its credentials")
+    for kind, where in (("ipmi", "host"), ("redfish", "url")):
+        if kind in sources:
+            section = node_power.get(kind, {})
+            missing = [k for k in (where, "credentials_file") if not section.get(k)]
+            if missing:
+                raise invalid(f"node_power.{kind}.{missing[0]}", f"is required when sources has {kind}",
+                              f"name the BMC's {where} and a file holding its credentials")
     vendor = raw.get("gpu", {}).get("vendor", "auto")
     needs = {"nvml": "nvidia", "amdsmi": "amd"}.get(power.get("method", "auto"))
     if needs and vendor not in ("auto", needs):

@@ -21,9 +21,10 @@ from pathlib import Path
 SCOPES = ("node", "cpu_package", "dram", "accelerator", "module")
 BOUNDARY = {"node": "node", "cpu_package": "CPU package", "dram": "DRAM",
             "accelerator": "accelerator (GPU module)", "module": "module"}
-KINDS = ("rapl", "pm_counters", "ipmi")
-DEFAULT_INTERVAL_S = {"rapl": 1.0, "pm_counters": 1.0, "ipmi": 1.0}
-MIN_INTERVAL_S = {"rapl": 0.1, "pm_counters": 0.1, "ipmi": 1.0}  # never poll a BMC faster
+KINDS = ("rapl", "pm_counters", "ipmi", "redfish")
+BMC_KINDS = ("ipmi", "redfish")
+DEFAULT_INTERVAL_S = {"rapl": 1.0, "pm_counters": 1.0, "ipmi": 1.0, "redfish": 1.0}
+MIN_INTERVAL_S = {"rapl": 0.1, "pm_counters": 0.1, "ipmi": 1.0, "redfish": 1.0}  # never poll a BMC faster
 DEFAULT_MAX_POWER_W = 20000.0  # above this, per channel, a reading is absurd
 SLOW_FACTOR = 2.0  # a read taking longer than this many intervals is "slow"
 
@@ -257,8 +258,8 @@ class SourceRun:
             if self._thread.is_alive():
                 self.fault("still reading when the run ended (hung source left behind)")
                 return
-            if self.source.kind != "ipmi":  # a last counter read, so the samples cover the
-                self.tick()                 # window's end (a BMC's is bounded, but slow: not it)
+            if self.source.kind not in BMC_KINDS:  # a last counter read, so the samples cover
+                self.tick()  # the window's end (a BMC's is bounded, but slow: not it)
         if hasattr(self.source, "close"):
             self.source.close()
 
@@ -272,7 +273,8 @@ def open_sources(config: dict | None) -> tuple[list[SourceRun], list[dict]]:
     config = config or {}
     wanted = list(config.get("sources", []))
     auto = wanted == ["auto"]
-    kinds = [k for k in KINDS if k != "ipmi" or config.get("ipmi", {}).get("host")] if auto else wanted
+    configured = {"ipmi": config.get("ipmi", {}).get("host"), "redfish": config.get("redfish", {}).get("url")}
+    kinds = [k for k in KINDS if k not in BMC_KINDS or configured[k]] if auto else wanted
     runs, status = [], []
     max_w = float(config.get("max_power_w", DEFAULT_MAX_POWER_W))
     for kind in kinds:
@@ -300,6 +302,10 @@ def _open(kind: str, config: dict, max_w: float):
         from hpcai.workloads.node_power_ipmi import IpmiDcmiSource
 
         return IpmiDcmiSource(section, max_w)
+    if kind == "redfish":
+        from hpcai.workloads.node_power_redfish import RedfishSource
+
+        return RedfishSource(section, max_w)
     raise SourceError(f"unknown node power source {kind!r}")
 
 

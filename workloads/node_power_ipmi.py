@@ -64,21 +64,7 @@ class IpmiDcmiSource:
 
     def _check_credentials(self) -> list[str]:
         """The values, kept only to scrub them from any message; never shown."""
-        try:
-            text = self.cred.read_text()
-        except OSError as exc:
-            raise SourceError(f"credentials file {self.cred} cannot be read "
-                              f"({exc.strerror or type(exc).__name__})") from None
-        values = {}
-        for line in text.splitlines():
-            parts = line.split(None, 1)
-            if len(parts) == 2 and parts[0] in ("username", "password"):
-                values[parts[0]] = parts[1].strip()
-        missing = [k for k in ("username", "password") if k not in values]
-        if missing:
-            raise SourceError(f"credentials file {self.cred} has no {missing[0]} line "
-                              "(a FreeIPMI config file: `username NAME`, `password SECRET`)")
-        return [v for v in values.values() if v]
+        return [v for v in read_credentials(self.cred) if v]
 
     def _scrub(self, text: str) -> str:
         for secret in self._secrets:
@@ -128,6 +114,25 @@ class IpmiDcmiSource:
         out = self._run("ipmi-sensors", ["--sdr-cache-directory", self._cache, "--quiet-cache",
                                          "--no-header-output", "--comma-separated-output"])
         return parse_sensor(out, self.sensor)
+
+
+def read_credentials(path) -> tuple[str, str]:
+    """(username, password) from a FreeIPMI-style file; errors name the file only."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise SourceError(f"credentials file {path} cannot be read "
+                          f"({exc.strerror or type(exc).__name__})") from None
+    values = {}
+    for line in text.splitlines():
+        parts = line.split(None, 1)
+        if len(parts) == 2 and parts[0] in ("username", "password"):
+            values[parts[0]] = parts[1].strip()
+    missing = [k for k in ("username", "password") if k not in values]
+    if missing:
+        raise SourceError(f"credentials file {path} has no {missing[0]} line "
+                          "(a FreeIPMI config file: `username NAME`, `password SECRET`)")
+    return values["username"], values["password"]
 
 
 def parse_dcmi(text: str) -> float:
