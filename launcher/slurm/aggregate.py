@@ -95,6 +95,12 @@ def aggregate(job: Job, index: int) -> dict:
     doc["throughput"] = {"unit": unit, "total": total, "per_gpu": total / gpus,
                          "per_node": total / job.nodes, "gpus": gpus}
     doc["power"] = _power(docs)
+    placed = (docs[0].get("spec") or {}).get("slurm") or {}
+    if placed.get("job_id") and placed.get("step_id") is not None:
+        # Slurm's own figure for the step (the array task's job id), beside ours.
+        from hpcai.launcher.slurm.energy import step_energy
+
+        doc["slurm_energy"] = step_energy(str(placed["job_id"]), str(placed["step_id"]))
     doc["scaling"] = _scaling(job, docs[0], doc["throughput"]["per_gpu"])
     return doc
 
