@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml constraints/dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# tensorflow-cpu stands in for the tf extra's tensorflow: same module, no CUDA.
-	$(BIN)/python -m pip install --quiet -c constraints/dev.txt -e '.[cv,llm,report,nvidia,test,mlperf]' tensorflow-cpu
+	$(BIN)/python -m pip install --quiet -c constraints/dev.txt -e '.[cv,llm,report,nvidia,node,test,mlperf]' tensorflow-cpu
 	touch $(STAMP)
 
 # The main job on the embedded default: host runtime, whatever device is here
@@ -64,6 +64,16 @@ setup-system:
 	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends slurm-wlm munge; \
 	  else \
 	    echo "make: sbatch is missing: install Debian's slurm-wlm and munge packages as root (apt-get install slurm-wlm munge); the Slurm tests need them" >&2; exit 1; \
+	  fi; }
+	@{ command -v ipmi_sim >/dev/null 2>&1 && { command -v ipmi-sensors || test -x /usr/sbin/ipmi-sensors; } >/dev/null 2>&1; } || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    if [ ! -e /usr/sbin/policy-rc.d ]; then \
+	      printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && \
+	      trap 'rm -f /usr/sbin/policy-rc.d' EXIT; \
+	    fi; \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends openipmi freeipmi-tools; \
+	  else \
+	    echo "make: ipmi_sim or ipmi-sensors is missing: install Debian's openipmi and freeipmi-tools packages as root; the BMC (IPMI) node power tests need them" >&2; exit 1; \
 	  fi; }
 	@# The tests start their own registry, munged and Slurm daemons: none at boot.
 	@tools/disable-test-services.sh

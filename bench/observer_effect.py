@@ -10,6 +10,8 @@
 4. Start-up time of `hpcai-launch --help`.
 5. hpcai's default configuration against plain fp32 eager PyTorch, same
    model, batch and machine.
+6. The node power sources' threads (RAPL, HPE Cray pm_counters) at their
+   default intervals: their share of one core, and with the GPU sampler's.
 
 Without a GPU the sampler reads the FAKE pynvml of the tests (eight
 simulated GPUs for item 3): its per-call time is a JSON parse, NOT what real
@@ -147,6 +149,48 @@ def library_calls(real_gpu: bool, tmp: Path, ticks: int = 50, interval_s: float 
             "estimate_8_gpus_share_of_core": calls_per_s_8 * per_call_s if per_call_s else None}
 
 
+def node_sources_cost(tmp: Path, seconds: float = 6.0) -> dict:
+    """CPU share of one core taken by the node power threads at their default
+    intervals: RAPL (this machine's /sys/class/powercap where readable, else a
+    sysfs-shaped tree of 2 packages + 2 DRAM) and HPE Cray pm_counters (a
+    sysfs-shaped tree: node, cpu, memory, 4 accelerators). The BMC (IPMI)
+    source is not included: it needs a BMC, and its cost is a FreeIPMI
+    process once a second, outside this process."""
+    from hpcai.workloads.node_power import NodePowerSampler, RaplSource, SourceError
+
+    try:
+        RaplSource()
+        rapl_root, rapl_kind = "/sys/class/powercap", "real"
+    except SourceError:
+        rapl_root, rapl_kind = str(tmp / "powercap"), "sysfs-shaped tree"
+        for p in range(2):
+            for zone, name in ((f"intel-rapl:{p}", f"package-{p}"), (f"intel-rapl:{p}:0", "dram")):
+                d = tmp / "powercap" / zone
+                d.mkdir(parents=True, exist_ok=True)
+                (d / "name").write_text(name + "\n")
+                (d / "max_energy_range_uj").write_text("262143328850\n")
+                (d / "energy_uj").write_text("1000000\n")
+    pm = tmp / "pm_counters"
+    pm.mkdir(exist_ok=True)
+    for name in ["power", "energy", "cpu_power", "cpu_energy", "memory_power", "memory_energy"] + \
+            [f"accel{i}_{q}" for i in range(4) for q in ("power", "energy")]:
+        (pm / name).write_text(("500 W" if name.endswith("power") else "1000 J") + " 1700000000000000 us\n")
+    (pm / "freshness").write_text("1\n")
+    node = NodePowerSampler({"sources": ["rapl", "pm_counters"], "rapl": {"root": rapl_root},
+                             "pm_counters": {"root": str(pm)}})
+    start = time.monotonic()
+    node.start()
+    while time.monotonic() - start < seconds:  # freshness must advance, as on a real node
+        (pm / "freshness").write_text(f"{int((time.monotonic() - start) * 10) + 2}\n")
+        time.sleep(0.1)
+    node.stop()
+    wall = time.monotonic() - start
+    cpu = node.summary(None)["cpu_s"]
+    return {"rapl": rapl_kind, "seconds": wall, "cpu_s": cpu, "share_of_core": cpu / wall,
+            "reads": sum(len(r.samples) for r in node.runs),
+            "intervals_s": {r.source.kind: r.interval_s for r in node.runs}}
+
+
 def help_startup(repeats: int = 10) -> dict:
     times = []
     for _ in range(repeats):
@@ -216,6 +260,7 @@ def main() -> None:
                        "--epochs", "3", "--steps-per-epoch", str(args.steps)]
                       + ([] if real_gpu else ["--nproc", "1"]))
         calls = library_calls(real_gpu, Path(tmp))
+        node = node_sources_cost(Path(tmp))
     default_tp = full["throughput"]["per_gpu"]
     plain_tp = plain_pytorch(args.batch_size, 224, args.steps * 2)
     startup = help_startup()
@@ -228,6 +273,7 @@ def main() -> None:
                                                 ("precision", "channels_last", "compile")}},
         "startup": startup,
         "library_calls": calls,
+        "node_sources": node,
     }
     (out / "bench.json").write_text(json.dumps(report, indent=2) + "\n")
     print()
@@ -244,6 +290,10 @@ def main() -> None:
     print(f"{'  time per library call (us)':<48} {calls['per_call_s'] * 1e6:>12.1f}"
           + ("" if real_gpu else "  (fake: a JSON parse)"))
     print(f"{'  8 GPUs at 100 ms, share of one core':<48} {calls['estimate_8_gpus_share_of_core']:>12.2%}  < 1%")
+    print(f"{'node sources (RAPL ' + node['rapl'] + ', pm_counters)':<48} {node['share_of_core']:>12.2%}"
+          f"  share of one core at {', '.join(f'{k} {v:g} s' for k, v in node['intervals_s'].items())}")
+    both = observer['cpu_share_of_core'] + node['share_of_core']
+    print(f"{'  GPU sampler + node sources':<48} {both:>12.2%}  < 1%")
     print(f"{'hpcai-launch --help (s)':<48} {startup['help_s']:>12.3f}  < 0.5")
     print(f"{'  bare python start-up (s)':<48} {startup['bare_python_s']:>12.3f}")
     print(f"{'default config / plain fp32 eager (224x224)':<48} {report['default_vs_plain']['ratio']:>12.2f}  > 1")

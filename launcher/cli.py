@@ -347,8 +347,12 @@ def power_restore(site, power_method, journal, force):
 @click.option("--combine-runs", is_flag=True,
               help="take independent runs of one configuration and cap as repeats "
                    "(default: only the runs of one sweep are)")
+@click.option("--objective", type=click.Choice(["energy", "cost", "co2", "edp"]), default="energy",
+              show_default=True, help="what picks the recommended cap: least energy, facility cost "
+                                      "or CO2 (site [facility]) within --max-slowdown, or least "
+                                      "energy x time")
 def report(results, output, node_overhead_w, max_slowdown, work, noisy_cv, reference,
-           reference_file, power_run, title, combine_runs):
+           reference_file, power_run, title, combine_runs, objective):
     """Tables, efficiency, the best cap and plots from result files or folders.
 
     RESULTS are result.json files, run folders, sweep folders or results
@@ -360,7 +364,7 @@ def report(results, output, node_overhead_w, max_slowdown, work, noisy_cv, refer
                          max_slowdown=max_slowdown, work=work, noisy_cv=noisy_cv,
                          reference=reference or reference_file is not None,
                          reference_file=reference_file, power_run=power_run, title=title,
-                         combine_runs=combine_runs)
+                         combine_runs=combine_runs, objective=objective)
     _run_guarded(build_report, list(results), opts)
 
 

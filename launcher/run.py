@@ -201,6 +201,8 @@ def plan(opts: Options, placement: dict | None = None,
         output_dir=str(output), runtime=chosen,
         gpu_name=_gpu_name(node, gpu_indices) if device == "cuda" else None,
     )
+    spec["node_power"] = site["node_power"]  # node sources the workload's sampler reads
+    spec["facility"] = site["facility"]  # PUE, carbon and price, for the report
     # GPUs by identity: the workload is handed these ids, its sampler keeps these UUIDs.
     spec["devices"]["gpu_uuids"] = [g.uuid for g, _ in picked] if gpu_indices else None
     spec["devices"]["visible_ids"] = [i for _, i in picked] if gpu_indices else None

@@ -190,6 +190,7 @@ def check_site(selector: str | None) -> None:
     finally:
         if library is not None:
             library.close()
+    _check_node_power(site, report)
     _check_binds(site, report)
     _check_images(site, report)
     _check_apptainer(site, report)
@@ -204,6 +205,26 @@ def check_site(selector: str | None) -> None:
     if counts[FAIL]:
         raise ConfigError(f"site {site['name']} does not fit this machine: "
                           f"{counts[FAIL]} check(s) FAIL", "fix the lines marked FAIL above")
+
+
+def _check_node_power(site: dict, report) -> None:
+    """One line per node power source: found (channels, rate), absent, or why not."""
+    from hpcai.workloads.node_power import open_sources
+
+    config = site.get("node_power") or {}
+    if not config.get("sources"):
+        report(OK, "node_power", "no sources: efficiency with node uses power.node_overhead_w")
+        return
+    runs, status = open_sources(config)
+    for run in runs:
+        run.tick()  # one read, so a source that opens but cannot answer shows here
+        run.stop()
+        if run.faults:
+            entry = next(s for s in status if s["source"] == run.source.kind)
+            entry["status"], entry["detail"] = "unavailable", "; ".join(run.faults)
+    for entry in status:
+        level = {"ok": OK, "absent": OK, "unavailable": FAIL}[entry["status"]]
+        report(level, f"node_power.{entry['source']}", f"{entry['status']}: {entry['detail']}")
 
 
 def _check_gpus(site: dict, report):

@@ -33,6 +33,10 @@ DEFAULTS = {
     "gpu": {"vendor": "auto"},  # per_node: optional
     "power": {"method": "auto", "command": "", "cap_tolerance_frac": 0.05,
               "node_overhead_w": 100.0},  # allowed_cap_range_w: optional [lo, hi]
+    # Node power beside the GPUs (RAPL, HPE Cray pm_counters, IPMI); [] = none.
+    "node_power": {"sources": []},
+    # pue, carbon_g_per_kwh, price_per_kwh, currency: optional; absent = not reported.
+    "facility": {},
     # min_free_mb: a run refuses to start with less free space in the results folder.
     "paths": {"results": "results", "state_dir": "", "min_free_mb": 100},
     # Host folders bound at /data, /models and /scratch in the container; "" = not bound.
@@ -113,6 +117,18 @@ def _check_consistency(raw: dict, path) -> None:
             check_command_template(power["command"])
         except ConfigError as exc:
             raise invalid("power.command", exc.message, exc.hint) from None
+    node_power = raw.get("node_power", {})
+    sources = node_power.get("sources", [])
+    if "auto" in sources and len(sources) > 1:
+        raise invalid("node_power.sources", f"{sources} mixes auto with named sources",
+                      'give ["auto"] alone, or name the sources')
+    for kind, where in (("ipmi", "host"), ("redfish", "url")):
+        if kind in sources:
+            section = node_power.get(kind, {})
+            missing = [k for k in (where, "credentials_file") if not section.get(k)]
+            if missing:
+                raise invalid(f"node_power.{kind}.{missing[0]}", f"is required when sources has {kind}",
+                              f"name the BMC's {where} and a file holding its credentials")
     vendor = raw.get("gpu", {}).get("vendor", "auto")
     needs = {"nvml": "nvidia", "amdsmi": "amd"}.get(power.get("method", "auto"))
     if needs and vendor not in ("auto", needs):

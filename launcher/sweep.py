@@ -197,8 +197,9 @@ def attempts(sweep_dir: Path, digest: str) -> dict[Slot, list[dict]]:
 
 # ---- the idle baseline ----------------------------------------------------------
 def measure_idle(vendor: str, gpu_indices: list[int] | None, seconds: float,
-                 interval_s: float) -> dict:
-    """Power drawn with nothing running, once per sweep, through the same sampler."""
+                 interval_s: float, node_power: dict | None = None) -> dict:
+    """Power drawn with nothing running, once per sweep, through the same sampler;
+    node_power: the site's [node_power], whose sources are read beside the GPUs."""
     from hpcai.workloads.power_sources import discover
     from hpcai.workloads.telemetry import Sampler, window_stats
 
@@ -220,6 +221,13 @@ def measure_idle(vendor: str, gpu_indices: list[int] | None, seconds: float,
                 names.append({"index": None, "name": domain.name})
                 sources.append(domain)
         sampler = Sampler(sources, interval_s)
+        node = None
+        if (node_power or {}).get("sources"):
+            from hpcai.workloads.node_power import NodePowerSampler
+
+            node = NodePowerSampler(node_power)
+            node._wall0, node._mono0 = sampler._wall0, sampler._mono0  # one clock
+            node.start()
         sampler.start()
         try:
             start = sampler.mark("idle-start")
@@ -227,6 +235,8 @@ def measure_idle(vendor: str, gpu_indices: list[int] | None, seconds: float,
             end = sampler.mark("idle-end")
         finally:
             sampler.stop()
+            if node is not None:
+                node.stop()
         devices = []
         for i, who in enumerate(names):
             stats = window_stats(sampler.series(i, start.t, end.t))
@@ -247,10 +257,14 @@ def measure_idle(vendor: str, gpu_indices: list[int] | None, seconds: float,
         if busy:
             reason = (f"the GPUs were not idle ({', '.join(busy)} utilisation, above "
                       f"{IDLE_BUSY_PCT:g}%): measured again when the sweep resumes")
-        return {"available": total is not None and not busy, "source": discovery.kind,
-                "reason": reason,
-                "seconds": end.t - start.t, "measured": _now_iso(),
-                "total_power_w": total, "devices": devices}
+        baseline = {"available": total is not None and not busy, "source": discovery.kind,
+                    "reason": reason,
+                    "seconds": end.t - start.t, "measured": _now_iso(),
+                    "total_power_w": total, "devices": devices}
+        if node is not None:
+            summary = node.summary((start.t, end.t))
+            baseline["node_power"] = {"sources": summary["sources"], "reasons": summary["reasons"]}
+        return baseline
     finally:
         discovery.close()
 
@@ -382,7 +396,7 @@ def run_sweep(opts) -> int:
                 # Before the first run, while the GPUs are idle and at their own limits.
                 summary.doc["idle_baseline"] = measure_idle(
                     spec["devices"]["vendor"], spec["devices"]["gpu_indices"], opts.idle_s,
-                    float(spec["protocol"]["sample_interval_s"]))
+                    float(spec["protocol"]["sample_interval_s"]), spec.get("node_power"))
                 _log_idle(summary.doc["idle_baseline"])
                 summary.write()
             for i in todo:

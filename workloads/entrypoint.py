@@ -100,6 +100,7 @@ class Run:
         self.ctx = self.discovery = self.sampler = self.workload = None
         self.sampler_written = True
         self.watcher = None
+        self.node_power = None  # NodePowerSampler: the site's node sources, own threads
 
     # ---- the run --------------------------------------------------------
     def execute(self) -> int:
@@ -134,6 +135,8 @@ class Run:
             with deferred_signals():
                 if self.sampler is not None:
                     self.sampler.stop()
+                if self.node_power is not None:
+                    self.node_power.stop()
                 self._finish()
             if watcher is not None:
                 watcher.stop()
@@ -156,6 +159,13 @@ class Run:
                 self.discovery.restrict(self.spec["devices"])
                 sources = self.discovery.gpus or self.discovery.rapl
                 self.sampler = Sampler(sources, float(protocol["sample_interval_s"]))
+                if (self.spec.get("node_power") or {}).get("sources"):
+                    from hpcai.workloads.node_power import NodePowerSampler
+
+                    self.node_power = NodePowerSampler(self.spec["node_power"])
+                    # One clock: the GPU sampler's wall-anchored monotonic time.
+                    self.node_power._wall0 = self.sampler._wall0
+                    self.node_power._mono0 = self.sampler._mono0
             self._write(self._document())  # status "running" until we know better
         module = importlib.import_module(f"hpcai.workloads.{self.impl.module}")
         self.workload = module.build(self.spec, self.ctx)
@@ -163,6 +173,8 @@ class Run:
     def _measure(self) -> None:
         if self.sampler is not None:
             self.sampler.start()
+        if self.node_power is not None:
+            self.node_power.start()
         on_epoch = self._report_epoch if self.ctx.rank == 0 else None
         if isinstance(self.workload, EngineWorkload):
             self.workload.run(self.spec["protocol"], self.progress, on_epoch)
@@ -289,7 +301,8 @@ class Run:
         throughput = R.node_throughput(ranks)
         window = R.measured_window(epochs)
         units = throughput["measured_units"]
-        gpus, packages, power = R.power_section(spec, self.discovery, self.sampler, window, units)
+        gpus, packages, power = R.power_section(spec, self.discovery, self.sampler, window, units,
+                                               node=self.node_power)
         config = self.workload.describe() if self.workload is not None else {}
         if ctx is not None:
             # Per node: throughput per GPU divides by this node's processes.

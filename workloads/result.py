@@ -11,7 +11,7 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-from hpcai.workloads.efficiency import energy_with_overhead_j, units_per_joule
+from hpcai.workloads.efficiency import units_per_joule
 from hpcai.workloads.telemetry import integrate_power_j, window_stats
 
 RESULT_SCHEMA_VERSION = "1.0"
@@ -216,8 +216,10 @@ def _agree(a: float, b: float) -> bool:
     return abs(a - b) <= ENERGY_AGREEMENT_FRAC * max(abs(b), 1e-9)
 
 
-def power_section(spec: dict, discovery, sampler, window, units: int) -> tuple[list, list, dict]:
-    """Per-GPU (or per-CPU-package) figures and the node's energy efficiency."""
+def power_section(spec: dict, discovery, sampler, window, units: int,
+                  node=None) -> tuple[list, list, dict]:
+    """Per-GPU (or per-CPU-package) figures and the node's energy efficiency.
+    node: the NodePowerSampler, or None; its figures go to power["node_power"]."""
     overhead_w = float(spec["power"].get("node_overhead_w", 100.0))
     used_indices = spec["devices"].get("gpu_indices")
     gpus, packages = [], []
@@ -265,6 +267,17 @@ def power_section(spec: dict, discovery, sampler, window, units: int) -> tuple[l
             reason = "no measured epoch completed"
         else:
             reason = "too few power samples in the measured window"
+    node_power = with_node = None
+    with_node_basis = None
+    if node is not None:
+        from hpcai.workloads.node_power import node_section
+
+        node_power = node_section(node.summary(window), energy if available else None,
+                                  window_s, node.status)
+    if available or (node_power and node_power["node_energy_j"] is not None):
+        from hpcai.workloads.node_power import energy_with_node
+
+        with_node, with_node_basis = energy_with_node(node_power, energy, overhead_w, window_s)
     quality = window_quality(sampler, window, power_counts)
     if quality is not None:
         if quality["window_short"]:
@@ -287,14 +300,37 @@ def power_section(spec: dict, discovery, sampler, window, units: int) -> tuple[l
         "energy_j": energy,
         "mean_power_w": energy / window_s if available and window_s else None,
         "node_overhead_w": overhead_w,
-        "energy_with_overhead_j": (energy_with_overhead_j(energy, overhead_w, window_s)
-                                   if available else None),
+        "energy_with_overhead_j": with_node,
+        "energy_with_overhead_basis": with_node_basis,
+        "boundaries": _boundaries(discovery, scope, node_power, with_node_basis),
+        "node_power": node_power,
         "energy_per_unit_j": energy / units if available and units else None,
         "units_per_joule": units_per_joule(units, energy) if available else None,
-        "units_per_joule_with_overhead": (units_per_joule(units, energy, overhead_w, window_s)
-                                          if available else None),
+        "units_per_joule_with_overhead": units_per_joule(units, with_node),
     }
     return gpus, packages, power
+
+
+GPU_API = {"nvidia": "NVML (nvidia-ml-py)", "amd": "amdsmi", "rapl": "Linux powercap sysfs (intel-rapl)"}
+
+
+def _boundaries(discovery, scope, node_power, with_node_basis) -> dict:
+    """Per energy figure of this section: the boundary it covers and the API."""
+    out = {}
+    if scope is not None:
+        source = discovery.vendor if scope == "gpus" else "rapl"
+        out["energy_j"] = {"boundary": "GPU board" if scope == "gpus" else "CPU package",
+                           "api": GPU_API.get(source, source)}
+    if with_node_basis is not None:
+        if with_node_basis.startswith("measured"):
+            entry = next(e for e in node_power["sources"] if e["scope"] == "node"
+                         and e["energy_j"] is not None)
+            out["energy_with_overhead_j"] = {"boundary": "node", "api": entry["api"]}
+        else:
+            out["energy_with_overhead_j"] = {
+                "boundary": (out.get("energy_j", {}).get("boundary", "?") + " + fixed node overhead"),
+                "api": out.get("energy_j", {}).get("api", "?") + " + site config"}
+    return out
 
 
 def _power_samples(sampler, index: int, t0: float, t1: float) -> int:

@@ -28,6 +28,7 @@ class ReportOptions:
     power_run: str | None = None
     title: str = "hpcai report"
     combine_runs: bool = False  # independent runs of one configuration as repeats
+    objective: str = "energy"  # energy | cost | co2 | edp: what picks the recommended cap
 
 
 def build_report(paths: list, opts: ReportOptions) -> int:
@@ -75,17 +76,25 @@ def make_report(paths: list, opts: ReportOptions) -> dict:
     analyses = analyse(cells, opts.max_slowdown)
     work = {unit: opts.work or amount for unit, amount in DEFAULT_WORK.items()}
     overhead = overhead_note(runs, opts.node_overhead_w)
+    from hpcai.launcher.report.boundaries import boundaries_table
+    from hpcai.launcher.report.facility import apply_objective, facility_table
+
+    objective_note = apply_objective(analyses, opts.objective, opts.max_slowdown)
 
     throughput = tables.throughput_tables(cells, analyses, reference)
     efficiency = tables.efficiency_tables(cells, analyses, overhead)
-    recommendations = tables.recommendation_table(analyses, opts.max_slowdown) if analyses else None
+    recommendations = tables.recommendation_table(analyses, opts.max_slowdown,
+                                                       opts.objective) if analyses else None
     fixed = tables.fixed_work_table(analyses, work)
+    facility = facility_table(analyses, work)
+    boundaries = boundaries_table(runs)
     statistics = tables.stats_table(cells) if cells else None
     excluded = tables.excluded_table(runs)
     sweeps_table = tables.idle_table(sweeps)
     runs_table = tables.runs_table(runs)
-    all_tables = [t for t in (*throughput, *efficiency, recommendations, fixed, statistics,
-                              excluded, sweeps_table, runs_table) if t is not None]
+    all_tables = [t for t in (*throughput, *efficiency, recommendations, fixed, facility,
+                              boundaries, statistics, excluded, sweeps_table, runs_table)
+                  if t is not None]
 
     plots, skipped = make_plots(out / "plots", cells, analyses, runs, reference, opts.power_run)
     from hpcai.launcher.report import roofline
@@ -105,7 +114,8 @@ def make_report(paths: list, opts: ReportOptions) -> dict:
              "them as repeats.")),
             (f"Recommended cap: least energy per unit of work within {opts.max_slowdown:.0%} of "
             f"the fastest enforced cap; noisy: coefficient of variation above "
-            f"{opts.noisy_cv:.0%}."),
+            f"{opts.noisy_cv:.0%}." if opts.objective == "energy" else
+             f"{objective_note} Noisy: coefficient of variation above {opts.noisy_cv:.0%}."),
             "Devices: " + "; ".join(sorted({f"{r.device} = {r.device_full}" for r in runs
                                             if r.usable})) if usable else "No usable runs."]
     if reference:
@@ -117,6 +127,8 @@ def make_report(paths: list, opts: ReportOptions) -> dict:
                 ("Throughput per GPU", throughput),
                 ("Energy efficiency", efficiency),
                 ("Energy and time for a fixed amount of work", [t for t in (fixed,) if t]),
+                ("Facility energy, cost and emissions", [t for t in (facility,) if t]),
+                ("Measurement boundaries", [t for t in (boundaries,) if t]),
                 ("Figures", [p for p in plots if p not in roof_plots]
                  + [f"Not drawn: {s}." for s in skipped if s not in roof_skipped]),
                 ("Roofline and hardware correlation", [*roof_notes, *roof_tables, *roof_plots,
@@ -154,7 +166,7 @@ def make_report(paths: list, opts: ReportOptions) -> dict:
         "title": opts.title, "inputs": [shown_path(p) for p in paths],
         "options": {"node_overhead_w": opts.node_overhead_w, "max_slowdown": opts.max_slowdown,
                     "work": work, "noisy_cv": opts.noisy_cv, "reference": opts.reference,
-                    "combine_runs": opts.combine_runs},
+                    "combine_runs": opts.combine_runs, "objective": opts.objective},
         "node_overhead": overhead,
         "cells": records,
         "best_caps": [outputs.analysis_record(a, work) for a in analyses],
@@ -182,6 +194,11 @@ def overhead_note(runs, override: float | None) -> str:
         return (f"Node overhead in efficiency: {override:g} W per node (set with "
                 "--node-overhead-w; the results stated "
                 f"{_stated(runs)}).")
+    measured = sum(1 for r in runs if r.usable and r.node_energy_j)
+    if measured:  # Run.efficiency prefers measured node energy to the fixed overhead
+        return (f"Node energy in efficiency: measured at the node for {measured} of "
+                f"{sum(1 for r in runs if r.usable)} run(s); for the rest {_stated(runs)}, "
+                "as stated in the results (--node-overhead-w replaces both).")
     return (f"Node overhead in efficiency: {_stated(runs)}, as stated in the results "
             "(change it with --node-overhead-w).")
 

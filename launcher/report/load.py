@@ -81,6 +81,11 @@ class Run:
     mean_power_w: float | None = None
     units_per_joule: float | None = None
     units_per_joule_with_overhead: float | None = None
+    # Measured node energy over the window (power.node_power), and the result's power
+    # section as written: the boundaries report (report/boundaries.py) reads it.
+    node_energy_j: float | None = None
+    power_doc: dict = field(default_factory=dict)
+    facility: dict = field(default_factory=dict)  # the site's pue, carbon, price (spec.facility)
     sm_clock_mhz: float | None = None
     memory_clock_mhz: float | None = None
     samples_path: Path | None = None
@@ -108,6 +113,8 @@ class Run:
         if not self.power_available or self.window_s is None:
             return None
         if overhead_w is None:
+            if self.node_energy_j:  # measured: preferred to the stated fixed overhead
+                return self.units / self.node_energy_j
             overhead_w = self.node_overhead_w or 0.0
         return units_per_joule(self.units, self.energy_j, overhead_w, self.window_s)
 
@@ -274,6 +281,9 @@ def _fill(run: Run, path: Path, doc: dict) -> None:
     run.mean_power_w = power.get("mean_power_w")
     run.units_per_joule = power.get("units_per_joule")
     run.units_per_joule_with_overhead = power.get("units_per_joule_with_overhead")
+    run.node_energy_j = (power.get("node_power") or {}).get("node_energy_j")
+    run.facility = dict(spec.get("facility") or {})
+    run.power_doc = power
     run.units = (doc.get("work") or {}).get("measured_units")
     run.precision = config.get("precision")
     run.flops_per_unit, run.bytes_per_unit = config.get("flops_per_unit"), config.get("bytes_per_unit")

@@ -181,10 +181,14 @@ def efficiency_tables(cells: list[Cell], analyses: list[Analysis], overhead_note
     return tables
 
 
-def recommendation_table(analyses: list[Analysis], max_slowdown: float) -> Table:
+def recommendation_table(analyses: list[Analysis], max_slowdown: float,
+                         objective: str = "energy") -> Table:
     sites = len({a.group.site for a in analyses}) > 1
+    least = {"energy": "least energy", "cost": "least facility cost",
+             "co2": "least CO2"}.get(objective)
     header = ["Workload", "GPU", "Most efficient cap", "Fastest cap",
-              f"Recommended (least energy within {max_slowdown:.0%} of the fastest)",
+              f"Recommended ({least} within {max_slowdown:.0%} of the fastest)" if least
+              else "Recommended (least energy × time)",
               "Throughput cost", "Energy saved", "Least energy × time", "Pareto front (caps)"]
     rows, unranked = [], []
     for a in analyses:
@@ -242,8 +246,10 @@ def fixed_work_table(analyses: list[Analysis], work: dict[str, float]) -> Table 
     if not rows:
         return None
     return Table("fixed-work", "Energy and time for a fixed amount of work (one node)", header,
-                 rows, [("Energy is the node's: its GPUs plus the node overhead. Time is at "
-                        "the node's throughput (all its GPUs). Bold: least energy × time."),
+                 rows, [("Energy is the node's: measured at the node where a node power "
+                        "source measured it, else its GPUs plus the node overhead (see "
+                        "Measurement boundaries). Time is at the node's throughput (all its "
+                        "GPUs). Bold: least energy × time."),
                         "Change the amount with --work."])
 
 

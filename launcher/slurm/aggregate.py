@@ -96,6 +96,12 @@ def aggregate(job: Job, index: int) -> dict:
     doc["throughput"] = {"unit": unit, "total": total, "per_gpu": total / gpus,
                          "per_node": total / job.nodes, "gpus": gpus}
     doc["power"] = _power(docs)
+    placed = (docs[0].get("spec") or {}).get("slurm") or {}
+    if placed.get("job_id") and placed.get("step_id") is not None:
+        # Slurm's own figure for the step (the array task's job id), beside ours.
+        from hpcai.launcher.slurm.energy import step_energy
+
+        doc["slurm_energy"] = step_energy(str(placed["job_id"]), str(placed["step_id"]))
     doc["scaling"] = _scaling(job, docs[0], doc["throughput"]["per_gpu"])
     return doc
 
@@ -108,10 +114,17 @@ def _power(docs: list[dict]) -> dict:
     window = max(p["window_s"] for p in powers)
     units = sum(d["work"]["measured_units"] for d in docs)
     overhead_w = sum(p["node_overhead_w"] for p in powers)
+    with_node = units_per_joule(units, energy, overhead_w, window)
+    basis = f"fixed overhead ({overhead_w:g} W over the nodes)"
+    if all((p.get("energy_with_overhead_basis") or "").startswith("measured") for p in powers):
+        # Every node measured its own energy (node_power): their sum, not the fixed overhead.
+        with_node = units_per_joule(units, sum(p["energy_with_overhead_j"] for p in powers))
+        basis = "measured at each node"
     return {"available": True, "reason": None, "energy_j": energy, "window_s": window,
             "mean_power_w": sum(p["mean_power_w"] for p in powers),
             "units_per_joule": units_per_joule(units, energy),
-            "units_per_joule_with_overhead": units_per_joule(units, energy, overhead_w, window)}
+            "units_per_joule_with_overhead": with_node,
+            "energy_with_overhead_basis": basis}
 
 
 def _scaling(job: Job, first: dict, per_gpu: float) -> dict:
