@@ -49,22 +49,9 @@ def write_journal(path, method: str, snapshot: dict[int, dict]) -> dict:
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as exc:
         raise PowerError(f"cannot write the power journal {path}: {exc}", STATE_DIR_HINT) from exc
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(record, f, indent=2)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as exc:
-        Path(tmp).unlink(missing_ok=True)
-        if isinstance(exc, OSError):
-            raise PowerError(f"cannot write the power journal {path}: {exc}", STATE_DIR_HINT) from exc
-        raise
-    _fsync_dir(path.parent)  # make the rename itself survive a crash
+    _write_record(path, record)
     return record
 
 
@@ -126,7 +113,12 @@ def record_workload(path, pgid: int, tag: str) -> None:
 
 
 def _write_record(path: Path, record: dict) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    """Atomically: a temporary file, fsync, rename, then fsync the folder so the
+    rename itself survives a crash."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise PowerError(f"cannot write the power journal {path}: {exc}", STATE_DIR_HINT) from exc
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(record, f, indent=2)

@@ -37,6 +37,7 @@ has, and the test says so.
 from __future__ import annotations
 
 import importlib.metadata as md
+import importlib.util
 import json
 import os
 import re
@@ -60,25 +61,21 @@ INSTALL = REPO / "definitions" / "common" / "install-hpcai.sh"
 FAKES = REPO / "tests" / "fakes"
 SGLANG_STANDIN = REPO / "tests" / "standins" / "sglang"
 GPU_DEFINITIONS = [(flavour, family) for flavour in ("cuda", "rocm") for family in IMAGE_FAMILIES]
+
+def _load_lock():
+    """definitions/requirements/lock.py: its vendor-build list and pin reader, one source."""
+    spec = importlib.util.spec_from_file_location("hpcai_lock", REQS / "lock.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+LOCK = _load_lock()
 # Vendor builds: lock.py's STUB list (metadata-only stand-ins here, modules borrowed).
-STUB = {"torch", "torchvision", "torchaudio", "triton", "pytorch-triton", "pytorch-triton-rocm",
-        "sglang", "sgl-kernel", "sglang-kernel", "flashinfer-python"}
+STUB = LOCK.STUB
+normalise, pin_lines = LOCK.normalise, LOCK.pins
 ALIASES = {"pytorch-triton": "triton", "pytorch-triton-rocm": "triton"}
 RENAMED = {"tensorflow-rocm": "tensorflow-cpu"}  # not on the index -> its same-module twin
-
-
-def normalise(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def pin_lines(path: Path) -> dict[str, str]:
-    out = {}
-    for line in path.read_text().splitlines():
-        line = line.split("#", 1)[0].strip()
-        if line:
-            name, version = line.split("==")
-            out[normalise(name)] = version
-    return out
 
 
 def lock_base(reqs: Path) -> Path:
