@@ -21,12 +21,22 @@ _TORCHRUN_LOG = re.compile(r"^[EWI]\d{4} [\d:.]+ \d+ .*torch/distributed/elastic
 _CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
 
 
+# The line that ends a traceback: `RuntimeError: ...`, `pkg.mod.SomeError: ...`,
+# or a bare `KeyboardInterrupt`. A rank's own "[hpcai] error: ..." line is not one.
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(:|$)")
+
+
 class TracebackFilter:
-    """Line by line: True to show a line, False for one of a traceback or banner."""
+    """Line by line: True to show a line, False for one of a traceback or banner.
+
+    Ranks share the log file, so their tracebacks interleave line by line: the
+    filter counts the tracebacks still open (a header not yet closed by its
+    exception line) and hides every frame line while any is open, instead of
+    assuming one traceback at a time."""
 
     def __init__(self):
-        self.state = "text"  # text | traceback | banner
-        self.rules = 0
+        self.open = 0  # tracebacks whose exception line has not come yet
+        self.banner_rules = None  # None, or the ==== rules of torchrun's banner seen so far
         self.hidden = 0
 
     def show(self, line: str) -> bool:
@@ -36,22 +46,24 @@ class TracebackFilter:
         return keep
 
     def _show(self, line: str) -> bool:
-        if self.state == "banner":
+        if self.banner_rules is not None:
             if line.startswith("=" * 20):
-                self.rules += 1
-                if self.rules >= 2:
-                    self.state = "text"
-            return False
-        if self.state == "traceback":
-            if not line or line[0].isspace() or line.startswith("^"):
-                return False
-            # The exception's own line ends the traceback; torchrun's goes on with a banner.
-            self.state = "banner" if "ChildFailedError" in line else "text"
-            self.rules = 0
+                self.banner_rules += 1
+                if self.banner_rules >= 2:
+                    self.banner_rules = None
             return False
         if line.startswith("Traceback (most recent call last):"):
-            self.state = "traceback"
+            self.open += 1
             return False
+        if self.open:
+            if not line or line[0].isspace() or line.startswith("^"):
+                return False  # a frame, a source line, a caret
+            if _EXCEPTION_LINE.match(line) and not line.startswith(_CHAINED):
+                # One traceback ends; torchrun's goes on with its failure banner.
+                self.open -= 1
+                if "ChildFailedError" in line:
+                    self.banner_rules = 0
+                return False
         if _TORCHRUN_LOG.match(line) or line.startswith(_CHAINED):
             return False
         return True

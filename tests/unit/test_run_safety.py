@@ -141,6 +141,22 @@ def test_worker_tracebacks_stay_in_the_log():
     assert len(shown) <= 3, shown  # two ranks' one-line errors
 
 
+def test_interleaved_tracebacks_of_two_ranks_stay_hidden():
+    """Two ranks write one log: under load their tracebacks interleave line by
+    line (seen in a CI run: rank 1's header came before rank 0's exception line,
+    and rank 1's frames reached the terminal)."""
+    rank = ["[hpcai] error: RuntimeError: out of memory",
+            "Traceback (most recent call last):",
+            '  File "/x/entrypoint.py", line 10, in run',
+            "    self.step()",
+            "    ^^^^^^^^^^^",
+            "RuntimeError: out of memory"]
+    interleaved = [line for pair in zip(rank, rank) for line in pair]  # a a b b ...
+    keep = TracebackFilter()
+    shown = [line for line in interleaved + ["hpcai.workloads FAILED"] if keep.show(line)]
+    assert shown == ["[hpcai] error: RuntimeError: out of memory"] * 2 + ["hpcai.workloads FAILED"]
+
+
 # ---- one efficiency formula, node overhead 0 W included -----------------------------
 def test_zero_node_overhead_is_a_value_and_result_and_report_agree():
     from hpcai.gpu.base import GpuReading
