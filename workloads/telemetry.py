@@ -53,6 +53,9 @@ class Sampler:
         self._wall0, self._mono0 = time.time(), time.monotonic()
         self.full_every = max(1, round(FULL_READ_S / self.interval_s))
         self._ticks = 0
+        # A mark (an epoch boundary) asks for a full read on the next tick, so a
+        # window shorter than FULL_READ_S still holds clocks and temperature.
+        self._full_next = False
 
     def now(self) -> float:
         """Wall-clock seconds, advanced by the monotonic clock since the start."""
@@ -74,7 +77,8 @@ class Sampler:
 
     def _tick(self) -> None:
         start = time.perf_counter()
-        full = self._ticks % self.full_every == 0
+        full = self._ticks % self.full_every == 0 or self._full_next
+        self._full_next = False
         self._ticks += 1
         with self._lock:
             t = self.now()
@@ -112,6 +116,7 @@ class Sampler:
                     energies.append(None)
             mark = Mark(label, self.now(), energies)
         self.marks.append(mark)
+        self._full_next = True
         return mark
 
     # ---- what the result needs -------------------------------------------

@@ -145,6 +145,28 @@ def test_sampler_reads_power_every_tick_and_the_rest_once_a_second(tmp_path, mon
     assert fast.temperature_c is None and fast.throttle_reasons is None
 
 
+def test_a_mark_asks_for_a_full_read_so_short_windows_keep_their_clocks():
+    """A tiny run's measured window (0.3 s, seen in CI) fell between two
+    once-a-second full reads: no clocks in the window, no clocks plot."""
+    class Source:
+        def read(self):
+            return GpuReading(power_w=100.0, sm_clock_mhz=1500.0)
+
+        def read_power(self):
+            return GpuReading(power_w=100.0)
+
+        def energy_j(self):
+            return None
+
+    sampler = Sampler([Source()], interval_s=0.1)
+    sampler._tick()  # the first, full read
+    sampler._tick()
+    sampler.mark("measured-start")
+    sampler._tick()  # asked for by the mark
+    sampler._tick()
+    assert [r[0].sm_clock_mhz for r in sampler.readings] == [1500.0, None, 1500.0, None]
+
+
 def test_amd_power_ticks_read_the_metrics_table_once_per_gpu(tmp_path, monkeypatch):
     mods = fgs.install(monkeypatch, tmp_path / "gpus.json", fgs.make_devices(8, "amd"))
     amdsmi = mods["amdsmi"]
