@@ -30,6 +30,7 @@ from pathlib import Path
 import pytest
 
 from conftest import pid_alive
+from disks import small_disk
 
 pytestmark = pytest.mark.slow
 ROUNDS = 20
@@ -56,19 +57,6 @@ def workload_processes(marker: bytes) -> list[int]:
                 and pid_alive(int(entry.name)):
             found.append(int(entry.name))
     return found
-
-
-@contextlib.contextmanager
-def disk(folder: Path):
-    folder.mkdir(parents=True)
-    mounted = os.geteuid() == 0 and subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(folder)],
-        capture_output=True).returncode == 0
-    try:
-        yield mounted
-    finally:
-        if mounted:
-            subprocess.run(["umount", "-l", str(folder)], check=False)
 
 
 def fill(folder: Path, mounted: bool) -> None:
@@ -139,7 +127,7 @@ def test_twenty_random_faults_leave_every_invariant_intact(fake_nvidia_node, tmp
     site = tmp_path / "small-disk.toml"  # runs start on the 4 MB disk (the default asks 100 MB)
     site.write_text('name = "small-disk"\n[paths]\nmin_free_mb = 0.5\n')
     violations: list[str] = []
-    with disk(tmp_path / "disk") as mounted:
+    with small_disk(tmp_path / "disk", "4m") as mounted:
         print(f"disk faults: {'a 4 MB tmpfs fills (ENOSPC)' if mounted else 'read-only (EACCES)'}",
               flush=True)
         for round_ in range(ROUNDS):

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import assert_valid_result, pid_alive
+from disks import small_disk
 
 pytestmark = pytest.mark.slow
 TINY = ["resnet50", "--preset", "tiny", "--device", "cpu"]
@@ -159,24 +160,6 @@ def test_a_failing_workload_prints_one_line_and_keeps_its_tracebacks(fake_nvidia
     assert lines[-1].startswith("hpcai-launch: error: run failed:")
     log = Path(lines[-1].rsplit("output is in ", 1)[1])
     assert log.name == "workload.log" and log.read_text().count("Traceback") >= 2
-
-
-@contextlib.contextmanager
-def small_disk(folder: Path, size: str = "2m"):
-    """A folder on a real tmpfs of `size` (it fills: ENOSPC). Mounting needs
-    root; elsewhere the folder turns read-only instead (EACCES)."""
-    folder.mkdir(parents=True)
-    mounted = os.geteuid() == 0 and subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
-        capture_output=True).returncode == 0
-    try:
-        yield mounted
-    finally:
-        if mounted:
-            subprocess.run(["umount", "-l", str(folder)], check=False)
-        else:
-            with contextlib.suppress(OSError):
-                folder.chmod(0o755)
 
 
 def small_site(tmp_path: Path, min_free_mb: float) -> str:
