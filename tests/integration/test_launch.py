@@ -109,7 +109,14 @@ def test_killed_launcher_leaves_a_journal_that_power_restore_replays(fake_nvidia
     proc = node.popen(*TINY, "--device", "cpu", "--cap", "350", "--epochs", "500",
                       "-o", str(node.results))
     deadline = time.time() + 120
-    while node.limits() != [350.0, 350.0]:
+
+    def workload_journalled():
+        journals = node.journal_files()
+        return journals and "workload" in json.loads(journals[0].read_text())
+
+    # Kill once the workload is started and journalled (the cap is set just before:
+    # a kill in between leaves no workload, a case test_run_safety_e2e covers).
+    while node.limits() != [350.0, 350.0] or not workload_journalled():
         assert proc.poll() is None and time.time() < deadline
         time.sleep(0.2)
     proc.kill()  # SIGKILL: no handler runs
