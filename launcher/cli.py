@@ -32,6 +32,26 @@ class Caps(click.ParamType):
             self.fail(exc.one_line(), param, ctx)
 
 
+class Clocks(click.ParamType):
+    """MHz per GPU: one clock, a list (1005,1410) or a range (1005:1980:165, stop
+    included), as a sorted list; checked against each GPU's supported clocks."""
+
+    name = "MHZ|LIST|START:STOP:STEP"
+
+    def __init__(self, flag: str):
+        self.flag = flag
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, list):
+            return value
+        from hpcai.launcher.sweep import parse_clocks
+
+        try:
+            return parse_clocks(value, self.flag)
+        except HpcaiError as exc:
+            self.fail(exc.one_line(), param, ctx)
+
+
 def _run_guarded(fn, *args, **kwargs):
     """Turn hpcai errors into one line on stderr and a non-zero exit status."""
     try:
@@ -96,6 +116,7 @@ def main():
       hpcai-launch resnet50                   run on every GPU (or the CPU)
       hpcai-launch resnet50 --cap 300         the same under a 300 W cap per GPU
       hpcai-launch resnet50 --cap 200:700:100 --repeat 3   a cap sweep
+      hpcai-launch resnet50 --sm-clock 1005,1410,1980     a clock-cap sweep
       hpcai-launch resnet50 --preset tiny --dry-run
       hpcai-launch power show                 current power limits
       hpcai-launch power restore              undo a cap left by a killed run
@@ -155,17 +176,22 @@ def _slurm_options(slurm, nodes, partition, account, time_limit, array, extra, g
 def _workload_command(workload):
     presets = list(workload.presets)
 
-    def command(preset, impl, caps, repeat, seed, order, idle_s, power_method, site, device,
+    def command(preset, impl, caps, sm_clocks, mem_clocks, repeat, seed, order, idle_s,
+                power_method, site, device,
                 gpus, nproc, batch_size, epochs, warmup_epochs, steps_per_epoch, precision,
                 channels_last, compile_, sample_interval_ms, no_telemetry, output, journal,
                 runtime, image, dry_run, slurm, nodes, partition, account, time_limit, array,
                 slurm_options, **extra):
         from hpcai.launcher.run import Options, launch
 
-        # One cap and one repeat is a plain run, exactly as without sweeps.
-        sweep = repeat > 1 or (caps is not None and len(caps) > 1)
+        # One cap (and clock) and one repeat is a plain run, exactly as without sweeps.
+        sweep = repeat > 1 or any(v is not None and len(v) > 1
+                                  for v in (caps, sm_clocks, mem_clocks))
         batch = _slurm_options(slurm, nodes, partition, account, time_limit, array,
                                slurm_options, gpus)
+        if batch is not None and any(v is not None and len(v) > 1 for v in (sm_clocks, mem_clocks)):
+            raise click.UsageError("clock sweeps are not submitted to Slurm yet: give one "
+                                   "--sm-clock/--mem-clock per job")
         opts = Options(
             workload=workload.name, impl=impl, preset=preset,
             cap_w=caps[0] if caps and not sweep else None,
@@ -174,6 +200,9 @@ def _workload_command(workload):
             power_method=power_method, site=site, device=device, gpus=gpus, nproc=nproc,
             output=output, dry_run=dry_run, telemetry=not no_telemetry, journal=journal,
             runtime=runtime, image=image, slurm=batch,
+            sm_clock_mhz=sm_clocks[0] if sm_clocks and len(sm_clocks) == 1 else None,
+            mem_clock_mhz=mem_clocks[0] if mem_clocks and len(mem_clocks) == 1 else None,
+            sm_clocks=sm_clocks if sweep else None, mem_clocks=mem_clocks if sweep else None,
             params={"batch_size": batch_size, "precision": precision,
                     "channels_last": channels_last, "compile": compile_, **extra},
             protocol={"epochs": epochs, "warmup_epochs": warmup_epochs,
@@ -191,6 +220,13 @@ def _workload_command(workload):
         click.option("--cap", "caps", type=Caps(),
                      help="power cap per GPU in watts, restored after each run; a list "
                           "(200,300,400) or range (200:700:100) runs a sweep"),
+        click.option("--sm-clock", "sm_clocks", type=Clocks("--sm-clock"),
+                     help="highest SM (graphics) clock per GPU in MHz, restored after each "
+                          "run (NVIDIA: locked clocks, AMD: the sclk limit; root); a list or "
+                          "range runs a sweep, with --cap a grid; checked against each GPU's "
+                          "supported clocks (hpcai-launch power clocks)"),
+        click.option("--mem-clock", "mem_clocks", type=Clocks("--mem-clock"),
+                     help="highest memory clock per GPU in MHz, as --sm-clock"),
         click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
                      help="runs per cap (a sweep when above 1)"),
         click.option("--seed", type=click.IntRange(min=0),
@@ -293,7 +329,7 @@ def info(site, as_json):
 
 @main.group()
 def power():
-    """Show power limits, or restore them after a killed run."""
+    """Show power limits and clocks, or restore them after a killed run."""
 
 
 @power.command(name="show")
@@ -306,6 +342,16 @@ def power_show(site, power_method):
     _run_guarded(show_power, site, power_method)
 
 
+@power.command(name="clocks")
+@click.option("--site", help="site name or .toml path")
+@click.option("--power-method", type=click.Choice(POWER_METHODS))
+def power_clocks(site, power_method):
+    """Each GPU's SM and memory clock now, and the clocks --sm-clock/--mem-clock accept."""
+    from hpcai.launcher.info import show_clocks
+
+    _run_guarded(show_clocks, site, power_method)
+
+
 @power.command(name="restore")
 @click.option("--site", help="site name or .toml path")
 @click.option("--power-method", type=click.Choice(POWER_METHODS))
@@ -314,7 +360,7 @@ def power_show(site, power_method):
               help="stop the killed run's workload first if it still runs (SIGTERM, then "
                    "SIGKILL), and restore even if its launcher still runs")
 def power_restore(site, power_method, journal, force):
-    """Put back the limits recorded by a launcher that was killed.
+    """Put back the limits and clocks recorded by a launcher that was killed.
 
     Refuses while the killed run's workload still runs on the GPUs (a cap
     lifted under it would mislabel its result), unless --force.

@@ -138,6 +138,10 @@ def show_power(site_selector: str | None, method: str | None) -> None:
                    "run `hpcai-launch power restore` if no run is active")
 
 
+def _mhz(value) -> str:
+    return "-" if value is None else f"{value:.0f} MHz"
+
+
 def _w(value) -> str:
     return "-" if value is None else f"{value:.0f} W"
 
@@ -145,16 +149,52 @@ def _w(value) -> str:
 def restore_power(site_selector: str | None, method: str | None, journal: str | None,
                   force: bool = False) -> None:
     from hpcai.launcher.power import restore_from_journal
+    from hpcai.launcher.power.clocks import clock_journal_path, restore_clocks_from_journal
 
     site = sites.load(site_selector)
     node = Node.detect(site["gpu"]["vendor"])
     path = journal_path(site, journal)
-    if not path.exists():
+    clock_path = clock_journal_path(path)
+    if not path.exists() and not clock_path.exists():
         click.echo(f"no power journal at {path}: nothing to restore")
         return
     with _backend(site, method, node.vendor) as backend:
+        if clock_path.exists():  # clocks first: the run capped them last
+            done = restore_clocks_from_journal(backend, path, force=force)
+            for gpu in done["gpus"]:
+                how = ("reset to the driver's default" if gpu["restore"] == "reset"
+                       else f"limit back to {gpu['mhz']} MHz")
+                click.echo(f"GPU {gpu['index']}: {'SM' if gpu['domain'] == 'sm' else 'memory'} "
+                           f"clock {how}")
+            click.echo(f"clock journal {clock_path} removed")
+        if not path.exists():
+            return
         done = restore_from_journal(backend, path, force=force)
     for gpu in done["gpus"]:
         click.echo(f"GPU {gpu['index']}: restored to {gpu['limit_w']:g} W "
                    f"(reads {gpu['read_back_w']:g} W)")
     click.echo(f"journal {path} removed")
+
+
+def show_clocks(site_selector: str | None, method: str | None) -> None:
+    """`hpcai-launch power clocks`: each GPU's clocks now and the ones it supports."""
+    from hpcai.gpu.clocks import clock_control
+
+    site = sites.load(site_selector)
+    node = Node.detect(site["gpu"]["vendor"])
+    if not node.gpus:
+        click.echo("no GPU found: there are no clocks to show")
+        return
+    with _backend(site, method, node.vendor) as backend:
+        for g in backend.gpus():
+            control = clock_control(backend._device(g.index))
+            for domain, name in (("sm", "SM"), ("mem", "memory")):
+                supported = control.supported(domain)
+                now = control.current_mhz(domain)
+                limit = control.limit_mhz(domain)
+                values = (", ".join(map(str, sorted(supported.values, reverse=True)))
+                          if supported.values is not None else
+                          f"any MHz in {supported.lo}-{supported.hi}")
+                click.echo(f"GPU {g.index} {name} clock: now {_mhz(now)}"
+                           + (f", limit {_mhz(limit)}" if limit is not None else "")
+                           + f"; supported: {values}")

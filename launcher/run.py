@@ -60,6 +60,12 @@ class Options:
     runtime: str = "auto"  # auto | host | apptainer
     image: str | None = None  # a SIF to run instead of the images folder's
     slurm: object = None  # SlurmOptions: submit as a batch job instead of running here
+    # Clock caps (--sm-clock/--mem-clock), MHz per GPU; the lists make a sweep
+    # (a grid with the caps), as caps does.
+    sm_clock_mhz: int | None = None
+    mem_clock_mhz: int | None = None
+    sm_clocks: list | None = None
+    mem_clocks: list | None = None
 
     @property
     def is_sweep(self) -> bool:
@@ -159,6 +165,11 @@ def plan(opts: Options, placement: dict | None = None,
     if opts.cap_w is not None and not node.gpus and not opts.dry_run:
         raise UsageError("--cap needs GPUs, and no GPU management library sees one here",
                          "drop --cap, or install nvidia-ml-py / amdsmi on a GPU node")
+    clocks = clock_request(opts)
+    if clocks and not node.gpus and not opts.dry_run:
+        raise UsageError(f"{_clock_flags(clocks)} need GPUs, and no GPU management library "
+                         "sees one here", "drop them, or run as root on a GPU node with "
+                         "nvidia-ml-py / amdsmi")
     preset = opts.preset or (workload.gpu_default_preset if device == "cuda"
                              else workload.cpu_default_preset)
     if device == "cuda":
@@ -187,6 +198,10 @@ def plan(opts: Options, placement: dict | None = None,
     if opts.cap_w is not None and not gpu_indices and not opts.dry_run:
         raise UsageError("--cap needs GPUs, and none of this node's GPUs is visible to this job",
                          "check CUDA_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES, or drop --cap")
+    if clocks and not gpu_indices and not opts.dry_run:
+        raise UsageError(f"{_clock_flags(clocks)} need GPUs, and none of this node's GPUs is "
+                         "visible to this job", "check CUDA_VISIBLE_DEVICES / "
+                         "ROCR_VISIBLE_DEVICES, or drop them")
     method = opts.power_method or site["power"]["method"]
     output = Path(opts.output or site["paths"]["results"]).absolute()
     chosen = runtime.select(opts.runtime, site, node.vendor, workload.image_family, opts.image, log)
@@ -202,6 +217,10 @@ def plan(opts: Options, placement: dict | None = None,
         gpu_name=_gpu_name(node, gpu_indices) if device == "cuda" else None,
     )
     spec["node_power"] = site["node_power"]  # node sources the workload's sampler reads
+    if clocks:  # clock caps, MHz per GPU (launcher/power/clocks.py sets and restores them)
+        spec["power"]["clocks"] = clocks
+        spec["run_id"] += "".join(f"-{name}{clocks[key]}MHz" for name, key in
+                                  (("sm", "sm_mhz"), ("mem", "mem_mhz")) if clocks[key] is not None)
     spec["facility"] = site["facility"]  # PUE, carbon and price, for the report
     # GPUs by identity: the workload is handed these ids, its sampler keeps these UUIDs.
     spec["devices"]["gpu_uuids"] = [g.uuid for g, _ in picked] if gpu_indices else None
@@ -214,6 +233,35 @@ def plan(opts: Options, placement: dict | None = None,
         spec["output_dir"] = str(output / spec["run_id"] / f"node-{placement['node_rank']}")
     command = runtime.command(spec, site, str(Path(spec["output_dir"]) / "spec.json"))
     return spec, command, site, node
+
+
+def clock_request(opts: Options) -> dict | None:
+    """{"sm_mhz", "mem_mhz"} of a plain run's clock caps; None without any."""
+    if opts.sm_clock_mhz is None and opts.mem_clock_mhz is None:
+        return None
+    return {"sm_mhz": opts.sm_clock_mhz, "mem_mhz": opts.mem_clock_mhz}
+
+
+def _clock_flags(clocks: dict) -> str:
+    return " and ".join(flag for flag, key in (("--sm-clock", "sm_mhz"), ("--mem-clock", "mem_mhz"))
+                        if clocks.get(key) is not None)
+
+
+def check_clock_caps(spec: dict, node: Node, site: dict, sm_mhz: int | None,
+                     mem_mhz: int | None) -> None:
+    """Every GPU of the run supports the clocks; ClockSession checks again before setting."""
+    if sm_mhz is None and mem_mhz is None:
+        return
+    from hpcai.launcher.power import make_backend
+    from hpcai.launcher.power.clocks import check_clocks, controls_for
+
+    with make_backend(spec["power"]["method"], node.vendor, site["power"]["command"]) as backend:
+        indices = spec["devices"]["gpu_indices"] or []
+        mig = [g.index for g in backend.gpus() if g.index in indices and g.mig_enabled]
+        if mig:
+            raise UsageError(f"clocks cannot be capped on a MIG slice: GPU {mig[0]} is in MIG mode",
+                             "the clocks are the whole GPU's; drop --sm-clock/--mem-clock")
+        check_clocks(controls_for(backend, indices), sm_mhz, mem_mhz)
 
 
 def _preset_gpus(preset, node: Node, requested: int | None) -> int | None:
@@ -274,6 +322,12 @@ def launch(opts: Options, placement: dict | None = None, run_id: str | None = No
 
         with make_backend(spec["power"]["method"], node.vendor, site["power"]["command"]) as backend:
             check_cap(backend, opts.cap_w, spec["devices"]["gpu_indices"], site)
+    clocks = spec["power"].get("clocks")
+    if clocks and not node.gpus:  # a dry run without GPUs: shown, not checked
+        log("note: no GPU is visible here, so the clock caps were not checked; they are "
+            "checked against each GPU's supported clocks where the run happens")
+    elif clocks:
+        check_clock_caps(spec, node, site, clocks["sm_mhz"], clocks["mem_mhz"])
     if opts.dry_run:
         print(json.dumps(spec, indent=2))
         print("command: " + shlex.join(command))
@@ -285,9 +339,12 @@ def launch(opts: Options, placement: dict | None = None, run_id: str | None = No
 
 def execute(spec: dict, command: list[str], site: dict, node: Node, opts: Options) -> int:
     from hpcai.launcher.power import CapSession, make_backend
+    from hpcai.launcher.power.clocks import ClockSession
 
     run_dir = Path(spec["output_dir"])
     cap_w = spec["power"]["cap_w"]
+    clocks = spec["power"].get("clocks") or {}
+    clock_session = None
     indices = spec["devices"]["gpu_indices"] or []
     backend = make_backend(spec["power"]["method"], node.vendor, site["power"]["command"]) \
         if node.gpus else None
@@ -323,6 +380,15 @@ def execute(spec: dict, command: list[str], site: dict, node: Node, opts: Option
             if cap_w is not None:
                 log(f"power limit set to {cap_w:g} W on GPU(s) {', '.join(map(str, indices))};"
                     " it is restored when the run ends")
+            if clocks:
+                # Entered after the cap, so restored before it.
+                clock_session = stack.enter_context(ClockSession(
+                    backend, clocks.get("sm_mhz"), clocks.get("mem_mhz"), indices,
+                    journal_path(site, opts.journal)))
+                from hpcai.launcher.sweep import clock_label
+
+                log(f"clocks capped ({clock_label(clocks.get('sm_mhz'), clocks.get('mem_mhz'))}) "
+                    f"on GPU(s) {', '.join(map(str, indices))}; restored when the run ends")
         # Only now, with the cap in place, does the run leave anything on disk:
         # the folder, its spec and a `running` result that any ending will mark.
         output_check.first_write(run_dir, spec, placeholder_result(spec, run_dir))
@@ -351,6 +417,10 @@ def execute(spec: dict, command: list[str], site: dict, node: Node, opts: Option
                 from hpcai.launcher.power.journal import record_workload
 
                 record_workload(journal_path(site, opts.journal), child.pid, spec["run_id"])
+            if clock_session is not None:
+                from hpcai.launcher.power.clocks import record_clock_workload
+
+                record_clock_workload(journal_path(site, opts.journal), child.pid, spec["run_id"])
             child.wait()
         except (Interrupted, KeyboardInterrupt) as exc:
             interrupted = exc if isinstance(exc, Interrupted) else Interrupted(signal.SIGINT)
@@ -361,11 +431,14 @@ def execute(spec: dict, command: list[str], site: dict, node: Node, opts: Option
         end_limits = limits_in_force(backend, indices)
     if cap_w is not None and backend is not None:
         log("power limits restored")
+    if clock_session is not None:
+        log("clocks restored")
     code = child.returncode if child is not None else None
     if interrupted is not None and under_slurm:
         _await_final_result(run_dir / "result.json", ORPHAN_WAIT_S)
     try:
-        doc = _finish_result(run_dir, spec, code, limits, end_limits, interrupted)
+        doc = _finish_result(run_dir, spec, code, limits, end_limits, interrupted,
+                             clock_session)
     except WorkloadError:
         if interrupted is not None:  # stopped before it could write a result
             raise interrupted from None
@@ -450,7 +523,8 @@ def _await_final_result(path: Path, seconds: float) -> None:
 
 
 def _finish_result(run_dir: Path, spec: dict, code: int | None, limits: dict,
-                   end_limits: dict | None = None, interrupted: Interrupted | None = None) -> dict:
+                   end_limits: dict | None = None, interrupted: Interrupted | None = None,
+                   clock_session=None) -> dict:
     from hpcai.workloads.result import clean, write_json_atomic
 
     path = run_dir / "result.json"
@@ -466,6 +540,10 @@ def _finish_result(run_dir: Path, spec: dict, code: int | None, limits: dict,
             results.mark_crashed(doc, code)
     results.apply_limits(doc, limits, spec["power"]["cap_w"],
                          float(spec["power"]["cap_tolerance_frac"]))
+    if clock_session is not None:
+        from hpcai.launcher.power.clocks import clocks_record
+
+        doc["power"]["clocks"] = clocks_record(clock_session, measured_clocks(doc))
     doc["launcher"] = {"command_exit_code": code,
                        "gpu_limits": results.limits_record(limits, end_limits or {})}
     doc = clean(doc)
@@ -482,6 +560,12 @@ def _finish_result(run_dir: Path, spec: dict, code: int | None, limits: dict,
             "without the launcher's checks: the report will not count it") from None
     results.validate(doc, path)
     return doc
+
+
+def measured_clocks(doc: dict) -> dict[int, dict]:
+    """Per used GPU, the mean SM and memory clock the sampler saw, MHz."""
+    return {g["index"]: {"sm": g.get("sm_clock_mhz_mean"), "mem": g.get("memory_clock_mhz_mean")}
+            for g in doc.get("gpus") or [] if g.get("used")}
 
 
 def doc_status(path: Path) -> str:

@@ -77,42 +77,104 @@ def _parse_range(text: str) -> list[float]:
     return [round(start + i * step, 6) for i in range(count)]
 
 
+# ---- clocks ---------------------------------------------------------------
+def parse_clocks(text: str, flag: str = "--sm-clock") -> list[int]:
+    """"1410", "1005,1410,1980", "1005:1980:165" (stop included) or a mix, as
+    sorted whole MHz; each is checked against the GPUs' supported clocks later."""
+    example = f"example: {flag} 1410, {flag} 1005,1410,1980 or {flag} 1005:1980:165"
+    clocks: list[int] = []
+    for item in str(text).split(","):
+        item = item.strip()
+        if not item:
+            raise UsageError(f"{flag} {text!r} has an empty entry", example)
+        parts = item.split(":")
+        if len(parts) not in (1, 3):
+            raise UsageError(f"{flag} range {item!r} needs START:STOP:STEP", example)
+        values = [_mhz(p, flag, example) for p in parts]
+        if len(values) == 1:
+            clocks.append(values[0])
+            continue
+        start, stop, step = values
+        if stop < start:
+            raise UsageError(f"{flag} range {item!r} ends below its start", example)
+        count = (stop - start) // step + 1
+        if count > MAX_SLOTS:
+            raise UsageError(f"{flag} range {item!r} gives {count} clocks", "use a larger step")
+        clocks.extend(start + i * step for i in range(count))
+    unique = sorted(set(clocks))
+    if len(unique) > MAX_SLOTS:
+        raise UsageError(f"{flag} {text!r} gives {len(unique)} clocks", f"use at most {MAX_SLOTS}")
+    return unique
+
+
+def _mhz(text: str, flag: str, example: str) -> int:
+    raw = text.strip().lower().removesuffix("mhz").strip()
+    try:
+        number = float(raw)
+    except ValueError:
+        raise UsageError(f"{flag} {text.strip()!r} is not a clock in MHz", example) from None
+    if not math.isfinite(number) or number <= 0 or number != int(number):
+        raise UsageError(f"{flag} {text.strip()!r} must be a positive whole number of MHz", example)
+    return int(number)
+
+
 # ---- order ----------------------------------------------------------------
 @dataclass(frozen=True)
 class Slot:
     cap_w: float | None
     repeat: int  # 0-based
+    # Clock caps (--sm-clock/--mem-clock), MHz; None: the GPU's own clocks.
+    sm_clock_mhz: int | None = None
+    mem_clock_mhz: int | None = None
 
     def describe(self) -> str:
         cap = "no cap" if self.cap_w is None else f"cap {self.cap_w:g} W"
-        return f"{cap}, repeat {self.repeat + 1}"
+        clocks = clock_label(self.sm_clock_mhz, self.mem_clock_mhz)
+        return f"{cap}{', ' + clocks if clocks else ''}, repeat {self.repeat + 1}"
 
 
-def schedule(caps: list[float | None], repeats: int, order: str, seed: int) -> list[Slot]:
-    """Every cap once per round, rounds one after another.
+def clock_label(sm_mhz: int | None, mem_mhz: int | None) -> str:
+    """"SM 1410 MHz, memory 2619 MHz"; "" without clock caps."""
+    parts = [f"{name} {mhz} MHz" for name, mhz in (("SM", sm_mhz), ("memory", mem_mhz))
+             if mhz is not None]
+    return ", ".join(parts)
+
+
+def _point_key(point):
+    return tuple((v is None, v or 0.0) for v in point)
+
+
+def schedule(caps: list[float | None], repeats: int, order: str, seed: int,
+             sm_clocks: list[int | None] | None = None,
+             mem_clocks: list[int | None] | None = None) -> list[Slot]:
+    """Every cap (x SM clock x memory clock: a grid) once per round, rounds one
+    after another.
 
     shuffle: each round in its own random order from `seed`; alternate: low,
     high, next-low, next-high, ..., reversed every other round; ascending:
     low to high every round (heat builds up towards the high caps: biased).
+    Without clocks the order is the one a caps-only sweep always had.
     """
     if order not in ORDERS:
         raise UsageError(f"unknown order {order!r}", f"choose one of: {', '.join(ORDERS)}")
     if repeats < 1:
         raise UsageError("--repeat must be at least 1", f"got {repeats}")
-    base = sorted(caps, key=lambda c: (c is None, c or 0.0))
+    points = [(c, s, m) for c in caps for s in (sm_clocks or [None])
+              for m in (mem_clocks or [None])]
+    base = sorted(points, key=_point_key)
     rng = random.Random(seed)
     slots: list[Slot] = []
     for r in range(repeats):
         if order == "shuffle":
-            round_caps = list(base)
-            rng.shuffle(round_caps)
+            round_points = list(base)
+            rng.shuffle(round_points)
         elif order == "alternate":
-            round_caps = _low_high(base)
+            round_points = _low_high(base)
             if r % 2:
-                round_caps.reverse()
+                round_points.reverse()
         else:
-            round_caps = list(base)
-        slots.extend(Slot(c, r) for c in round_caps)
+            round_points = list(base)
+        slots.extend(Slot(c, r, s, m) for c, s, m in round_points)
     if len(slots) > MAX_SLOTS:
         raise UsageError(f"the sweep has {len(slots)} runs", f"use at most {MAX_SLOTS}")
     return slots
@@ -159,6 +221,17 @@ def _host() -> str:
 
 
 # ---- what is already done ----------------------------------------------------
+def doc_slot(spec: dict, repeat) -> Slot:
+    """The slot a run's spec fills: its cap, its clock caps (spec.power.clocks) and repeat."""
+    clocks = spec["power"].get("clocks") or {}
+    return Slot(spec["power"]["cap_w"], int(repeat), clocks.get("sm_mhz"), clocks.get("mem_mhz"))
+
+
+def run_slot(run: dict) -> Slot:
+    """The slot of a sweep.json run entry (entries without clocks: none were capped)."""
+    return Slot(run["cap_w"], run["repeat"], run.get("sm_clock_mhz"), run.get("mem_clock_mhz"))
+
+
 def completed_slots(sweep_dir: Path, digest: str) -> dict[Slot, str]:
     """Slots with a schema-valid `complete` result of this sweep: slot -> run id."""
     from hpcai.launcher.results import validation_errors
@@ -174,7 +247,7 @@ def completed_slots(sweep_dir: Path, digest: str) -> dict[Slot, str]:
         sweep = (doc.get("spec") or {}).get("sweep") or {}
         if sweep.get("key") != digest or validation_errors(doc):
             continue
-        done.setdefault(Slot(doc["spec"]["power"]["cap_w"], int(sweep["repeat"])), doc["run_id"])
+        done.setdefault(doc_slot(doc["spec"], sweep["repeat"]), doc["run_id"])
     return done
 
 
@@ -187,7 +260,7 @@ def attempts(sweep_dir: Path, digest: str) -> dict[Slot, list[dict]]:
             sweep = doc["spec"]["sweep"]
             if sweep.get("key") != digest:
                 continue
-            slot = Slot(doc["spec"]["power"]["cap_w"], int(sweep["repeat"]))
+            slot = doc_slot(doc["spec"], sweep["repeat"])
         except (OSError, ValueError, KeyError, TypeError):
             continue
         found.setdefault(slot, []).append({"run_id": doc.get("run_id"),
@@ -309,7 +382,7 @@ class Summary:
     def refresh_attempts(self) -> None:
         found = attempts(self.path.parent, self.doc["key"])
         for run in self.doc["runs"]:
-            run["attempts"] = found.get(Slot(run["cap_w"], run["repeat"]), [])
+            run["attempts"] = found.get(run_slot(run), [])
 
     def set_run(self, position: int, quiet: bool = False, **fields) -> None:
         self.doc["runs"][position].update(fields)
@@ -338,7 +411,10 @@ def run_sweep(opts) -> int:
     from hpcai.workloads.catalog import get_workload
 
     caps = list(opts.caps) if opts.caps else [None]
-    spec, _command, site, node = R.plan(dataclasses.replace(opts, cap_w=caps[0], caps=None))
+    sm_clocks = list(opts.sm_clocks) if opts.sm_clocks else [None]
+    mem_clocks = list(opts.mem_clocks) if opts.mem_clocks else [None]
+    spec, _command, site, node = R.plan(_slot_options(opts, Slot(caps[0], 0, sm_clocks[0],
+                                                                 mem_clocks[0])))
     if caps[0] is not None and not node.gpus:  # only a dry run gets here (plan refuses)
         R.log(R.caps_unchecked_note(spec))
     elif caps[0] is not None:
@@ -347,6 +423,10 @@ def run_sweep(opts) -> int:
         with make_backend(spec["power"]["method"], node.vendor, site["power"]["command"]) as backend:
             for cap in caps:  # every cap checked before the first one is set
                 R.check_cap(backend, cap, spec["devices"]["gpu_indices"], site)
+    if node.gpus and (sm_clocks[0] is not None or mem_clocks[0] is not None):
+        for sm in sm_clocks:  # every clock, too
+            for mem in mem_clocks:
+                R.check_clock_caps(spec, node, site, sm, mem)
     key = measurement_key(spec)
     digest = key_hash(key)
     sweep_dir = Path(spec["output_dir"]).parent / sweep_id(spec, digest)
@@ -354,15 +434,15 @@ def run_sweep(opts) -> int:
     previous = Summary.load(summary_path) if summary_path.exists() else None
     seed = opts.seed if opts.seed is not None else (
         previous.doc.get("seed") if previous else new_seed())
-    slots = schedule(caps, opts.repeat, opts.order, seed)
+    slots = schedule(caps, opts.repeat, opts.order, seed, sm_clocks, mem_clocks)
     done = completed_slots(sweep_dir, digest) if sweep_dir.exists() else {}
     if opts.dry_run:
         print(json.dumps({"sweep_id": sweep_dir.name, "folder": str(sweep_dir), "seed": seed,
                           "order": opts.order, "runs": [
-                              {"cap_w": s.cap_w, "repeat": s.repeat,
+                              {"cap_w": s.cap_w, **_clock_fields(s), "repeat": s.repeat,
                                "status": "complete" if s in done else "to run"} for s in slots]},
                          indent=2))
-        first = R.plan(dataclasses.replace(opts, cap_w=slots[0].cap_w, caps=None,
+        first = R.plan(dataclasses.replace(_slot_options(opts, slots[0]),
                                            output=str(sweep_dir)))[1]
         print("command of the first run: " + " ".join(first))
         return 0
@@ -373,11 +453,12 @@ def run_sweep(opts) -> int:
     summary = Summary(summary_path, {
         "kind": "hpcai.sweep", "sweep_version": SUMMARY_VERSION, "sweep_id": sweep_dir.name,
         "key": digest, "measurement": key, "workload": spec["workload"],
-        "preset": spec["preset"], "caps_w": caps, "repeat": opts.repeat, "order": opts.order,
+        "preset": spec["preset"], "caps_w": caps, **_clock_axes(sm_clocks, mem_clocks),
+        "repeat": opts.repeat, "order": opts.order,
         "seed": seed, "created": previous.doc.get("created") if previous else _now_iso(),
         "idle_baseline": previous.doc.get("idle_baseline") if previous else None,
         "status": "running",
-        "runs": [{"position": i, "cap_w": s.cap_w, "repeat": s.repeat,
+        "runs": [{"position": i, "cap_w": s.cap_w, **_clock_fields(s), "repeat": s.repeat,
                   "status": "complete" if s in done else "pending",
                   "run_id": done.get(s), "skipped": s in done,
                   "result": f"{done[s]}/result.json" if s in done else None,
@@ -417,7 +498,7 @@ def run_sweep(opts) -> int:
 def _run_slot(R, opts, slot: Slot, position: int, total: int, digest: str, sweep_dir: Path,
               seed: int, summary: Summary) -> None:
     spec, command, site, node = R.plan(dataclasses.replace(
-        opts, cap_w=slot.cap_w, caps=None, output=str(sweep_dir)))
+        _slot_options(opts, slot), output=str(sweep_dir)))
     spec["sweep"] = {"id": sweep_dir.name, "key": digest, "position": position,
                      "repeat": slot.repeat, "repeats": opts.repeat, "order": opts.order,
                      "seed": seed}
@@ -440,6 +521,24 @@ def _run_slot(R, opts, slot: Slot, position: int, total: int, digest: str, sweep
         summary.set_run(position, quiet=True, status="failed", message=exc.one_line())
         raise
     summary.set_run(position, status="complete")
+
+
+def _slot_options(opts, slot: Slot):
+    """The options of one plain run: this slot's cap and clocks, no sweep lists."""
+    return dataclasses.replace(opts, cap_w=slot.cap_w, caps=None,
+                               sm_clock_mhz=slot.sm_clock_mhz, mem_clock_mhz=slot.mem_clock_mhz,
+                               sm_clocks=None, mem_clocks=None)
+
+
+def _clock_fields(slot: Slot) -> dict:
+    """A run entry's clock caps; none without them (summaries stay as they were)."""
+    return {k: v for k, v in (("sm_clock_mhz", slot.sm_clock_mhz),
+                              ("mem_clock_mhz", slot.mem_clock_mhz)) if v is not None}
+
+
+def _clock_axes(sm_clocks: list, mem_clocks: list) -> dict:
+    return {k: v for k, v in (("sm_clocks_mhz", sm_clocks), ("mem_clocks_mhz", mem_clocks))
+            if v != [None]}
 
 
 def _result_status(path: Path) -> str:
@@ -468,13 +567,15 @@ def _finish(summary: Summary) -> int:
     print(f"sweep {summary.doc['sweep_id']}: {len(runs)} run(s)")
     for r in runs:
         cap = "no cap" if r["cap_w"] is None else f"{r['cap_w']:g} W"
+        clocks = clock_label(r.get("sm_clock_mhz"), r.get("mem_clock_mhz"))
         note = " (already complete, skipped)" if r.get("skipped") else ""
-        print(f"  {cap:>8}  repeat {r['repeat'] + 1}  {r['status']}{note}  {r['run_id'] or ''}")
+        print(f"  {cap:>8}  {clocks + '  ' if clocks else ''}repeat {r['repeat'] + 1}  "
+              f"{r['status']}{note}  {r['run_id'] or ''}")
     print(f"summary: {summary.path}")
     if bad:
         first = bad[0]
         raise WorkloadError(
             f"sweep incomplete: {len(bad)} of {len(runs)} run(s) not complete "
-            f"(first: {Slot(first['cap_w'], first['repeat']).describe()}, {first['status']})",
+            f"(first: {run_slot(first).describe()}, {first['status']})",
             f"see {summary.path}; run the same command again to retry only those")
     return 0

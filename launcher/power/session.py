@@ -63,7 +63,11 @@ def _pid_alive(pid) -> bool:
 
 
 def refuse_stale_journal(path) -> None:
-    """StaleJournalError while a journal exists: its GPUs may still be capped."""
+    """StaleJournalError while a journal exists: its GPUs may still be capped
+    (or their clocks: the clock journal beside it, launcher/power/clocks.py)."""
+    from hpcai.launcher.power.clocks import refuse_stale_clock_journal
+
+    refuse_stale_clock_journal(path)
     path = Path(path)
     if not path.exists():
         return

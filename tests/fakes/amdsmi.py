@@ -307,8 +307,81 @@ def amdsmi_get_clock_info(handle, clock_type):
     else:
         mhz = _dev(handle, "sm_clock")["sm_clock_mhz"]
     dev = _dev(handle)
+    domain = "mem" if clock_type == AmdSmiClkType.MEM else "sm"
     key = "cur_clk" if dev.get("legacy_clock_key") else "clk"
-    return {key: int(mhz), "min_clk": 500, "max_clk": 2100, "clk_locked": False, "clk_deep_sleep": False}
+    # min_clk/max_clk: the range in force (smi_amdgpu_get_ranges over pp_dpm_*,
+    # amd_smi.cc amdsmi_get_clock_info); the clock runs at most at its maximum.
+    low, high = _clock_range(dev, domain)
+    return {key: int(min(mhz, high)), "min_clk": low, "max_clk": high, "clk_locked": False,
+            "clk_deep_sleep": False}
+
+
+def _levels(dev, domain):
+    return dev.get("sm_clock_levels_mhz" if domain == "sm" else "mem_clock_levels_mhz") or [500, 2100]
+
+
+def _clock_info_mhz(dev, domain):
+    return min(dev["sm_clock_mhz" if domain == "sm" else "memory_clock_mhz"],
+               _clock_range(dev, domain)[1])
+
+
+def _clock_range(dev, domain):
+    limit = (dev.get("clock_limits") or {}).get(domain)
+    levels = _levels(dev, domain)
+    return (int(limit[0]), int(limit[1])) if limit else (int(min(levels)), int(max(levels)))
+
+
+@_exclusive
+def amdsmi_get_clk_freq(handle, clk_type):
+    # amdsmi_interface.py:4537 (7.0.2): the DPM levels, in Hz (rocm_smi.py prints
+    # frequency / 1000000 as MHz).
+    domain = "mem" if clk_type == AmdSmiClkType.MEM else "sm"
+    levels = _levels(_dev(handle, "supported_clocks"), domain)
+    return {"num_supported": len(levels), "current": len(levels) - 1,
+            "frequency": [int(mhz * 1_000_000) for mhz in levels]}
+
+
+@_exclusive
+def amdsmi_set_gpu_clk_limit(handle, clk_type, limit_type, value):
+    # amdsmi_interface.py:4175-4204 (7.0.2): clk_type "sclk"|"mclk", limit_type
+    # "min"|"max" (strings), value an int in MHz, else AmdSmiParameterException.
+    if not isinstance(value, int):
+        raise AmdSmiParameterException(f"value must be int, got {type(value).__name__}")
+    domain = {"sclk": "sm", "mclk": "mem"}[clk_type.lower()]
+    side = {"min": 0, "max": 1}[limit_type.lower()]
+    _dev(handle, "clock_lock")
+    position = handle.position
+
+    def apply(state):
+        dev = _amd(state)[position]
+        entry = {"domain": domain, "action": limit_type.lower(), "mhz": value, "t": time.time()}
+        dev.setdefault("clock_log", []).append(entry)
+        if dev.get("deny_set"):  # writing pp_od_clk_voltage needs root
+            entry["result"] = "denied"
+            return amdsmi_wrapper.AMDSMI_STATUS_NO_PERM
+        levels = _levels(dev, domain)
+        if not min(levels) <= value <= max(levels):
+            entry["result"] = "invalid"
+            return amdsmi_wrapper.AMDSMI_STATUS_INVAL
+        if dev.get("ignore_clock_set"):
+            entry["result"] = "ignored"
+            return amdsmi_wrapper.AMDSMI_STATUS_SUCCESS
+        low, high = _clock_range(dev, domain)
+        pair = [low, high]
+        pair[side] = value
+        if pair[0] > pair[1]:
+            entry["result"] = "invalid"
+            return amdsmi_wrapper.AMDSMI_STATUS_INVAL
+        limits = dict(dev.get("clock_limits") or {})
+        limits[domain] = pair
+        dev["clock_limits"] = limits
+        entry["result"] = "ok"
+        return amdsmi_wrapper.AMDSMI_STATUS_SUCCESS
+
+    _state()
+    status = _fgs.modify(_path(), apply)
+    if status != amdsmi_wrapper.AMDSMI_STATUS_SUCCESS:
+        raise AmdSmiLibraryException(status)
 
 
 @_exclusive
@@ -364,8 +437,8 @@ def amdsmi_get_gpu_metrics_info(handle):
         "temperature_hotspot": int(dev["temperature_c"]),
         "temperature_edge": int(dev["temperature_c"]) - 5,
         "average_gfx_activity": int(dev["utilization_pct"]),
-        "current_gfxclk": int(dev["sm_clock_mhz"]),
-        "current_uclk": int(dev["memory_clock_mhz"]),
+        "current_gfxclk": int(_clock_info_mhz(dev, "sm")),
+        "current_uclk": int(_clock_info_mhz(dev, "mem")),
     }
     for key in dev.get("na_fields", []):
         if key in table:

@@ -42,9 +42,21 @@ State file schema (format 1)::
         "energy_frozen": false,              # the counter stops (ROCm/amdsmi#38)
         "energy_step_mj": float,             # added to the counter (negative: runs backwards)
         "violation": {key: int},             # amdsmi_get_violation_status overrides
-        "set_log": [{"watts": float, "t": float, "result": "ok"|"denied"|"ignored"|"invalid"}]
+        "set_log": [{"watts": float, "t": float, "result": "ok"|"denied"|"ignored"|"invalid"}],
+        # Clock caps (hpcai.gpu.clocks): NVIDIA lists every supported value,
+        # AMD its DPM levels (any MHz between the lowest and highest is accepted).
+        "supported_mem_clocks_mhz": [int],   # NVIDIA: nvmlDeviceGetSupportedMemoryClocks
+        "supported_sm_clocks_mhz": [int],    # NVIDIA: ...SupportedGraphicsClocks (any memory clock)
+        "sm_clock_levels_mhz": [int],        # AMD: amdsmi_get_clk_freq(GFX), in MHz here
+        "mem_clock_levels_mhz": [int],       # AMD: amdsmi_get_clk_freq(MEM)
+        "clock_limits": {"sm": [lo, hi] | null, "mem": [lo, hi] | null},  # locked / soft range
+        "ignore_clock_set": false,           # a clock set "succeeds" but changes nothing
+        "clock_log": [{"domain": str, "action": "lock"|"reset"|"max", "mhz": .., "result": str}]
       } ]
     }
+
+The clock a GPU reports is ``min(sm_clock_mhz, the locked/soft maximum)``
+(likewise for memory): a clock cap shows in the sampled clocks.
 
 Reported power is ``min(power_draw_w, current_limit_w)`` unless
 ``ignores_cap``. The energy counter grows with wall time times reported
@@ -102,6 +114,10 @@ def make_devices(n: int = 2, vendor: str = "nvidia", **overrides) -> list[dict]:
                 "sm_clock_mhz": 1980.0,
                 "memory_clock_mhz": 2619.0,
                 "na_fields": [],
+                # H100 SXM: one HBM3 clock, SM clocks 345-1980 MHz in 15 MHz steps
+                # (nvidia-smi -q -d SUPPORTED_CLOCKS).
+                "supported_mem_clocks_mhz": [2619],
+                "supported_sm_clocks_mhz": list(range(1980, 344, -15)),
             }
         elif vendor == "amd":
             dev = {
@@ -121,6 +137,9 @@ def make_devices(n: int = 2, vendor: str = "nvidia", **overrides) -> list[dict]:
                 # MI300X reports no average socket power (facts.md).
                 "na_fields": ["average_socket_power"],
                 "hip_id": i,
+                # MI300X: pp_dpm_sclk / pp_dpm_mclk levels.
+                "sm_clock_levels_mhz": [500, 1400, 2100],
+                "mem_clock_levels_mhz": [900, 1100, 1300],
             }
         else:
             raise ValueError(f"unknown vendor {vendor!r}")
@@ -135,6 +154,9 @@ def make_devices(n: int = 2, vendor: str = "nvidia", **overrides) -> list[dict]:
             not_supported=[],
             legacy_energy_key=False,
             set_log=[],
+            clock_limits={"sm": None, "mem": None},
+            ignore_clock_set=False,
+            clock_log=[],
         )
         dev.update(overrides)
         devices.append(dev)
@@ -167,6 +189,13 @@ def enforced_limit_w(dev: dict) -> float:
     """The limit in force: the set one, or a lower out-of-band (BMC/site) one."""
     other = dev.get("enforced_limit_w")
     return float(dev["current_limit_w"] if other is None else min(other, dev["current_limit_w"]))
+
+
+def clock_mhz(dev: dict, domain: str) -> float:
+    """The clock the GPU runs at: its own, held under a locked or soft maximum."""
+    natural = float(dev["sm_clock_mhz"] if domain == "sm" else dev["memory_clock_mhz"])
+    limit = (dev.get("clock_limits") or {}).get(domain)
+    return natural if not limit else min(natural, float(limit[1]))
 
 
 def reported_power_w(dev: dict) -> float:

@@ -31,6 +31,7 @@ NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_NO_PERMISSION = 4
 NVML_ERROR_ALREADY_INITIALIZED = 5
 NVML_ERROR_NOT_FOUND = 6
+NVML_ERROR_INSUFFICIENT_SIZE = 7
 NVML_ERROR_DRIVER_NOT_LOADED = 9
 NVML_ERROR_TIMEOUT = 10
 NVML_ERROR_LIBRARY_NOT_FOUND = 12
@@ -326,9 +327,87 @@ def nvmlDeviceGetTotalEnergyConsumption(handle):
 
 
 def nvmlDeviceGetClockInfo(handle, type):
+    # Under locked clocks the GPU runs at most at the locked maximum.
     if type == NVML_CLOCK_MEM:
-        return int(_dev(handle, "memory_clock")["memory_clock_mhz"])
-    return int(_dev(handle, "sm_clock")["sm_clock_mhz"])
+        return int(_fgs.clock_mhz(_dev(handle, "memory_clock"), "mem"))
+    return int(_fgs.clock_mhz(_dev(handle, "sm_clock"), "sm"))
+
+
+# --- clocks (nvidia-ml-py 13.615.71 pynvml.py:3682-3773, 4466-4488) ----------------
+# NVML has no getter for a locked range: only the clock now (above) and the
+# hardware maximum. The Set/Reset calls are "Device Commands": "Non-admin users
+# will see an NVML_ERROR_NO_PERMISSION error code" (NVML API reference); locked
+# GPU clocks need Volta or newer, locked memory clocks Ampere or newer
+# (NotSupported otherwise: feature "clock_lock" here).
+def nvmlDeviceGetMaxClockInfo(handle, type):
+    dev = _dev(handle, "sm_clock" if type != NVML_CLOCK_MEM else "memory_clock")
+    key = "supported_mem_clocks_mhz" if type == NVML_CLOCK_MEM else "supported_sm_clocks_mhz"
+    return int(max(dev[key]))
+
+
+def nvmlDeviceGetSupportedMemoryClocks(handle):
+    # The binding does the two-call INSUFFICIENT_SIZE dance and returns a list.
+    return [int(v) for v in _dev(handle, "supported_clocks")["supported_mem_clocks_mhz"]]
+
+
+def nvmlDeviceGetSupportedGraphicsClocks(handle, memoryClockMHz):
+    dev = _dev(handle, "supported_clocks")
+    # "NVML_ERROR_NOT_FOUND if the specified memoryClockMHz is not a supported
+    # frequency" (NVML API reference, nvmlDeviceGetSupportedGraphicsClocks).
+    if int(memoryClockMHz) not in dev["supported_mem_clocks_mhz"]:
+        raise NVMLError(NVML_ERROR_NOT_FOUND)
+    return [int(v) for v in dev["supported_sm_clocks_mhz"]]
+
+
+def _lock(handle, domain: str, low, high):
+    _dev(handle, "clock_lock")  # index and NotSupported checks before touching the file
+    index = handle.index
+    key = "supported_sm_clocks_mhz" if domain == "sm" else "supported_mem_clocks_mhz"
+
+    def apply(state):
+        dev = _nvidia(state)[index]
+        entry = {"domain": domain, "action": "lock" if low is not None else "reset",
+                 "mhz": None if low is None else [int(low), int(high)], "t": time.time()}
+        dev.setdefault("clock_log", []).append(entry)
+        if dev.get("deny_set"):
+            entry["result"] = "denied"
+            return NVML_ERROR_NO_PERMISSION
+        if low is not None:
+            supported = dev[key]
+            # A pair outside the supported clocks, or min above max: a bad argument.
+            if low > high or low < min(supported) or high > max(supported):
+                entry["result"] = "invalid"
+                return NVML_ERROR_INVALID_ARGUMENT
+        if dev.get("ignore_clock_set"):
+            entry["result"] = "ignored"
+            return NVML_SUCCESS
+        limits = dict(dev.get("clock_limits") or {})
+        limits[domain] = None if low is None else [int(low), int(high)]
+        dev["clock_limits"] = limits
+        entry["result"] = "ok"
+        return NVML_SUCCESS
+
+    if _init_count <= 0:
+        raise NVMLError(NVML_ERROR_UNINITIALIZED)
+    ret = _fgs.modify(_path(), apply)
+    if ret != NVML_SUCCESS:
+        raise NVMLError(ret)
+
+
+def nvmlDeviceSetGpuLockedClocks(handle, minGpuClockMHz, maxGpuClockMHz):
+    _lock(handle, "sm", int(minGpuClockMHz), int(maxGpuClockMHz))
+
+
+def nvmlDeviceResetGpuLockedClocks(handle):
+    _lock(handle, "sm", None, None)
+
+
+def nvmlDeviceSetMemoryLockedClocks(handle, minMemClockMHz, maxMemClockMHz):
+    _lock(handle, "mem", int(minMemClockMHz), int(maxMemClockMHz))
+
+
+def nvmlDeviceResetMemoryLockedClocks(handle):
+    _lock(handle, "mem", None, None)
 
 
 def nvmlDeviceGetTemperature(handle, sensor):

@@ -1,0 +1,367 @@
+"""ClockSession: cap the SM and/or memory clock for a `with` block, always undone.
+
+The same discipline as CapSession (session.py): check every requested clock
+against every GPU's supported clocks, snapshot, write a journal (atomically,
+fsynced) before the first change, set, read back; roll back on any failure;
+restore on every exit (normal, exception, SIGINT, SIGTERM/SIGHUP through
+hpcai.signals). The journal is a sibling of the power journal
+(``<power-journal>.clocks.json``), so `hpcai-launch power restore` finds both
+after a SIGKILL, and a run refuses to start while either exists.
+
+What restoring means differs by vendor (hpcai/gpu/clocks.py): NVML cannot read
+a locked range back, so NVIDIA clocks are reset to the driver's default;
+amdsmi reports the range in force, so AMD gets its old maximum back.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+
+from hpcai.errors import (
+    CapNotAppliedError,
+    CapOutOfRangeError,
+    ConfigError,
+    HpcaiError,
+    Interrupted,
+    PowerError,
+    StaleJournalError,
+    UsageError,
+)
+from hpcai.gpu.clocks import DOMAIN_NAMES, DOMAINS, clock_control
+from hpcai.signals import deferred_signals
+
+log = logging.getLogger(__name__)
+
+FORMAT = 1
+KIND = "hpcai.clock-journal"
+# A GPU reading up to this much above its cap still holds it (the reading and
+# the cap are both whole MHz; a clock that changes mid-read rounds).
+TOLERANCE_MHZ = 1.0
+RESTORE_HINT = "run `hpcai-launch power restore` (as root)"
+FLAGS = {"sm": "--sm-clock", "mem": "--mem-clock"}
+
+
+# ---- the journal ------------------------------------------------------------------
+def clock_journal_path(power_journal) -> Path:
+    """The clock journal beside a power journal: power-journal-HOST.clocks.json."""
+    path = Path(power_journal)
+    return path.with_name(f"{path.stem}.clocks{path.suffix or '.json'}")
+
+
+def write_clock_journal(path, method: str, gpus: list[dict]) -> dict:
+    """gpus: [{"index", "uuid", "vendor", "domains": {"sm"|"mem": restore record}}]."""
+    from hpcai.launcher.power.journal import STATE_DIR_HINT, _write_record
+
+    record = {"format": FORMAT, "kind": KIND, "hostname": socket.gethostname(),
+              "pid": os.getpid(), "method": method,
+              "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "created_unix": time.time(),
+              "gpus": gpus}
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        raise PowerError(f"cannot write the clock journal {path}: {exc}", STATE_DIR_HINT) from exc
+    _write_record(path, record)
+    return record
+
+
+def load_clock_journal(path) -> dict | None:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ConfigError(f"cannot read the clock journal {path}: {exc}") from exc
+    import json
+
+    try:
+        record = json.loads(text)
+        for gpu in record["gpus"]:
+            int(gpu["index"])
+            for domain, entry in gpu["domains"].items():
+                if domain not in DOMAINS or entry["restore"] not in ("reset", "max_mhz"):
+                    raise ValueError(f"unknown entry {domain}: {entry}")
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ConfigError(
+            f"the clock journal {path} is unreadable ({exc})",
+            "reset the clocks by hand (nvidia-smi -rgc -rmc, or amd-smi reset --clocks), "
+            "then delete the file") from exc
+    return record
+
+
+def record_clock_workload(power_journal, pgid: int, tag: str) -> None:
+    """As journal.record_workload: `power restore` must not lift a clock cap
+    under a workload that still runs."""
+    from hpcai.launcher.power.journal import _write_record
+
+    path = clock_journal_path(power_journal)
+    record = load_clock_journal(path)
+    if record is None:
+        return
+    record["workload"] = {"pgid": int(pgid), "tag": tag}
+    _write_record(path, record)
+
+
+def refuse_stale_clock_journal(power_journal) -> None:
+    from hpcai.launcher.power.session import _pid_alive
+
+    path = clock_journal_path(power_journal)
+    if not path.exists():
+        return
+    try:
+        record = load_clock_journal(path) or {}
+    except ConfigError:
+        record = {}
+    pid = record.get("pid", "unknown")
+    running = ", still running" if _pid_alive(record.get("pid")) else ""
+    raise StaleJournalError(
+        f"a clock journal from an earlier run exists at {path} (pid {pid}{running}): "
+        "its GPUs' clocks may still be capped",
+        "run `hpcai-launch power restore` first")
+
+
+# ---- checks --------------------------------------------------------------------------
+def controls_for(backend, indices: list[int], restoring: bool = False) -> dict:
+    """Index -> ClockControl, through the backend's vendor library. A run sets
+    clocks only with the nvml/amdsmi methods; restoring takes any backend that
+    holds the library (as root it works whatever the site's power method)."""
+    usable = getattr(backend, "name", None) in ("nvml", "amdsmi") or (
+        restoring and getattr(backend, "library", None) is not None)
+    if not usable:
+        raise UsageError(
+            f"--sm-clock/--mem-clock are set through NVML or amdsmi, not the power method "
+            f"{getattr(backend, 'name', None)!r}",
+            "use --power-method nvml (NVIDIA) or amdsmi (AMD), as root")
+    return {i: clock_control(backend._device(i)) for i in indices}
+
+
+def check_clocks(controls: dict, sm_mhz: int | None, mem_mhz: int | None) -> None:
+    """CapOutOfRangeError, in one line with the nearest supported values, unless
+    every requested clock is one every GPU supports."""
+    for domain, mhz in (("mem", mem_mhz), ("sm", sm_mhz)):
+        if mhz is None:
+            continue
+        for index, control in controls.items():
+            # NVIDIA lists SM clocks per memory clock: the requested one, else the default.
+            supported = control.supported(domain, mem_mhz if domain == "sm" else None)
+            if supported.accepts(int(mhz)):
+                continue
+            near = supported.nearest(int(mhz))
+            what = (f"{' or '.join(map(str, near))} MHz" if supported.values is not None
+                    else f"{near[0]}-{near[-1]} MHz" if near else "none")
+            raise CapOutOfRangeError(
+                f"{FLAGS[domain]} {mhz} MHz is not a supported {DOMAIN_NAMES[domain]} clock of "
+                f"GPU {index} ({supported.describe()})",
+                f"nearest supported: {what} (`hpcai-launch power clocks` lists them)")
+
+
+# ---- the session ------------------------------------------------------------------------
+class ClockSession:
+    """Context manager holding clock caps on some GPUs; see the module docstring.
+
+    sm_mhz and mem_mhz None: nothing is set (no journal) and the record is empty.
+    """
+
+    def __init__(self, backend, sm_mhz: int | None, mem_mhz: int | None,
+                 gpu_indices: list[int], power_journal):
+        self.backend = backend
+        self.requested = {d: (None if v is None else int(v))
+                          for d, v in (("sm", sm_mhz), ("mem", mem_mhz))}
+        self.indices = list(dict.fromkeys(gpu_indices or []))
+        self.power_journal = Path(power_journal)
+        self.journal_path = clock_journal_path(power_journal)
+        self.gpus: dict[int, dict] = {}
+        self._controls: dict = {}
+        self._snapshot: dict[int, dict[str, dict]] = {}
+        self._received: list[int] = []
+        self._active = False
+
+    @property
+    def domains(self) -> list[str]:
+        return [d for d in DOMAINS if self.requested[d] is not None]
+
+    def __enter__(self) -> ClockSession:
+        if not self.domains:
+            return self
+        if not self.indices:
+            raise UsageError("a clock cap was requested but no GPU is visible",
+                             "drop --sm-clock/--mem-clock, or run on a GPU node")
+        refuse_stale_clock_journal(self.power_journal)
+        self._controls = controls_for(self.backend, self.indices)
+        check_clocks(self._controls, self.requested["sm"], self.requested["mem"])
+        infos = {g.index: g for g in self.backend.gpus()}
+        for i, control in self._controls.items():
+            self._snapshot[i] = {d: control.snapshot(d) for d in self.domains}
+            self.gpus[i] = {"uuid": infos[i].uuid, "vendor": control.vendor,
+                            **{d: {"requested_mhz": self.requested[d],
+                                   "initial_mhz": self._snapshot[i][d].get("current_mhz"),
+                                   "restore": self._snapshot[i][d]["restore"],
+                                   "limit_before_mhz": self._snapshot[i][d].get("mhz"),
+                                   "applied_mhz": None, "limit_mhz": None, "restored": None}
+                               for d in self.domains}}
+        write_clock_journal(self.journal_path, self.backend.name, [
+            {"index": i, "uuid": self.gpus[i]["uuid"], "vendor": self.gpus[i]["vendor"],
+             "domains": self._snapshot[i]} for i in self.indices])
+        try:
+            for i, control in self._controls.items():
+                # Memory first: NVIDIA's SM clocks were checked against that memory clock.
+                for domain in sorted(self.domains, key=lambda d: d != "mem"):
+                    control.set_max(domain, self.requested[domain])
+            self._read_back()
+            self._active = True
+        except BaseException as exc:
+            self._roll_back(exc)
+            raise
+        return self
+
+    def _read_back(self) -> None:
+        wrong = []
+        for i, control in self._controls.items():
+            for domain in self.domains:
+                want = self.requested[domain]
+                now, limit = control.current_mhz(domain), control.limit_mhz(domain)
+                entry = self.gpus[i][domain]
+                entry["applied_mhz"], entry["limit_mhz"] = now, limit
+                # NVML cannot read the locked range: the clock now must be under the cap.
+                if limit is not None and abs(limit - want) > TOLERANCE_MHZ:
+                    wrong.append(f"GPU {i} reads a {DOMAIN_NAMES[domain]} clock limit of {limit:g} MHz")
+                elif now is not None and now > want + TOLERANCE_MHZ:
+                    wrong.append(f"GPU {i} runs its {DOMAIN_NAMES[domain]} clock at {now:g} MHz")
+        if wrong:
+            raise CapNotAppliedError(
+                f"the clock cap did not take effect: {'; '.join(wrong)}",
+                "the driver or a site agent overrides clocks; ask the site admins")
+
+    def _roll_back(self, exc: BaseException) -> None:
+        from hpcai.launcher.power.journal import remove_journal
+        from hpcai.launcher.power.session import _describe
+
+        failures = self._restore_all()
+        if not failures:
+            remove_journal(self.journal_path)
+            return
+        error = PowerError(f"setting the clock cap failed ({_describe(exc)}) and restoring "
+                           f"failed: {'; '.join(failures)}", RESTORE_HINT)
+        if isinstance(exc, Exception):
+            raise error from exc
+        log.error(error.one_line())
+
+    def _restore_all(self) -> list[str]:
+        from hpcai.launcher.power.session import _describe
+
+        while True:
+            try:
+                with deferred_signals() as received:
+                    failures = []
+                    for i, domains in self._snapshot.items():
+                        for domain, record in domains.items():
+                            try:
+                                self._controls[i].restore(domain, record)
+                                self.gpus[i][domain]["restored"] = True
+                            except Exception as exc:
+                                self.gpus[i][domain]["restored"] = False
+                                failures.append(f"GPU {i} {DOMAIN_NAMES[domain]} clock: "
+                                                f"{_describe(exc)}")
+                self._received.extend(received)
+                return failures
+            except (Interrupted, KeyboardInterrupt) as exc:
+                self._received.append(getattr(exc, "signum", signal.SIGINT))
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        from hpcai.launcher.power.journal import remove_journal
+
+        if not self._active:
+            return False
+        self._active = False
+        failures = self._restore_all()
+        if failures:
+            error = PowerError(f"could not restore clocks: {'; '.join(failures)}", RESTORE_HINT)
+            if exc is None or isinstance(exc, Exception):
+                raise error from exc
+            log.error(error.one_line())
+            return False
+        remove_journal(self.journal_path)
+        if exc is None and self._received:
+            signum = self._received[0]
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            raise Interrupted(signum)
+        return False
+
+
+# ---- power restore ------------------------------------------------------------------------
+def restore_clocks_from_journal(backend, power_journal, force: bool = False) -> dict:
+    """Put back the clocks a killed run left capped; remove the journal when all are.
+
+    Returns {"journal", "found", "gpus": [{"index", "uuid", "domain", "restore", "ok",
+    "error"}]}; PowerError (journal kept) when any could not be restored.
+    """
+    from hpcai.launcher.power.journal import remove_journal
+    from hpcai.launcher.power.session import _pid_alive, _stop_or_refuse
+
+    path = clock_journal_path(power_journal)
+    record = load_clock_journal(path)
+    if record is None:
+        return {"journal": str(path), "found": False, "gpus": []}
+    host = socket.gethostname()
+    if record.get("hostname") not in (None, host):
+        raise PowerError(f"the clock journal {path} was written on {record['hostname']}, "
+                         f"not on this host ({host})", "run `hpcai-launch power restore` on that node")
+    if not force and _pid_alive(record.get("pid")):
+        raise PowerError(f"the run that wrote {path} (pid {record['pid']}) is still running",
+                         "stop it first (it restores the clocks when it exits), or pass --force")
+    _stop_or_refuse(record.get("workload"), path, force)
+    by_uuid = {g.uuid: g.index for g in backend.gpus()}
+    results, failures = [], []
+    for entry in record["gpus"]:
+        uuid = entry.get("uuid")
+        index = by_uuid.get(uuid) if uuid else int(entry["index"])
+        for domain, snap in entry["domains"].items():
+            result = {"index": index, "uuid": uuid, "domain": domain, "restore": snap["restore"],
+                      "mhz": snap.get("mhz"), "ok": False, "error": None}
+            results.append(result)
+            try:
+                if index is None:
+                    raise PowerError(f"no visible GPU has UUID {uuid}")
+                controls_for(backend, [index], restoring=True)[index].restore(domain, snap)
+                result["ok"] = True
+            except HpcaiError as exc:
+                result["error"] = exc.one_line()
+                failures.append(f"GPU {entry['index']} {DOMAIN_NAMES[domain]} clock: "
+                                f"{exc.one_line()}")
+    summary = {"journal": str(path), "found": True, "gpus": results}
+    if failures:
+        error = PowerError(f"could not restore clocks from {path}: {'; '.join(failures)}",
+                           RESTORE_HINT)
+        error.result = summary
+        raise error
+    remove_journal(path)
+    return summary
+
+
+# ---- the result --------------------------------------------------------------------------
+def clocks_record(session: ClockSession | None, measured: dict[int, dict] | None = None) -> dict | None:
+    """power.clocks of a result: what was requested, set, read back and restored
+    per GPU, and whether the measured clock stayed under the cap (held)."""
+    if session is None or not session.domains:
+        return None
+    measured = measured or {}
+    gpus = []
+    for i, gpu in sorted(session.gpus.items()):
+        row = {"index": i, "uuid": gpu["uuid"]}
+        for domain in session.domains:
+            entry = dict(gpu[domain])
+            mean = (measured.get(i) or {}).get(domain)
+            entry["measured_mean_mhz"] = mean
+            entry["held"] = None if mean is None else mean <= entry["requested_mhz"] + TOLERANCE_MHZ
+            row[domain] = entry
+        gpus.append(row)
+    return {"method": session.backend.name,
+            "requested_sm_mhz": session.requested["sm"],
+            "requested_mem_mhz": session.requested["mem"],
+            "gpus": gpus}
