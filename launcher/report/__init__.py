@@ -82,6 +82,9 @@ def make_report(paths: list, opts: ReportOptions) -> dict:
     objective_note = apply_objective(analyses, opts.objective, opts.max_slowdown)
 
     throughput = tables.throughput_tables(cells, analyses, reference)
+    from hpcai.launcher.report.clocks import clock_table
+
+    clocks = clock_table(cells)  # None unless a result capped clocks
     efficiency = tables.efficiency_tables(cells, analyses, overhead)
     recommendations = tables.recommendation_table(analyses, opts.max_slowdown,
                                                        opts.objective) if analyses else None
@@ -92,7 +95,7 @@ def make_report(paths: list, opts: ReportOptions) -> dict:
     excluded = tables.excluded_table(runs)
     sweeps_table = tables.idle_table(sweeps)
     runs_table = tables.runs_table(runs)
-    all_tables = [t for t in (*throughput, *efficiency, recommendations, fixed, facility,
+    all_tables = [t for t in (*throughput, clocks, *efficiency, recommendations, fixed, facility,
                               boundaries, statistics, excluded, sweeps_table, runs_table)
                   if t is not None]
 
@@ -125,6 +128,7 @@ def make_report(paths: list, opts: ReportOptions) -> dict:
 
     sections = [("Best cap", [t for t in (recommendations,) if t]),
                 ("Throughput per GPU", throughput),
+                ("Clock caps", [t for t in (clocks,) if t]),
                 ("Energy efficiency", efficiency),
                 ("Energy and time for a fixed amount of work", [t for t in (fixed,) if t]),
                 ("Facility energy, cost and emissions", [t for t in (facility,) if t]),

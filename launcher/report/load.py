@@ -88,6 +88,9 @@ class Run:
     facility: dict = field(default_factory=dict)  # the site's pue, carbon, price (spec.facility)
     sm_clock_mhz: float | None = None
     memory_clock_mhz: float | None = None
+    # Clock caps the run asked for (--sm-clock/--mem-clock, spec.power.clocks), MHz.
+    sm_clock_cap_mhz: int | None = None
+    mem_clock_cap_mhz: int | None = None
     samples_path: Path | None = None
     measured_start: float | None = None
     measured_end: float | None = None
@@ -263,6 +266,8 @@ def _fill(run: Run, path: Path, doc: dict) -> None:
     run.slurm_job = str(job) if job is not None else None
     run.cap_w = spec["power"]["cap_w"]
     run.cap_read = True
+    clocks = spec["power"].get("clocks") or {}
+    run.sm_clock_cap_mhz, run.mem_clock_cap_mhz = clocks.get("sm_mhz"), clocks.get("mem_mhz")
     cap = (doc.get("power") or {}).get("cap") or {}
     run.enforced = cap.get("enforced") if run.cap_w is not None else None
     defaults = [(g.get("limits") or {}).get("default_w") for g in used]

@@ -127,6 +127,8 @@ def _labels(cells: list[Cell], sites: bool) -> dict:
             parts.insert(0, g.workload)
         if len({x.preset for x in groups}) > 1:
             parts.append(f"{g.preset} preset")
+        if len({x.clocks for x in groups}) > 1:
+            parts.append(g.clocks or "own clocks")
         if len({x.series for x in groups}) > 1:
             parts.append(g.series or "run set 1")
         labels[g] = ", ".join(parts)

@@ -31,6 +31,17 @@ class Group:
     # "": the only set of runs of this configuration; "run set 2": independent runs
     # at caps another set already has (they are not repeats of it: issue 15).
     series: str = ""
+    # Clock caps (--sm-clock/--mem-clock), MHz: each setting is its own row, its
+    # caps the columns, so a cap x clock grid reads as rows x columns.
+    sm_clock_cap_mhz: int | None = None
+    mem_clock_cap_mhz: int | None = None
+
+    @property
+    def clocks(self) -> str:
+        """"SM 1410 MHz, memory 2619 MHz"; "" for the GPU's own clocks."""
+        from hpcai.launcher.sweep import clock_label
+
+        return clock_label(self.sm_clock_cap_mhz, self.mem_clock_cap_mhz)
 
     def device_label(self, with_site: bool = False) -> str:
         label = f"{self.device} ×{self.processes}"
@@ -40,6 +51,8 @@ class Group:
 
     def workload_label(self) -> str:
         label = self.workload if self.preset in ("paper", "?") else f"{self.workload} ({self.preset})"
+        if self.clocks:
+            label = f"{label}, {self.clocks}"
         return f"{label}, {self.series}" if self.series else label
 
     @property
@@ -49,7 +62,8 @@ class Group:
 
 def group_of(run: Run) -> Group:
     return Group(run.workload, run.preset, run.device, run.device_full, run.device_type,
-                 run.site, run.processes, run.unit, run.nodes)
+                 run.site, run.processes, run.unit, run.nodes,
+                 sm_clock_cap_mhz=run.sm_clock_cap_mhz, mem_clock_cap_mhz=run.mem_clock_cap_mhz)
 
 
 @dataclass
@@ -179,6 +193,8 @@ def aggregate(runs: list[Run], overhead_w: float | None, noisy_cv: float,
              for (group, cap), members in buckets.items()]
     return sorted(cells, key=lambda c: (c.group.unit, c.group.workload, c.group.preset,
                                         c.group.device, c.group.site, c.group.processes,
+                                        cap_sort_key(c.group.sm_clock_cap_mhz),
+                                        cap_sort_key(c.group.mem_clock_cap_mhz),
                                         c.group.series, cap_sort_key(c.cap_w)))
 
 

@@ -326,6 +326,12 @@ def runs_table(runs: list[Run]) -> Table:
              _t(r.status if not r.problems else f"{r.status} (invalid)"),
              measured(r, r.per_gpu), measured(r, r.units_per_joule_with_overhead),
              _t(shown_path(r.path))] for r in runs]
+    if any(r.sm_clock_cap_mhz is not None or r.mem_clock_cap_mhz is not None for r in runs):
+        from hpcai.launcher.sweep import clock_label
+
+        header.insert(6, "Clock caps")  # only where some run capped clocks
+        for r, row in zip(runs, rows):
+            row.insert(6, _t(clock_label(r.sm_clock_cap_mhz, r.mem_clock_cap_mhz) or "own"))
     notes = ["Figures only for complete, valid runs; the others are listed with why under "
              "\"Runs not included\"."] if any(not r.usable for r in runs) else []
     return Table("runs", "Every run read", header, rows, notes)
