@@ -66,8 +66,8 @@ class SupportedClocks:
 
     def describe(self) -> str:
         if self.values is not None:
-            return f"{len(self.values)} values, {min(self.values)}-{max(self.values)} MHz" \
-                if self.values else "none"
+            count = f"{len(self.values)} value{'s' if len(self.values) != 1 else ''}"
+            return f"{count}, {min(self.values)}-{max(self.values)} MHz" if self.values else "none"
         return f"{self.lo}-{self.hi} MHz"
 
 
