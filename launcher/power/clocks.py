@@ -178,6 +178,9 @@ class ClockSession:
         self.gpus: dict[int, dict] = {}
         self._controls: dict = {}
         self._snapshot: dict[int, dict[str, dict]] = {}
+        # (index, domain) a set succeeded on: a failed NVML/amdsmi set changed
+        # nothing, and NVML cannot tell by reading, so only these are restored.
+        self._changed: set[tuple[int, str]] = set()
         self._received: list[int] = []
         self._active = False
 
@@ -211,7 +214,12 @@ class ClockSession:
             for i, control in self._controls.items():
                 # Memory first: NVIDIA's SM clocks were checked against that memory clock.
                 for domain in sorted(self.domains, key=lambda d: d != "mem"):
-                    control.set_max(domain, self.requested[domain])
+                    self._changed.add((i, domain))  # before: a signal may land just after
+                    try:
+                        control.set_max(domain, self.requested[domain])
+                    except HpcaiError:
+                        self._changed.discard((i, domain))  # refused: nothing changed
+                        raise
             self._read_back()
             self._active = True
         except BaseException as exc:
@@ -260,6 +268,8 @@ class ClockSession:
                     failures = []
                     for i, domains in self._snapshot.items():
                         for domain, record in domains.items():
+                            if (i, domain) not in self._changed:
+                                continue
                             try:
                                 self._controls[i].restore(domain, record)
                                 self.gpus[i][domain]["restored"] = True
