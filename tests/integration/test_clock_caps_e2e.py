@@ -5,7 +5,6 @@ changes nothing; a cap x clock sweep gets its own axis in the report."""
 from __future__ import annotations
 
 import json
-import os
 import queue
 import signal
 import subprocess
@@ -16,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LAUNCHER, ROOT, FakeNode, assert_valid_result, one_line_error
+from conftest import FakeNode, assert_valid_result, one_line_error
 from fakes import fake_gpu_state as fgs
-from processes import kill_marked, new_mark, popen_options
+from processes import kill_marked, popen_options
 
 from hpcai.launcher.power.clocks import clock_journal_path
 
