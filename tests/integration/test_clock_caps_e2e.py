@@ -259,3 +259,16 @@ def test_a_cap_by_clock_sweep_gives_clocks_their_own_axis_in_the_report(tmp_path
         assert data["tables"]["clock-caps"]["header"][2] == "SM clock cap"
     finally:
         node.stop_everything()
+
+
+def test_a_clock_sweep_dry_run_shows_the_grid_and_changes_nothing(fake_nvidia_node):
+    node = fake_nvidia_node
+    dry = node.launch(*TINY, "--cap", "300,400", "--sm-clock", "1410,1980", "--dry-run",
+                      "--seed", "5", "-o", str(node.results))
+    assert dry.returncode == 0, dry.stderr
+    plan = json.loads(dry.stdout[:dry.stdout.index("\ncommand of the first run")])
+    assert sorted((r["cap_w"], r["sm_clock_mhz"]) for r in plan["runs"]) == [
+        (300.0, 1410), (300.0, 1980), (400.0, 1410), (400.0, 1980)]
+    assert all("mem_clock_mhz" not in r for r in plan["runs"])
+    assert all(d["clock_log"] == [] and d["set_log"] == [] for d in node.devices())
+    assert not node.results.exists() and node.journal_files() == []
