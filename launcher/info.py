@@ -133,9 +133,12 @@ def show_power(site_selector: str | None, method: str | None) -> None:
                        f"{_w(lim.enforced_w):>9} {_w(lim.default_w):>8} {_w(lim.min_w):>6} "
                        f"{_w(lim.max_w):>6}")
     path = journal_path(site, None)
-    if path.exists():
-        click.echo(f"note: a power journal exists at {path}: "
-                   "run `hpcai-launch power restore` if no run is active")
+    from hpcai.launcher.power.clocks import clock_journal_path
+
+    for journal, what in ((path, "power"), (clock_journal_path(path), "clock")):
+        if journal.exists():
+            click.echo(f"note: a {what} journal exists at {journal}: "
+                       "run `hpcai-launch power restore` if no run is active")
 
 
 def _mhz(value) -> str:

@@ -167,7 +167,7 @@ def plan(opts: Options, placement: dict | None = None,
                          "drop --cap, or install nvidia-ml-py / amdsmi on a GPU node")
     clocks = clock_request(opts)
     if clocks and not node.gpus and not opts.dry_run:
-        raise UsageError(f"{_clock_flags(clocks)} need GPUs, and no GPU management library "
+        raise UsageError(f"{_clock_flags(clocks)} GPUs, and no GPU management library "
                          "sees one here", "drop them, or run as root on a GPU node with "
                          "nvidia-ml-py / amdsmi")
     preset = opts.preset or (workload.gpu_default_preset if device == "cuda"
@@ -199,7 +199,7 @@ def plan(opts: Options, placement: dict | None = None,
         raise UsageError("--cap needs GPUs, and none of this node's GPUs is visible to this job",
                          "check CUDA_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES, or drop --cap")
     if clocks and not gpu_indices and not opts.dry_run:
-        raise UsageError(f"{_clock_flags(clocks)} need GPUs, and none of this node's GPUs is "
+        raise UsageError(f"{_clock_flags(clocks)} GPUs, and none of this node's GPUs is "
                          "visible to this job", "check CUDA_VISIBLE_DEVICES / "
                          "ROCR_VISIBLE_DEVICES, or drop them")
     method = opts.power_method or site["power"]["method"]
@@ -243,8 +243,10 @@ def clock_request(opts: Options) -> dict | None:
 
 
 def _clock_flags(clocks: dict) -> str:
-    return " and ".join(flag for flag, key in (("--sm-clock", "sm_mhz"), ("--mem-clock", "mem_mhz"))
-                        if clocks.get(key) is not None)
+    """"--sm-clock needs", "--sm-clock and --mem-clock need": the subject of an error."""
+    flags = [flag for flag, key in (("--sm-clock", "sm_mhz"), ("--mem-clock", "mem_mhz"))
+             if clocks.get(key) is not None]
+    return " and ".join(flags) + (" needs" if len(flags) == 1 else " need")
 
 
 def check_clock_caps(spec: dict, node: Node, site: dict, sm_mhz: int | None,

@@ -24,7 +24,7 @@ State file schema (format 1)::
         "ignores_cap": false,                # true: reported power is draw even above the cap
         "min_limit_w": float, "max_limit_w": float,
         "default_limit_w": float, "current_limit_w": float,
-        "deny_set": false,                   # set -> NoPermission / AMDSMI_STATUS_NO_PERM
+        "deny_set": false,                   # set (limits and clocks) -> NoPermission / NO_PERM
         "ignore_set": false,                 # set returns OK but the limit does not change
         "energy_mj": float, "energy_t": float,  # energy folded up to unix time energy_t
         "sm_clock_mhz": float, "memory_clock_mhz": float,
@@ -67,7 +67,8 @@ Feature names for ``not_supported``: "power_instant", "power_average",
 "energy", "sm_clock", "memory_clock", "temperature", "temperature_hotspot",
 "utilization", "memory_used", "throttle", "enforced_limit", "default_limit",
 "constraints", "current_limit", "set_limit", "cuda_version", "power_cap_info",
-"field_values", "mig", "violation", "gpu_metrics".
+"field_values", "mig", "violation", "gpu_metrics", "supported_clocks",
+"clock_lock" (setting or resetting clocks).
 
 Top-level keys: "removed_functions" (NVML symbols the driver lacks: calls raise
 FunctionNotFound), "amd_na_value" (what amdsmi reports for an unsupported

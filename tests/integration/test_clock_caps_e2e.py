@@ -195,7 +195,7 @@ def test_killed_launcher_leaves_clocks_to_power_restore(fake_nvidia_node):
 
 def test_clock_caps_without_gpus_are_one_line_and_change_nothing(cpu_node):
     done = cpu_node.launch(*TINY, "--sm-clock", "1410", "-o", str(cpu_node.results))
-    one_line_error(done, "--sm-clock need GPUs")
+    one_line_error(done, "--sm-clock needs GPUs")
     assert not cpu_node.results.exists() and cpu_node.journal_files() == []
     dry = cpu_node.launch(*TINY, "--sm-clock", "1410", "--mem-clock", "2619", "--dry-run",
                           "-o", str(cpu_node.results))
