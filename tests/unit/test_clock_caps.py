@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 from pathlib import Path
 
 import pytest
@@ -300,3 +301,29 @@ def test_power_restore_refuses_while_the_run_lives(node, backend_of):
         restore_clocks_from_journal(backend_of("nvml"), n.journal)
     assert n.limits("sm")[0] == [345, 1410] and clock_journal_path(n.journal).exists()
     session.__exit__(None, None, None)
+
+
+def test_the_fake_clock_calls_have_the_real_bindings_signatures(monkeypatch):
+    """Each NVML clock call hpcai makes exists in the real nvidia-ml-py (installed,
+    no driver needed to import it) with the parameters the fake takes."""
+    import importlib.util
+    import inspect
+
+    spec = importlib.util.find_spec("pynvml")
+    if spec is None or "fakes" in (spec.origin or ""):
+        pytest.fail("the real nvidia-ml-py is not installed in this environment")
+    real = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "pynvml", real)  # it looks itself up while loading
+    spec.loader.exec_module(real)
+    fake = fgs.load_fake_module("pynvml")
+    for name in ("nvmlDeviceSetGpuLockedClocks", "nvmlDeviceResetGpuLockedClocks",
+                 "nvmlDeviceSetMemoryLockedClocks", "nvmlDeviceResetMemoryLockedClocks",
+                 "nvmlDeviceGetSupportedMemoryClocks", "nvmlDeviceGetSupportedGraphicsClocks",
+                 "nvmlDeviceGetMaxClockInfo", "nvmlDeviceGetClockInfo"):
+        assert list(inspect.signature(getattr(real, name)).parameters) == \
+            list(inspect.signature(getattr(fake, name)).parameters), name
+    assert not hasattr(real, "nvmlDeviceGetGpuLockedClocks")  # why NVIDIA restores by reset
+    for const in ("NVML_ERROR_NO_PERMISSION", "NVML_ERROR_NOT_SUPPORTED",
+                  "NVML_ERROR_INVALID_ARGUMENT", "NVML_ERROR_NOT_FOUND", "NVML_CLOCK_SM",
+                  "NVML_CLOCK_MEM"):
+        assert getattr(real, const) == getattr(fake, const), const
