@@ -152,6 +152,9 @@ def _slurm_options(slurm, nodes, partition, account, time_limit, array, extra, g
                         extra_options=list(extra))
 
 
+from hpcai.launcher.data_cli import data_options  # noqa: E402 (click options only)
+
+
 def _workload_command(workload):
     presets = list(workload.presets)
 
@@ -160,8 +163,10 @@ def _workload_command(workload):
                 channels_last, compile_, sample_interval_ms, no_telemetry, output, journal,
                 runtime, image, dry_run, slurm, nodes, partition, account, time_limit, array,
                 slurm_options, **extra):
+        from hpcai.launcher.data_cli import resolve_data
         from hpcai.launcher.run import Options, launch
 
+        _run_guarded(resolve_data, workload, extra)
         # One cap and one repeat is a plain run, exactly as without sweeps.
         sweep = repeat > 1 or (caps is not None and len(caps) > 1)
         batch = _slurm_options(slurm, nodes, partition, account, time_limit, array,
@@ -251,6 +256,7 @@ def _workload_command(workload):
                      help="--slurm: an extra sbatch option, e.g. --slurm-option=--exclusive "
                           "(repeatable)"),
         *(_workload_option(o) for o in workload.options),
+        *data_options(workload),
     ]
     for decorate in reversed(decorators):
         command = decorate(command)
@@ -420,6 +426,9 @@ from hpcai.launcher.images.cli import images as _images_group  # noqa: E402
 
 main.add_command(_images_group)
 from hpcai.launcher.selftest import selftest_command  # noqa: E402
+from hpcai.launcher.data_cli import data as _data_group  # noqa: E402
+
+main.add_command(_data_group)
 
 main.add_command(selftest_command(_run_guarded))
 
