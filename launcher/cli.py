@@ -135,6 +135,18 @@ def _workload_option(option):
     return click.option(option.flag, option.param, type=kind, default=None, help=option.help)
 
 
+def _vary_axes(workload) -> list[str]:
+    from hpcai.launcher.grid import axes_for
+
+    return list(axes_for(workload))
+
+
+def _parse_vary(texts, workload) -> list:
+    from hpcai.launcher.grid import parse_vary
+
+    return parse_vary(texts, workload)
+
+
 def _slurm_options(slurm, nodes, partition, account, time_limit, array, extra, gpus):
     """SlurmOptions with --slurm; its options without it are a mistake worth saying."""
     if not slurm:
@@ -162,13 +174,14 @@ def _workload_command(workload):
                 gpus, nproc, batch_size, epochs, warmup_epochs, steps_per_epoch, precision,
                 channels_last, compile_, sample_interval_ms, no_telemetry, output, journal,
                 runtime, image, dry_run, slurm, nodes, partition, account, time_limit, array,
-                slurm_options, **extra):
+                slurm_options, vary, scaling, **extra):
         from hpcai.launcher.data_cli import resolve_data
         from hpcai.launcher.run import Options, launch
 
         _run_guarded(resolve_data, workload, extra)
+        axes = _run_guarded(_parse_vary, vary, workload)
         # One cap and one repeat is a plain run, exactly as without sweeps.
-        sweep = repeat > 1 or (caps is not None and len(caps) > 1)
+        sweep = repeat > 1 or (caps is not None and len(caps) > 1) or bool(axes)
         batch = _slurm_options(slurm, nodes, partition, account, time_limit, array,
                                slurm_options, gpus)
         opts = Options(
@@ -178,13 +191,17 @@ def _workload_command(workload):
             idle_s=idle_s,
             power_method=power_method, site=site, device=device, gpus=gpus, nproc=nproc,
             output=output, dry_run=dry_run, telemetry=not no_telemetry, journal=journal,
-            runtime=runtime, image=image, slurm=batch,
+            runtime=runtime, image=image, slurm=batch, vary=axes or None, scaling=scaling,
             params={"batch_size": batch_size, "precision": precision,
                     "channels_last": channels_last, "compile": compile_, **extra},
             protocol={"epochs": epochs, "warmup_epochs": warmup_epochs,
                       "steps_per_epoch": steps_per_epoch,
                       "sample_interval_s": sample_interval_ms / 1000 if sample_interval_ms else None},
         )
+        if axes or scaling:
+            from hpcai.launcher.grid import check
+
+            _run_guarded(check, opts, axes, nodes_given=nodes is not None)
         return _run_guarded(launch, opts)
 
     decorators = [
@@ -198,6 +215,13 @@ def _workload_command(workload):
                           "(200,300,400) or range (200:700:100) runs a sweep"),
         click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
                      help="runs per cap (a sweep when above 1)"),
+        click.option("--vary", multiple=True, metavar="PARAM=V1,V2,...",
+                     help="a grid sweep over PARAM (repeatable: every combination, with every "
+                          "--cap and --repeat): " + ", ".join(_vary_axes(workload))
+                          + "; gpus on a CPU run: its processes; nodes: with --slurm"),
+        click.option("--scaling", type=click.Choice(["strong", "weak"]),
+                     help="--vary nodes: strong keeps the global batch of the fewest nodes "
+                          "(the batch per GPU shrinks), weak the batch per GPU (default)"),
         click.option("--seed", type=click.IntRange(min=0),
                      help="sweeps: seed of the shuffled cap order (default: random, recorded)"),
         click.option("--order", type=click.Choice(["shuffle", "alternate", "ascending"]),

@@ -60,10 +60,13 @@ class Options:
     runtime: str = "auto"  # auto | host | apptainer
     image: str | None = None  # a SIF to run instead of the images folder's
     slurm: object = None  # SlurmOptions: submit as a batch job instead of running here
+    # --vary: [(param, [values])], a grid sweep (launcher/grid.py); --scaling with nodes.
+    vary: list | None = None
+    scaling: str | None = None
 
     @property
     def is_sweep(self) -> bool:
-        return self.caps is not None
+        return self.caps is not None or bool(self.vary)
 
 
 def log(message: str) -> None:

@@ -82,14 +82,22 @@ def _parse_range(text: str) -> list[float]:
 class Slot:
     cap_w: float | None
     repeat: int  # 0-based
+    point: tuple = ()  # --vary: ((param, value), ...) (launcher/grid.py); () without
 
     def describe(self) -> str:
         cap = "no cap" if self.cap_w is None else f"cap {self.cap_w:g} W"
-        return f"{cap}, repeat {self.repeat + 1}"
+        where = "".join(f"{name} {value}, " for name, value in self.point)
+        return f"{where}{cap}, repeat {self.repeat + 1}"
 
 
-def schedule(caps: list[float | None], repeats: int, order: str, seed: int) -> list[Slot]:
-    """Every cap once per round, rounds one after another.
+def point_of(sweep: dict) -> tuple:
+    """A result's grid point, as its spec.sweep stores it ([[param, value], ...])."""
+    return tuple((str(n), v) for n, v in (sweep.get("point") or []))
+
+
+def schedule(caps: list[float | None], repeats: int, order: str, seed: int,
+             points: list[tuple] | None = None) -> list[Slot]:
+    """Every cap (at every grid point) once per round, rounds one after another.
 
     shuffle: each round in its own random order from `seed`; alternate: low,
     high, next-low, next-high, ..., reversed every other round; ascending:
@@ -100,19 +108,21 @@ def schedule(caps: list[float | None], repeats: int, order: str, seed: int) -> l
     if repeats < 1:
         raise UsageError("--repeat must be at least 1", f"got {repeats}")
     base = sorted(caps, key=lambda c: (c is None, c or 0.0))
+    # Grid points outermost, so that a plain cap sweep's order is unchanged.
+    combos = [(p, c) for p in (points or [()]) for c in base]
     rng = random.Random(seed)
     slots: list[Slot] = []
     for r in range(repeats):
         if order == "shuffle":
-            round_caps = list(base)
+            round_caps = list(combos)
             rng.shuffle(round_caps)
         elif order == "alternate":
-            round_caps = _low_high(base)
+            round_caps = _low_high(combos)
             if r % 2:
                 round_caps.reverse()
         else:
-            round_caps = list(base)
-        slots.extend(Slot(c, r) for c in round_caps)
+            round_caps = list(combos)
+        slots.extend(Slot(c, r, p) for p, c in round_caps)
     if len(slots) > MAX_SLOTS:
         raise UsageError(f"the sweep has {len(slots)} runs", f"use at most {MAX_SLOTS}")
     return slots
@@ -174,7 +184,8 @@ def completed_slots(sweep_dir: Path, digest: str) -> dict[Slot, str]:
         sweep = (doc.get("spec") or {}).get("sweep") or {}
         if sweep.get("key") != digest or validation_errors(doc):
             continue
-        done.setdefault(Slot(doc["spec"]["power"]["cap_w"], int(sweep["repeat"])), doc["run_id"])
+        done.setdefault(Slot(doc["spec"]["power"]["cap_w"], int(sweep["repeat"]), point_of(sweep)),
+                        doc["run_id"])
     return done
 
 
@@ -187,7 +198,7 @@ def attempts(sweep_dir: Path, digest: str) -> dict[Slot, list[dict]]:
             sweep = doc["spec"]["sweep"]
             if sweep.get("key") != digest:
                 continue
-            slot = Slot(doc["spec"]["power"]["cap_w"], int(sweep["repeat"]))
+            slot = Slot(doc["spec"]["power"]["cap_w"], int(sweep["repeat"]), point_of(sweep))
         except (OSError, ValueError, KeyError, TypeError):
             continue
         found.setdefault(slot, []).append({"run_id": doc.get("run_id"),
@@ -309,7 +320,8 @@ class Summary:
     def refresh_attempts(self) -> None:
         found = attempts(self.path.parent, self.doc["key"])
         for run in self.doc["runs"]:
-            run["attempts"] = found.get(Slot(run["cap_w"], run["repeat"]), [])
+            point = tuple((n, v) for n, v in (run.get("point") or {}).items())
+            run["attempts"] = found.get(Slot(run["cap_w"], run["repeat"], point), [])
 
     def set_run(self, position: int, quiet: bool = False, **fields) -> None:
         self.doc["runs"][position].update(fields)
@@ -337,8 +349,15 @@ def run_sweep(opts) -> int:
     from hpcai.launcher import runtime
     from hpcai.workloads.catalog import get_workload
 
+    from hpcai.launcher import grid
+
     caps = list(opts.caps) if opts.caps else [None]
-    spec, _command, site, node = R.plan(dataclasses.replace(opts, cap_w=caps[0], caps=None))
+    points = grid.points(opts.vary or [])
+    device = None
+    if opts.vary:  # a CPU run's `gpus` are its processes: the device decides
+        device = R.plan(dataclasses.replace(opts, cap_w=None, caps=None))[0]["devices"]["type"]
+    spec, _command, site, node = R.plan(dataclasses.replace(
+        grid.apply(opts, points[0], device), cap_w=caps[0], caps=None))
     if caps[0] is not None and not node.gpus:  # only a dry run gets here (plan refuses)
         R.log(R.caps_unchecked_note(spec))
     elif caps[0] is not None:
@@ -348,25 +367,35 @@ def run_sweep(opts) -> int:
             for cap in caps:  # every cap checked before the first one is set
                 R.check_cap(backend, cap, spec["devices"]["gpu_indices"], site)
     key = measurement_key(spec)
+    if opts.vary:  # the first point's values are in the spec; the grid names them all
+        key["vary"] = [[name, values] for name, values in opts.vary]
     digest = key_hash(key)
     sweep_dir = Path(spec["output_dir"]).parent / sweep_id(spec, digest)
     summary_path = sweep_dir / SUMMARY_FILE
     previous = Summary.load(summary_path) if summary_path.exists() else None
     seed = opts.seed if opts.seed is not None else (
         previous.doc.get("seed") if previous else new_seed())
-    slots = schedule(caps, opts.repeat, opts.order, seed)
+    slots = schedule(caps, opts.repeat, opts.order, seed, points)
     done = completed_slots(sweep_dir, digest) if sweep_dir.exists() else {}
     if opts.dry_run:
         print(json.dumps({"sweep_id": sweep_dir.name, "folder": str(sweep_dir), "seed": seed,
-                          "order": opts.order, "runs": [
-                              {"cap_w": s.cap_w, "repeat": s.repeat,
+                          "order": opts.order,
+                          **({"vary": dict(opts.vary)} if opts.vary else {}), "runs": [
+                              {**({"point": dict(s.point)} if s.point else {}),
+                               "cap_w": s.cap_w, "repeat": s.repeat,
                                "status": "complete" if s in done else "to run"} for s in slots]},
                          indent=2))
-        first = R.plan(dataclasses.replace(opts, cap_w=slots[0].cap_w, caps=None,
-                                           output=str(sweep_dir)))[1]
+        commands = [R.plan(dataclasses.replace(grid.apply(opts, point, device),
+                                               cap_w=slots[0].cap_w, caps=None,
+                                               output=str(sweep_dir)))[1]
+                    for point in points]  # every point planned: a bad one is refused now
+        first = commands[points.index(slots[0].point)]
         print("command of the first run: " + " ".join(first))
         return 0
     # Journal, free space, output: all before the idle baseline measures anything.
+    if opts.vary:  # every point planned before anything runs: a bad one is refused now
+        for point in points[1:]:
+            R.plan(dataclasses.replace(grid.apply(opts, point, device), cap_w=caps[0], caps=None))
     R.preflight(site, node, opts, sweep_dir)
     runtime.check_ready(spec, get_workload(spec["workload"]).impl(spec["impl"]).framework)
     tried = attempts(sweep_dir, digest)
@@ -374,10 +403,12 @@ def run_sweep(opts) -> int:
         "kind": "hpcai.sweep", "sweep_version": SUMMARY_VERSION, "sweep_id": sweep_dir.name,
         "key": digest, "measurement": key, "workload": spec["workload"],
         "preset": spec["preset"], "caps_w": caps, "repeat": opts.repeat, "order": opts.order,
+        **({"vary": [[name, values] for name, values in opts.vary]} if opts.vary else {}),
         "seed": seed, "created": previous.doc.get("created") if previous else _now_iso(),
         "idle_baseline": previous.doc.get("idle_baseline") if previous else None,
         "status": "running",
-        "runs": [{"position": i, "cap_w": s.cap_w, "repeat": s.repeat,
+        "runs": [{"position": i, **({"point": dict(s.point)} if s.point else {}),
+                  "cap_w": s.cap_w, "repeat": s.repeat,
                   "status": "complete" if s in done else "pending",
                   "run_id": done.get(s), "skipped": s in done,
                   "result": f"{done[s]}/result.json" if s in done else None,
@@ -400,7 +431,8 @@ def run_sweep(opts) -> int:
                 _log_idle(summary.doc["idle_baseline"])
                 summary.write()
             for i in todo:
-                _run_slot(R, opts, slots[i], i, len(slots), digest, sweep_dir, seed, summary)
+                _run_slot(R, grid.apply(opts, slots[i].point, device), slots[i], i, len(slots),
+                          digest, sweep_dir, seed, summary)
     except (Interrupted, KeyboardInterrupt) as exc:
         summary.doc["status"] = "interrupted"
         summary.refresh_attempts()
@@ -421,6 +453,8 @@ def _run_slot(R, opts, slot: Slot, position: int, total: int, digest: str, sweep
     spec["sweep"] = {"id": sweep_dir.name, "key": digest, "position": position,
                      "repeat": slot.repeat, "repeats": opts.repeat, "order": opts.order,
                      "seed": seed}
+    if slot.point:
+        spec["sweep"]["point"] = [[name, value] for name, value in slot.point]
     R.log(f"sweep run {position + 1}/{total}: {slot.describe()}")
     summary.set_run(position, status="running", run_id=spec["run_id"], skipped=False,
                     result=f"{spec['run_id']}/result.json", message=None)
@@ -440,6 +474,10 @@ def _run_slot(R, opts, slot: Slot, position: int, total: int, digest: str, sweep
         summary.set_run(position, quiet=True, status="failed", message=exc.one_line())
         raise
     summary.set_run(position, status="complete")
+
+
+def _slot_of(run: dict) -> Slot:
+    return Slot(run["cap_w"], run["repeat"], tuple((run.get("point") or {}).items()))
 
 
 def _result_status(path: Path) -> str:
@@ -469,12 +507,14 @@ def _finish(summary: Summary) -> int:
     for r in runs:
         cap = "no cap" if r["cap_w"] is None else f"{r['cap_w']:g} W"
         note = " (already complete, skipped)" if r.get("skipped") else ""
-        print(f"  {cap:>8}  repeat {r['repeat'] + 1}  {r['status']}{note}  {r['run_id'] or ''}")
+        where = "".join(f"{n} {v}  " for n, v in (r.get("point") or {}).items())
+        print(f"  {where}{cap:>8}  repeat {r['repeat'] + 1}  {r['status']}{note}  "
+              f"{r['run_id'] or ''}")
     print(f"summary: {summary.path}")
     if bad:
         first = bad[0]
         raise WorkloadError(
             f"sweep incomplete: {len(bad)} of {len(runs)} run(s) not complete "
-            f"(first: {Slot(first['cap_w'], first['repeat']).describe()}, {first['status']})",
+            f"(first: {_slot_of(first).describe()}, {first['status']})",
             f"see {summary.path}; run the same command again to retry only those")
     return 0

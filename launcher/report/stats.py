@@ -31,6 +31,8 @@ class Group:
     # "": the only set of runs of this configuration; "run set 2": independent runs
     # at caps another set already has (they are not repeats of it: issue 15).
     series: str = ""
+    # --vary: the grid point's parameters other than the GPUs (already in processes).
+    point: str = ""
 
     def device_label(self, with_site: bool = False) -> str:
         label = f"{self.device} ×{self.processes}"
@@ -40,6 +42,7 @@ class Group:
 
     def workload_label(self) -> str:
         label = self.workload if self.preset in ("paper", "?") else f"{self.workload} ({self.preset})"
+        label = f"{label}, {self.point}" if self.point else label
         return f"{label}, {self.series}" if self.series else label
 
     @property
@@ -48,8 +51,9 @@ class Group:
 
 
 def group_of(run: Run) -> Group:
+    point = ", ".join(f"{k} {v}" for k, v in run.point.items() if k not in ("gpus", "nodes", "model"))
     return Group(run.workload, run.preset, run.device, run.device_full, run.device_type,
-                 run.site, run.processes, run.unit, run.nodes)
+                 run.site, run.processes, run.unit, run.nodes, point=point)
 
 
 @dataclass
@@ -179,7 +183,7 @@ def aggregate(runs: list[Run], overhead_w: float | None, noisy_cv: float,
              for (group, cap), members in buckets.items()]
     return sorted(cells, key=lambda c: (c.group.unit, c.group.workload, c.group.preset,
                                         c.group.device, c.group.site, c.group.processes,
-                                        c.group.series, cap_sort_key(c.cap_w)))
+                                        c.group.point, c.group.series, cap_sort_key(c.cap_w)))
 
 
 def _cell(group: Group, cap: float | None, runs: list[Run], overhead_w, noisy_cv) -> Cell:
