@@ -302,7 +302,7 @@ def _fill(run: Run, path: Path, doc: dict) -> None:
     run.measured_start, run.measured_end = stamps.get("measured_start"), stamps.get("measured_end")
     sweep = spec.get("sweep") or {}
     run.sweep_id, run.repeat = sweep.get("id"), sweep.get("repeat")
-    run.point = {str(n): v for n, v in sweep.get("point") or []}
+    run.point = {str(n): v for n, v in sweep.get("point") or (spec.get("slurm") or {}).get("point") or []}
     run.achieved_tflops_node = tp.get("achieved_tflops_node")
     run.fraction_of_peak = tp.get("fraction_of_peak")
     run.input = doc.get("input")
