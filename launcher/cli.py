@@ -97,6 +97,9 @@ def main():
       hpcai-launch resnet50 --cap 300         the same under a 300 W cap per GPU
       hpcai-launch resnet50 --cap 200:700:100 --repeat 3   a cap sweep
       hpcai-launch resnet50 --preset tiny --dry-run
+      hpcai-launch resnet50 --vary gpus=1,2,4 --vary batch_size=64,128   a grid sweep
+      hpcai-launch data make resnet50 --samples 10000 -o imgs   a dataset on disk
+      hpcai-launch resnet50 --data imgs       train from it; the data-wait time recorded
       hpcai-launch power show                 current power limits
       hpcai-launch power restore              undo a cap left by a killed run
       hpcai-launch report results/            tables, plots and the best cap
