@@ -52,6 +52,8 @@ class Group:
 
 def group_of(run: Run) -> Group:
     point = ", ".join(f"{k} {v}" for k, v in run.point.items() if k not in ("gpus", "nodes", "model"))
+    if run.input:  # data from storage (--data) is another measurement than preloaded inputs
+        point = ", ".join(x for x in (point, "data from storage") if x)
     return Group(run.workload, run.preset, run.device, run.device_full, run.device_type,
                  run.site, run.processes, run.unit, run.nodes, point=point)
 

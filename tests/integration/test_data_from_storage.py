@@ -55,6 +55,16 @@ def test_resnet50_reads_jpegs_and_records_the_wait_for_data(cpu_node, tmp_path, 
     # The preloaded run (the default) records no split: its inputs never leave the device.
     assert "input" not in base and all("data_wait_s" not in e for e in base["epochs"])
 
+    # The report: the split beside the throughput, and storage never averaged with preloaded.
+    done = node.launch("report", str(node.results), "-o", str(tmp_path / "report"))
+    assert done.returncode == 0, done.stderr
+    rep = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert sorted(str(c["point"]) for c in rep["cells"]) == ["None", "data from storage"]
+    [row] = rep["tables"]["runtime-split"]["rows"]
+    assert float(row[6]) == pytest.approx(inp["data_wait_share"], rel=1e-2)
+    assert float(row[5]) == pytest.approx(doc["throughput"]["per_gpu"], rel=1e-4)
+    assert "## Runtime split" in (tmp_path / "report" / "report.md").read_text()
+
 
 def test_bad_datasets_are_refused_in_one_line_and_nothing_runs(cpu_node, tmp_path):
     node = cpu_node
