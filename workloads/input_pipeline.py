@@ -108,7 +108,8 @@ class InputPipeline:
                              f"batch ({batch_size} x {ctx.world_size})",
                              "make a larger dataset (--samples)")
         self.ctx, self.memory_format = ctx, memory_format
-        self.workers = int(params.get("data_workers") or default_workers(ctx))
+        workers = params.get("data_workers")
+        self.workers = int(workers) if workers is not None else default_workers(ctx)
         self.pin = ctx.device_type == "cuda"
         self.sampler = DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank,
                                           shuffle=True, seed=int(spec.get("seed", 0)),
