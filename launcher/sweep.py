@@ -395,7 +395,15 @@ def run_sweep(opts) -> int:
     # Journal, free space, output: all before the idle baseline measures anything.
     if opts.vary:  # every point planned before anything runs: a bad one is refused now
         for point in points[1:]:
-            R.plan(dataclasses.replace(grid.apply(opts, point, device), cap_w=caps[0], caps=None))
+            other = R.plan(dataclasses.replace(grid.apply(opts, point, device), cap_w=caps[0],
+                                               caps=None))[0]
+            if caps[0] is not None and node.gpus:  # and every cap on every point's GPUs
+                from hpcai.launcher.power import make_backend
+
+                with make_backend(spec["power"]["method"], node.vendor,
+                                  site["power"]["command"]) as backend:
+                    for cap in caps:
+                        R.check_cap(backend, cap, other["devices"]["gpu_indices"], site)
     R.preflight(site, node, opts, sweep_dir)
     runtime.check_ready(spec, get_workload(spec["workload"]).impl(spec["impl"]).framework)
     tried = attempts(sweep_dir, digest)
