@@ -122,7 +122,7 @@ def schedule(caps: list[float | None], repeats: int, order: str, seed: int,
                 round_caps.reverse()
         else:
             round_caps = list(combos)
-        slots.extend(Slot(c, r, p) for p, c in round_caps)
+        slots.extend(Slot(c, r, point=p) for p, c in round_caps)
     if len(slots) > MAX_SLOTS:
         raise UsageError(f"the sweep has {len(slots)} runs", f"use at most {MAX_SLOTS}")
     return slots
@@ -184,7 +184,7 @@ def completed_slots(sweep_dir: Path, digest: str) -> dict[Slot, str]:
         sweep = (doc.get("spec") or {}).get("sweep") or {}
         if sweep.get("key") != digest or validation_errors(doc):
             continue
-        done.setdefault(Slot(doc["spec"]["power"]["cap_w"], int(sweep["repeat"]), point_of(sweep)),
+        done.setdefault(Slot(doc["spec"]["power"]["cap_w"], int(sweep["repeat"]), point=point_of(sweep)),
                         doc["run_id"])
     return done
 
@@ -198,7 +198,7 @@ def attempts(sweep_dir: Path, digest: str) -> dict[Slot, list[dict]]:
             sweep = doc["spec"]["sweep"]
             if sweep.get("key") != digest:
                 continue
-            slot = Slot(doc["spec"]["power"]["cap_w"], int(sweep["repeat"]), point_of(sweep))
+            slot = Slot(doc["spec"]["power"]["cap_w"], int(sweep["repeat"]), point=point_of(sweep))
         except (OSError, ValueError, KeyError, TypeError):
             continue
         found.setdefault(slot, []).append({"run_id": doc.get("run_id"),
@@ -321,7 +321,7 @@ class Summary:
         found = attempts(self.path.parent, self.doc["key"])
         for run in self.doc["runs"]:
             point = tuple((n, v) for n, v in (run.get("point") or {}).items())
-            run["attempts"] = found.get(Slot(run["cap_w"], run["repeat"], point), [])
+            run["attempts"] = found.get(Slot(run["cap_w"], run["repeat"], point=point), [])
 
     def set_run(self, position: int, quiet: bool = False, **fields) -> None:
         self.doc["runs"][position].update(fields)
@@ -485,7 +485,7 @@ def _run_slot(R, opts, slot: Slot, position: int, total: int, digest: str, sweep
 
 
 def _slot_of(run: dict) -> Slot:
-    return Slot(run["cap_w"], run["repeat"], tuple((run.get("point") or {}).items()))
+    return Slot(run["cap_w"], run["repeat"], point=tuple((run.get("point") or {}).items()))
 
 
 def _result_status(path: Path) -> str:
