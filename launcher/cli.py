@@ -118,6 +118,9 @@ def main():
       hpcai-launch resnet50 --cap 200:700:100 --repeat 3   a cap sweep
       hpcai-launch resnet50 --sm-clock 1005,1410,1980     a clock-cap sweep
       hpcai-launch resnet50 --preset tiny --dry-run
+      hpcai-launch resnet50 --vary gpus=1,2,4 --vary batch_size=64,128   a grid sweep
+      hpcai-launch data make resnet50 --samples 10000 -o imgs   a dataset on disk
+      hpcai-launch resnet50 --data imgs       train from it; the data-wait time recorded
       hpcai-launch power show                 current power limits
       hpcai-launch power restore              undo a cap left by a killed run
       hpcai-launch report results/            tables, plots and the best cap
@@ -156,6 +159,18 @@ def _workload_option(option):
     return click.option(option.flag, option.param, type=kind, default=None, help=option.help)
 
 
+def _vary_axes(workload) -> list[str]:
+    from hpcai.launcher.grid import axes_for
+
+    return list(axes_for(workload))
+
+
+def _parse_vary(texts, workload) -> list:
+    from hpcai.launcher.grid import parse_vary
+
+    return parse_vary(texts, workload)
+
+
 def _slurm_options(slurm, nodes, partition, account, time_limit, array, extra, gpus):
     """SlurmOptions with --slurm; its options without it are a mistake worth saying."""
     if not slurm:
@@ -173,6 +188,9 @@ def _slurm_options(slurm, nodes, partition, account, time_limit, array, extra, g
                         extra_options=list(extra))
 
 
+from hpcai.launcher.data_cli import data_options  # noqa: E402 (click options only)
+
+
 def _workload_command(workload):
     presets = list(workload.presets)
 
@@ -181,12 +199,15 @@ def _workload_command(workload):
                 gpus, nproc, batch_size, epochs, warmup_epochs, steps_per_epoch, precision,
                 channels_last, compile_, sample_interval_ms, no_telemetry, output, journal,
                 runtime, image, dry_run, slurm, nodes, partition, account, time_limit, array,
-                slurm_options, **extra):
+                slurm_options, vary, scaling, **extra):
+        from hpcai.launcher.data_cli import resolve_data
         from hpcai.launcher.run import Options, launch
 
+        _run_guarded(resolve_data, workload, extra)
+        axes = _run_guarded(_parse_vary, vary, workload)
         # One cap (and clock) and one repeat is a plain run, exactly as without sweeps.
-        sweep = repeat > 1 or any(v is not None and len(v) > 1
-                                  for v in (caps, sm_clocks, mem_clocks))
+        sweep = repeat > 1 or bool(axes) or any(v is not None and len(v) > 1
+                                                for v in (caps, sm_clocks, mem_clocks))
         batch = _slurm_options(slurm, nodes, partition, account, time_limit, array,
                                slurm_options, gpus)
         if batch is not None and any(v is not None and len(v) > 1 for v in (sm_clocks, mem_clocks)):
@@ -199,7 +220,7 @@ def _workload_command(workload):
             idle_s=idle_s,
             power_method=power_method, site=site, device=device, gpus=gpus, nproc=nproc,
             output=output, dry_run=dry_run, telemetry=not no_telemetry, journal=journal,
-            runtime=runtime, image=image, slurm=batch,
+            runtime=runtime, image=image, slurm=batch, vary=axes or None, scaling=scaling,
             sm_clock_mhz=sm_clocks[0] if sm_clocks and len(sm_clocks) == 1 else None,
             mem_clock_mhz=mem_clocks[0] if mem_clocks and len(mem_clocks) == 1 else None,
             sm_clocks=sm_clocks if sweep else None, mem_clocks=mem_clocks if sweep else None,
@@ -209,6 +230,10 @@ def _workload_command(workload):
                       "steps_per_epoch": steps_per_epoch,
                       "sample_interval_s": sample_interval_ms / 1000 if sample_interval_ms else None},
         )
+        if axes or scaling:
+            from hpcai.launcher.grid import check
+
+            _run_guarded(check, opts, axes, nodes_given=nodes is not None)
         return _run_guarded(launch, opts)
 
     decorators = [
@@ -229,6 +254,13 @@ def _workload_command(workload):
                      help="highest memory clock per GPU in MHz, as --sm-clock"),
         click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
                      help="runs per cap (a sweep when above 1)"),
+        click.option("--vary", multiple=True, metavar="PARAM=V1,V2,...",
+                     help="a grid sweep over PARAM (repeatable: every combination, with every "
+                          "--cap and --repeat): " + ", ".join(_vary_axes(workload))
+                          + "; gpus on a CPU run: its processes; nodes: with --slurm"),
+        click.option("--scaling", type=click.Choice(["strong", "weak"]),
+                     help="--vary nodes: strong keeps the global batch of the fewest nodes "
+                          "(the batch per GPU shrinks), weak the batch per GPU (default)"),
         click.option("--seed", type=click.IntRange(min=0),
                      help="sweeps: seed of the shuffled cap order (default: random, recorded)"),
         click.option("--order", type=click.Choice(["shuffle", "alternate", "ascending"]),
@@ -287,6 +319,7 @@ def _workload_command(workload):
                      help="--slurm: an extra sbatch option, e.g. --slurm-option=--exclusive "
                           "(repeatable)"),
         *(_workload_option(o) for o in workload.options),
+        *data_options(workload),
     ]
     for decorate in reversed(decorators):
         command = decorate(command)
@@ -466,6 +499,9 @@ from hpcai.launcher.images.cli import images as _images_group  # noqa: E402
 
 main.add_command(_images_group)
 from hpcai.launcher.selftest import selftest_command  # noqa: E402
+from hpcai.launcher.data_cli import data as _data_group  # noqa: E402
+
+main.add_command(_data_group)
 
 main.add_command(selftest_command(_run_guarded))
 

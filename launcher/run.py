@@ -66,10 +66,13 @@ class Options:
     mem_clock_mhz: int | None = None
     sm_clocks: list | None = None
     mem_clocks: list | None = None
+    # --vary: [(param, [values])], a grid sweep (launcher/grid.py); --scaling with nodes.
+    vary: list | None = None
+    scaling: str | None = None
 
     @property
     def is_sweep(self) -> bool:
-        return self.caps is not None
+        return self.caps is not None or bool(self.vary)
 
 
 def log(message: str) -> None:

@@ -126,11 +126,13 @@ class Slot:
     # Clock caps (--sm-clock/--mem-clock), MHz; None: the GPU's own clocks.
     sm_clock_mhz: int | None = None
     mem_clock_mhz: int | None = None
+    point: tuple = ()  # --vary: ((param, value), ...) (launcher/grid.py); () without
 
     def describe(self) -> str:
         cap = "no cap" if self.cap_w is None else f"cap {self.cap_w:g} W"
+        where = "".join(f"{name} {value}, " for name, value in self.point)
         clocks = clock_label(self.sm_clock_mhz, self.mem_clock_mhz)
-        return f"{cap}{', ' + clocks if clocks else ''}, repeat {self.repeat + 1}"
+        return f"{where}{cap}{', ' + clocks if clocks else ''}, repeat {self.repeat + 1}"
 
 
 def clock_label(sm_mhz: int | None, mem_mhz: int | None) -> str:
@@ -140,15 +142,21 @@ def clock_label(sm_mhz: int | None, mem_mhz: int | None) -> str:
     return ", ".join(parts)
 
 
+def point_of(sweep: dict) -> tuple:
+    """A result's grid point, as its spec.sweep stores it ([[param, value], ...])."""
+    return tuple((str(n), v) for n, v in (sweep.get("point") or []))
+
+
 def _point_key(point):
     return tuple((v is None, v or 0.0) for v in point)
 
 
 def schedule(caps: list[float | None], repeats: int, order: str, seed: int,
              sm_clocks: list[int | None] | None = None,
-             mem_clocks: list[int | None] | None = None) -> list[Slot]:
-    """Every cap (x SM clock x memory clock: a grid) once per round, rounds one
-    after another.
+             mem_clocks: list[int | None] | None = None,
+             points: list[tuple] | None = None) -> list[Slot]:
+    """Every cap (x SM clock x memory clock, at every --vary grid point) once per
+    round, rounds one after another.
 
     shuffle: each round in its own random order from `seed`; alternate: low,
     high, next-low, next-high, ..., reversed every other round; ascending:
@@ -159,22 +167,24 @@ def schedule(caps: list[float | None], repeats: int, order: str, seed: int,
         raise UsageError(f"unknown order {order!r}", f"choose one of: {', '.join(ORDERS)}")
     if repeats < 1:
         raise UsageError("--repeat must be at least 1", f"got {repeats}")
-    points = [(c, s, m) for c in caps for s in (sm_clocks or [None])
-              for m in (mem_clocks or [None])]
-    base = sorted(points, key=_point_key)
+    settings = [(c, s, m) for c in caps for s in (sm_clocks or [None])
+                for m in (mem_clocks or [None])]
+    # Grid points outermost, so that a plain cap sweep's order is unchanged.
+    combos = [(p, setting) for p in (points or [()])
+              for setting in sorted(settings, key=_point_key)]
     rng = random.Random(seed)
     slots: list[Slot] = []
     for r in range(repeats):
         if order == "shuffle":
-            round_points = list(base)
+            round_points = list(combos)
             rng.shuffle(round_points)
         elif order == "alternate":
-            round_points = _low_high(base)
+            round_points = _low_high(combos)
             if r % 2:
                 round_points.reverse()
         else:
-            round_points = list(base)
-        slots.extend(Slot(c, r, s, m) for c, s, m in round_points)
+            round_points = list(combos)
+        slots.extend(Slot(c, r, s, m, point=p) for p, (c, s, m) in round_points)
     if len(slots) > MAX_SLOTS:
         raise UsageError(f"the sweep has {len(slots)} runs", f"use at most {MAX_SLOTS}")
     return slots
@@ -222,14 +232,16 @@ def _host() -> str:
 
 # ---- what is already done ----------------------------------------------------
 def doc_slot(spec: dict, repeat) -> Slot:
-    """The slot a run's spec fills: its cap, its clock caps (spec.power.clocks) and repeat."""
+    """The slot a run's spec fills: its cap, clock caps (spec.power.clocks), repeat and grid point."""
     clocks = spec["power"].get("clocks") or {}
-    return Slot(spec["power"]["cap_w"], int(repeat), clocks.get("sm_mhz"), clocks.get("mem_mhz"))
+    return Slot(spec["power"]["cap_w"], int(repeat), clocks.get("sm_mhz"), clocks.get("mem_mhz"),
+                point=point_of(spec.get("sweep") or {}))
 
 
 def run_slot(run: dict) -> Slot:
     """The slot of a sweep.json run entry (entries without clocks: none were capped)."""
-    return Slot(run["cap_w"], run["repeat"], run.get("sm_clock_mhz"), run.get("mem_clock_mhz"))
+    return Slot(run["cap_w"], run["repeat"], run.get("sm_clock_mhz"), run.get("mem_clock_mhz"),
+                point=tuple((run.get("point") or {}).items()))
 
 
 def completed_slots(sweep_dir: Path, digest: str) -> dict[Slot, str]:
@@ -410,11 +422,18 @@ def run_sweep(opts) -> int:
     from hpcai.launcher import runtime
     from hpcai.workloads.catalog import get_workload
 
+    from hpcai.launcher import grid
+
     caps = list(opts.caps) if opts.caps else [None]
     sm_clocks = list(opts.sm_clocks) if opts.sm_clocks else [None]
     mem_clocks = list(opts.mem_clocks) if opts.mem_clocks else [None]
-    spec, _command, site, node = R.plan(_slot_options(opts, Slot(caps[0], 0, sm_clocks[0],
-                                                                 mem_clocks[0])))
+    points = grid.points(opts.vary or [])
+    device = None
+    if opts.vary:  # a CPU run's `gpus` are its processes: the device decides
+        device = R.plan(dataclasses.replace(opts, cap_w=None, caps=None, sm_clocks=None,
+                                            mem_clocks=None))[0]["devices"]["type"]
+    spec, _command, site, node = R.plan(_slot_options(
+        grid.apply(opts, points[0], device), Slot(caps[0], 0, sm_clocks[0], mem_clocks[0])))
     if caps[0] is not None and not node.gpus:  # only a dry run gets here (plan refuses)
         R.log(R.caps_unchecked_note(spec))
     elif caps[0] is not None:
@@ -428,25 +447,43 @@ def run_sweep(opts) -> int:
             for mem in mem_clocks:
                 R.check_clock_caps(spec, node, site, sm, mem)
     key = measurement_key(spec)
+    if opts.vary:  # the first point's values are in the spec; the grid names them all
+        key["vary"] = [[name, values] for name, values in opts.vary]
     digest = key_hash(key)
     sweep_dir = Path(spec["output_dir"]).parent / sweep_id(spec, digest)
     summary_path = sweep_dir / SUMMARY_FILE
     previous = Summary.load(summary_path) if summary_path.exists() else None
     seed = opts.seed if opts.seed is not None else (
         previous.doc.get("seed") if previous else new_seed())
-    slots = schedule(caps, opts.repeat, opts.order, seed, sm_clocks, mem_clocks)
+    slots = schedule(caps, opts.repeat, opts.order, seed, sm_clocks, mem_clocks, points)
     done = completed_slots(sweep_dir, digest) if sweep_dir.exists() else {}
     if opts.dry_run:
         print(json.dumps({"sweep_id": sweep_dir.name, "folder": str(sweep_dir), "seed": seed,
-                          "order": opts.order, "runs": [
-                              {"cap_w": s.cap_w, **_clock_fields(s), "repeat": s.repeat,
+                          "order": opts.order,
+                          **({"vary": dict(opts.vary)} if opts.vary else {}), "runs": [
+                              {**({"point": dict(s.point)} if s.point else {}),
+                               "cap_w": s.cap_w, **_clock_fields(s), "repeat": s.repeat,
                                "status": "complete" if s in done else "to run"} for s in slots]},
                          indent=2))
-        first = R.plan(dataclasses.replace(_slot_options(opts, slots[0]),
-                                           output=str(sweep_dir)))[1]
+        commands = [R.plan(dataclasses.replace(
+                        _slot_options(grid.apply(opts, point, device), slots[0]),
+                        output=str(sweep_dir)))[1]
+                    for point in points]  # every point planned: a bad one is refused now
+        first = commands[points.index(slots[0].point)]
         print("command of the first run: " + " ".join(first))
         return 0
     # Journal, free space, output: all before the idle baseline measures anything.
+    if opts.vary:  # every point planned before anything runs: a bad one is refused now
+        for point in points[1:]:
+            other = R.plan(_slot_options(grid.apply(opts, point, device),
+                                         Slot(caps[0], 0, sm_clocks[0], mem_clocks[0])))[0]
+            if caps[0] is not None and node.gpus:  # and every cap on every point's GPUs
+                from hpcai.launcher.power import make_backend
+
+                with make_backend(spec["power"]["method"], node.vendor,
+                                  site["power"]["command"]) as backend:
+                    for cap in caps:
+                        R.check_cap(backend, cap, other["devices"]["gpu_indices"], site)
     R.preflight(site, node, opts, sweep_dir)
     runtime.check_ready(spec, get_workload(spec["workload"]).impl(spec["impl"]).framework)
     tried = attempts(sweep_dir, digest)
@@ -455,10 +492,12 @@ def run_sweep(opts) -> int:
         "key": digest, "measurement": key, "workload": spec["workload"],
         "preset": spec["preset"], "caps_w": caps, **_clock_axes(sm_clocks, mem_clocks),
         "repeat": opts.repeat, "order": opts.order,
+        **({"vary": [[name, values] for name, values in opts.vary]} if opts.vary else {}),
         "seed": seed, "created": previous.doc.get("created") if previous else _now_iso(),
         "idle_baseline": previous.doc.get("idle_baseline") if previous else None,
         "status": "running",
-        "runs": [{"position": i, "cap_w": s.cap_w, **_clock_fields(s), "repeat": s.repeat,
+        "runs": [{"position": i, **({"point": dict(s.point)} if s.point else {}),
+                  "cap_w": s.cap_w, **_clock_fields(s), "repeat": s.repeat,
                   "status": "complete" if s in done else "pending",
                   "run_id": done.get(s), "skipped": s in done,
                   "result": f"{done[s]}/result.json" if s in done else None,
@@ -481,7 +520,8 @@ def run_sweep(opts) -> int:
                 _log_idle(summary.doc["idle_baseline"])
                 summary.write()
             for i in todo:
-                _run_slot(R, opts, slots[i], i, len(slots), digest, sweep_dir, seed, summary)
+                _run_slot(R, grid.apply(opts, slots[i].point, device), slots[i], i, len(slots),
+                          digest, sweep_dir, seed, summary)
     except (Interrupted, KeyboardInterrupt) as exc:
         summary.doc["status"] = "interrupted"
         summary.refresh_attempts()
@@ -502,6 +542,8 @@ def _run_slot(R, opts, slot: Slot, position: int, total: int, digest: str, sweep
     spec["sweep"] = {"id": sweep_dir.name, "key": digest, "position": position,
                      "repeat": slot.repeat, "repeats": opts.repeat, "order": opts.order,
                      "seed": seed}
+    if slot.point:
+        spec["sweep"]["point"] = [[name, value] for name, value in slot.point]
     R.log(f"sweep run {position + 1}/{total}: {slot.describe()}")
     summary.set_run(position, status="running", run_id=spec["run_id"], skipped=False,
                     result=f"{spec['run_id']}/result.json", message=None)
@@ -569,7 +611,8 @@ def _finish(summary: Summary) -> int:
         cap = "no cap" if r["cap_w"] is None else f"{r['cap_w']:g} W"
         clocks = clock_label(r.get("sm_clock_mhz"), r.get("mem_clock_mhz"))
         note = " (already complete, skipped)" if r.get("skipped") else ""
-        print(f"  {cap:>8}  {clocks + '  ' if clocks else ''}repeat {r['repeat'] + 1}  "
+        where = "".join(f"{n} {v}  " for n, v in (r.get("point") or {}).items())
+        print(f"  {where}{cap:>8}  {clocks + '  ' if clocks else ''}repeat {r['repeat'] + 1}  "
               f"{r['status']}{note}  {r['run_id'] or ''}")
     print(f"summary: {summary.path}")
     if bad:

@@ -97,6 +97,14 @@ class Workload:
     gpu_default_preset: str = "fast"
     # The Apptainer image family that carries this workload's software stack.
     image_family: str = "cv"
+    # Inputs from storage (--data, `hpcai-launch data make`): "jpeg" class folders,
+    # "npy" shards of volumes (workloads/datasets.py); None: synthetic inputs only.
+    data_format: str | None = None
+    # Workload parameters `--vary NAME=...` may sweep besides gpus, batch_size, model
+    # and nodes (a problem size: the image size, a cube size).
+    vary_params: tuple[str, ...] = ()
+    # `--vary model=...`: named sizes, each a set of params (presets are accepted too).
+    model_ladder: dict = field(default_factory=dict)
 
     @property
     def default_impl(self) -> str:
@@ -344,6 +352,8 @@ RESNET50 = Workload(
             protocol={"warmup_epochs": 1, "epochs": 2, "steps_per_epoch": 2},
         ),
     },
+    data_format="jpeg",
+    vary_params=("image_size",),
 )
 
 VIT_L16 = Workload(
@@ -377,6 +387,8 @@ VIT_L16 = Workload(
         ),
     },
     cpu_default_preset="tiny",
+    data_format="jpeg",
+    vary_params=("image_size",),
 )
 
 SD2 = Workload(

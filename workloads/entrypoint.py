@@ -293,6 +293,13 @@ class Run:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         R.write_json_atomic(self.out_dir / RESULT_FILE, R.clean(doc))
 
+    def _input_section(self, ranks: list[dict], seconds: float | None) -> dict:
+        """`input`: the runtime split, where the data came from storage."""
+        from hpcai.workloads.runtime_split import input_section
+
+        section = input_section(ranks, _input_of(self.workload), seconds)
+        return {"input": section} if section is not None else {}
+
     def _document(self, ranks: list[dict] | None = None) -> dict:
         spec, ctx = self.spec, self.ctx
         ranks = ranks or [self._rank_summary()]
@@ -376,10 +383,16 @@ class Run:
                        "kind": peaks[0]["kind"]} if peaks else None,
             "workload_metrics": self.workload.metrics() if self.workload is not None else None,
             **({"comparability": spec["comparability"]} if spec.get("comparability") else {}),
+            **self._input_section(ranks, throughput["measured_seconds"]),
             "sidecar": {"samples": SAMPLES_FILE if self.sampler and self.status != "running"
                         and self.sampler_written else None},
         }
         return doc
+
+
+def _input_of(workload) -> dict | None:
+    describe = getattr(workload, "input_description", None)
+    return describe() if describe is not None else None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,13 +19,22 @@ class Epoch:
     end: float
     duration_s: float  # from perf_counter, between synchronisations
     loss: float | None
+    # Data from storage (--data): seconds this rank waited for input, the rest of
+    # the epoch it computed, and the bytes its loader read. None: preloaded inputs.
+    data_wait_s: float | None = None
+    compute_s: float | None = None
+    data_bytes: int | None = None
 
     @property
     def throughput(self) -> float:
         return self.units / self.duration_s if self.duration_s > 0 else 0.0
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        doc = asdict(self)
+        for key in ("data_wait_s", "compute_s", "data_bytes"):
+            if doc[key] is None:
+                del doc[key]
+        return doc
 
 
 @dataclass
@@ -58,12 +67,14 @@ def run_epochs(workload, protocol: dict, ctx, sampler=None, on_epoch=None,
     warmup = int(protocol["warmup_epochs"])
     total = warmup + int(protocol["epochs"])
     steps = int(protocol["steps_per_epoch"])
+    counters = getattr(workload, "input_counters", None)
     for index in range(total):
         distributed.barrier(ctx)
         synchronize(ctx, workload)
         if sampler is not None:
             sampler.mark(f"epoch{index}.start")
         start_wall, start = time.time(), time.perf_counter()
+        before = counters() if counters is not None else None
         units = 0
         for _ in range(steps):
             units += workload.step()
@@ -76,6 +87,11 @@ def run_epochs(workload, protocol: dict, ctx, sampler=None, on_epoch=None,
             sampler.mark(f"epoch{index}.end")
         epoch = Epoch(index, index < warmup, steps, units, start_wall, end_wall, duration,
                       workload.latest_loss())
+        after = counters() if before is not None else None
+        if before is not None and after is not None:
+            epoch.data_wait_s = after[0] - before[0]
+            epoch.compute_s = max(0.0, duration - epoch.data_wait_s)
+            epoch.data_bytes = after[1] - before[1]
         progress.epochs.append(epoch)
         if on_epoch is not None:
             on_epoch(epoch, total)

@@ -36,6 +36,7 @@ class TorchTrainer(StepWorkload):
         self.batch_size_search: dict | None = None
         self.lr: float | None = None
         self._loss = None
+        self.pipeline = None  # InputPipeline when the data comes from storage (--data)
 
     # ---- what a workload supplies ---------------------------------------
     @abc.abstractmethod
@@ -141,6 +142,13 @@ class TorchTrainer(StepWorkload):
     def latest_loss(self) -> float | None:
         return None if self._loss is None else float(self._loss.float().item())
 
+    def input_counters(self) -> tuple[float, int] | None:
+        """Seconds waited for data and bytes read so far (None: preloaded inputs)."""
+        return self.pipeline.counters() if self.pipeline is not None else None
+
+    def input_description(self) -> dict | None:
+        return self.pipeline.describe() if self.pipeline is not None else None
+
     def describe_training(self) -> dict:
         """The configuration every PyTorch trainer records."""
         gpus = self.ctx.local_world_size if self.ctx.device_type == "cuda" else 0
@@ -168,7 +176,8 @@ class TorchTrainer(StepWorkload):
 
 
 class ImageClassifier(TorchTrainer):
-    """Synthetic images and labels kept on the device, cross-entropy: what
+    """Synthetic images and labels kept on the device (the default), or JPEG
+    files decoded and augmented by a DataLoader (--data); cross-entropy: what
     ResNet-50 and ViT-L/16 share. Subclasses set image_size, num_classes
     and (for NHWC) memory_format before setup()."""
 
@@ -179,6 +188,15 @@ class ImageClassifier(TorchTrainer):
 
         if batch_size is None:
             self.images = self.labels = None
+            self.pipeline = None
+            return
+        if self.params.get("data"):
+            from hpcai.workloads.input_pipeline import InputPipeline
+
+            self.pipeline = InputPipeline(self.spec, self.ctx, batch_size,
+                                          image_size=self.image_size,
+                                          num_classes=self.num_classes,
+                                          memory_format=self.memory_format)
             return
         images = torch.randn(batch_size, 3, self.image_size, self.image_size, device=self.ctx.device)
         self.images = images.contiguous(memory_format=self.memory_format or torch.contiguous_format)
@@ -187,4 +205,6 @@ class ImageClassifier(TorchTrainer):
     def compute_loss(self):
         import torch.nn.functional as F
 
+        if self.pipeline is not None:
+            self.images, self.labels = self.pipeline.next()
         return F.cross_entropy(self.model(self.images), self.labels)

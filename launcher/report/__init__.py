@@ -106,6 +106,13 @@ def make_report(paths: list, opts: ReportOptions) -> dict:
     all_tables += roof_tables
     plots += roof_plots
     skipped += roof_skipped
+    from hpcai.launcher.report import scaling
+
+    study_tables, study_plots, study_notes = scaling.section(out / "plots", runs, cells, work)
+    for key in study_tables:
+        all_tables += study_tables[key]
+        plots += study_plots[key]
+    studied = [p for key in study_plots for p in study_plots[key]]
     usable = sum(r.usable for r in runs)
     generated = datetime.now(timezone.utc).isoformat(timespec="seconds")
     meta = [(f"Generated {generated} from {len(runs)} result file(s): {usable} complete and "
@@ -133,7 +140,12 @@ def make_report(paths: list, opts: ReportOptions) -> dict:
                 ("Energy and time for a fixed amount of work", [t for t in (fixed,) if t]),
                 ("Facility energy, cost and emissions", [t for t in (facility,) if t]),
                 ("Measurement boundaries", [t for t in (boundaries,) if t]),
-                ("Figures", [p for p in plots if p not in roof_plots]
+                ("Trends against problem size", [*study_tables["trends"], *study_plots["trends"]]),
+                ("Device parallelism", [*study_notes["parallelism"], *study_tables["parallelism"],
+                                        *study_plots["parallelism"]]),
+                ("Runtime split", [*study_tables["split"], *study_plots["split"]]),
+                ("Node scaling", [*study_tables["scaling"], *study_plots["scaling"]]),
+                ("Figures", [p for p in plots if p not in roof_plots and p not in studied]
                  + [f"Not drawn: {s}." for s in skipped if s not in roof_skipped]),
                 ("Roofline and hardware correlation", [*roof_notes, *roof_tables, *roof_plots,
                                                        *[f"Not drawn: {s}." for s in roof_skipped]]),

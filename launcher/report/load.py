@@ -105,6 +105,12 @@ class Run:
     precision: str | None = None
     flops_per_unit: float | None = None
     bytes_per_unit: float | None = None
+    # --vary: the run's grid point ({param: value}); scaling studies (report/scaling.py).
+    point: dict = field(default_factory=dict)
+    achieved_tflops_node: float | None = None
+    fraction_of_peak: float | None = None
+    input: dict | None = None  # the runtime split where data came from storage (--data)
+    scaling: str | None = None  # --scaling of a node-scaling job: strong | weak
 
     @property
     def usable(self) -> bool:
@@ -301,6 +307,11 @@ def _fill(run: Run, path: Path, doc: dict) -> None:
     run.measured_start, run.measured_end = stamps.get("measured_start"), stamps.get("measured_end")
     sweep = spec.get("sweep") or {}
     run.sweep_id, run.repeat = sweep.get("id"), sweep.get("repeat")
+    run.point = {str(n): v for n, v in sweep.get("point") or (spec.get("slurm") or {}).get("point") or []}
+    run.achieved_tflops_node = tp.get("achieved_tflops_node")
+    run.fraction_of_peak = tp.get("fraction_of_peak")
+    run.input = doc.get("input")
+    run.scaling = (spec.get("slurm") or {}).get("scaling")
 
 
 def _mean(values):

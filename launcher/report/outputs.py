@@ -72,6 +72,7 @@ def cell_record(cell: Cell, analysis: Analysis | None) -> dict:
     hw = s.half_width
     return {
         "workload": cell.group.workload, "preset": cell.group.preset,
+        "point": cell.group.point or None,  # --vary: the grid point besides the GPUs
         "device": cell.group.device, "device_full": cell.group.device_full,
         "device_type": cell.group.device_type, "site": cell.group.site,
         "gpus": cell.group.processes, "unit": cell.group.unit, "cap_w": cell.cap_w,

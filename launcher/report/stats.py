@@ -35,6 +35,8 @@ class Group:
     # caps the columns, so a cap x clock grid reads as rows x columns.
     sm_clock_cap_mhz: int | None = None
     mem_clock_cap_mhz: int | None = None
+    # --vary: the grid point's parameters other than the GPUs (already in processes).
+    point: str = ""
 
     @property
     def clocks(self) -> str:
@@ -53,6 +55,7 @@ class Group:
         label = self.workload if self.preset in ("paper", "?") else f"{self.workload} ({self.preset})"
         if self.clocks:
             label = f"{label}, {self.clocks}"
+        label = f"{label}, {self.point}" if self.point else label
         return f"{label}, {self.series}" if self.series else label
 
     @property
@@ -61,9 +64,13 @@ class Group:
 
 
 def group_of(run: Run) -> Group:
+    point = ", ".join(f"{k} {v}" for k, v in run.point.items() if k not in ("gpus", "nodes", "model"))
+    if run.input:  # data from storage (--data) is another measurement than preloaded inputs
+        point = ", ".join(x for x in (point, "data from storage") if x)
     return Group(run.workload, run.preset, run.device, run.device_full, run.device_type,
                  run.site, run.processes, run.unit, run.nodes,
-                 sm_clock_cap_mhz=run.sm_clock_cap_mhz, mem_clock_cap_mhz=run.mem_clock_cap_mhz)
+                 sm_clock_cap_mhz=run.sm_clock_cap_mhz, mem_clock_cap_mhz=run.mem_clock_cap_mhz,
+                 point=point)
 
 
 @dataclass
@@ -195,7 +202,7 @@ def aggregate(runs: list[Run], overhead_w: float | None, noisy_cv: float,
                                         c.group.device, c.group.site, c.group.processes,
                                         cap_sort_key(c.group.sm_clock_cap_mhz),
                                         cap_sort_key(c.group.mem_clock_cap_mhz),
-                                        c.group.series, cap_sort_key(c.cap_w)))
+                                        c.group.point, c.group.series, cap_sort_key(c.cap_w)))
 
 
 def _cell(group: Group, cap: float | None, runs: list[Run], overhead_w, noisy_cv) -> Cell:

@@ -69,7 +69,8 @@ def find_baseline(results_root: Path, like: dict, skip: Path) -> tuple[dict, Pat
 
 def aggregate(job: Job, index: int) -> dict:
     slot = job.run(index)
-    paths = [node_dir(job.folder, slot.run_id, k) / "result.json" for k in range(job.nodes)]
+    nodes_n = job.nodes_of(slot)
+    paths = [node_dir(job.folder, slot.run_id, k) / "result.json" for k in range(nodes_n)]
     docs = [results.load(p) for p in paths]
     nodes = []
     for rank, (path, doc) in enumerate(zip(paths, docs)):
@@ -87,14 +88,14 @@ def aggregate(job: Job, index: int) -> dict:
            "status": "complete" if complete else "incomplete",
            "run_id": slot.run_id, "job_id": job.job_id, "workload": job.doc["workload"],
            "cap_w": slot.cap_w, "repeat": slot.repeat, "created": now_iso(),
-           "node_count": job.nodes, "nodes": nodes,
+           "node_count": nodes_n, "nodes": nodes,
            "throughput": None, "power": None, "scaling": None}
     if not complete:
         return doc
     total = sum(d["throughput"]["node"] for d in docs)
     gpus = sum(_gpus(d) for d in docs)
     doc["throughput"] = {"unit": unit, "total": total, "per_gpu": total / gpus,
-                         "per_node": total / job.nodes, "gpus": gpus}
+                         "per_node": total / nodes_n, "gpus": gpus}
     doc["power"] = _power(docs)
     placed = (docs[0].get("spec") or {}).get("slurm") or {}
     if placed.get("job_id") and placed.get("step_id") is not None:
@@ -102,7 +103,12 @@ def aggregate(job: Job, index: int) -> dict:
         from hpcai.launcher.slurm.energy import step_energy
 
         doc["slurm_energy"] = step_energy(str(placed["job_id"]), str(placed["step_id"]))
-    doc["scaling"] = _scaling(job, docs[0], doc["throughput"]["per_gpu"])
+    if slot.nodes is not None:  # --vary nodes: against this job's own one-node run
+        from hpcai.launcher.slurm.scaling_efficiency import within_job
+
+        doc["scaling"] = within_job(job, slot, doc["throughput"]["per_gpu"])
+    else:
+        doc["scaling"] = _scaling(job, docs[0], doc["throughput"]["per_gpu"])
     return doc
 
 

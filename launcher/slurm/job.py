@@ -42,6 +42,15 @@ class RunSlot:
     run_id: str
     cap_w: float | None
     repeat: int
+    # --vary: this run's grid point [[param, value], ...], its step's node count
+    # (None: the job's), and params it sets (the batch of strong scaling).
+    point: list = field(default_factory=list)
+    nodes: int | None = None
+    params: dict = field(default_factory=dict)
+
+    @property
+    def step_nodes(self) -> int | None:
+        return self.nodes
 
 
 def stamp() -> str:
@@ -97,6 +106,20 @@ class Job:
         return dataclasses.replace(Options(**self.doc["options"]), cap_w=cap_w, caps=None,
                                    repeat=1, output=str(self.folder))
 
+    def slot_options(self, slot: RunSlot, device_type: str | None = None):
+        """One run's options on one node: its cap, grid point and strong-scaling batch."""
+        opts = self.options(slot.cap_w)
+        if slot.point:
+            from hpcai.launcher import grid
+
+            opts = grid.apply(opts, tuple((n, v) for n, v in slot.point), device_type)
+        if slot.params:
+            opts = dataclasses.replace(opts, params={**opts.params, **slot.params})
+        return dataclasses.replace(opts, vary=None, scaling=None)
+
+    def nodes_of(self, slot: RunSlot) -> int:
+        return slot.nodes or self.nodes
+
     def write(self) -> None:
         from hpcai.workloads.result import write_json_atomic
 
@@ -123,6 +146,8 @@ def new_job_doc(opts, slurm: SlurmOptions, runs: list[RunSlot], argv: list[str],
     stored = dataclasses.asdict(opts)
     # Each node runs one plain run: the sweep and Slurm parts live in this file.
     stored.update(caps=None, cap_w=None, repeat=1, dry_run=False, slurm=None)
+    if stored.get("vary"):  # JSON keeps the grid as [[param, [values]], ...]
+        stored["vary"] = [[name, list(values)] for name, values in stored["vary"]]
     return {
         "kind": "hpcai.slurm-job", "job_version": JOB_VERSION,
         "job_id": None, "created": now_iso(), "submitted": None,

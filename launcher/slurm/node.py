@@ -77,8 +77,17 @@ def run_node(job_dir: str, run_index: int) -> int:
     job = Job.load(job_dir)
     slot = job.run(run_index)
     placement = Placement.from_environ()
-    if placement.nodes != job.nodes:
-        raise SlurmError(f"this step has {placement.nodes} node(s), the job asked for {job.nodes}",
-                         "run slurm-node through the job's batch script")
+    if placement.nodes != job.nodes_of(slot):
+        raise SlurmError(f"this step has {placement.nodes} node(s), the run asked for "
+                         f"{job.nodes_of(slot)}", "run slurm-node through the job's batch script")
     entry = slurm_entry(placement, run_index, "array" if job.is_array else "allocation")
-    return launch(job.options(slot.cap_w), placement=entry, run_id=slot.run_id)
+    if slot.point:  # a node-scaling or grid job: the report finds its point and mode here
+        entry["point"] = slot.point
+        entry["scaling"] = job.doc["options"].get("scaling") or (
+            "weak" if slot.nodes is not None else None)
+    device = None
+    if any(name == "gpus" for name, _ in slot.point):  # a CPU node's `gpus` are processes
+        from hpcai.launcher.run import plan
+
+        device = plan(job.options(slot.cap_w), entry, slot.run_id)[0]["devices"]["type"]
+    return launch(job.slot_options(slot, device), placement=entry, run_id=slot.run_id)

@@ -57,8 +57,10 @@ def render(job: Job, python: str = sys.executable) -> str:
         "# scancel or the time limit: the launchers get SIGTERM from Slurm themselves.",
         "trap 'stopped=1' TERM INT",
         "run() {",
-        '  echo "hpcai: run $1 on $SLURM_JOB_NUM_NODES node(s): $SLURM_JOB_NODELIST"',
-        '  srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --kill-on-bad-exit=1 \\',
+        '  echo "hpcai: run $1 on %s node(s): $SLURM_JOB_NODELIST"' % (
+            "${2:-$SLURM_JOB_NUM_NODES}" if any(r.nodes for r in runs) else "$SLURM_JOB_NUM_NODES"),
+        '  srun --nodes="%s" --ntasks-per-node=1 --kill-on-bad-exit=1 \\' % (
+            "${2:-$SLURM_JOB_NUM_NODES}" if any(r.nodes for r in runs) else "$SLURM_JOB_NUM_NODES"),
         '    "${HPCAI[@]}" slurm-node "$JOB_DIR" --run "$1"',
         "  local rc=$?",
         '  "${HPCAI[@]}" slurm-aggregate "$JOB_DIR" --run "$1"',
@@ -67,12 +69,20 @@ def render(job: Job, python: str = sys.executable) -> str:
         '  [ "$rc" -eq 0 ] || status=$rc',
         "}",
     ]
+    steps = [r.nodes for r in runs]
+    if any(n is not None for n in steps):  # --vary nodes: each run's step has its own count
+        lines.append("STEP_NODES=(" + " ".join(str(n or job.nodes) for n in steps) + ")")
+    at = ' "${STEP_NODES[$%s]}"' if any(n is not None for n in steps) else ""
     if job.is_array:
-        lines.append('run "$SLURM_ARRAY_TASK_ID"')
+        lines.append('run "$SLURM_ARRAY_TASK_ID"' + (at % "SLURM_ARRAY_TASK_ID" if at else ""))
     else:
         lines += [f"for index in {' '.join(str(r.index) for r in runs)}; do",
-                  '  run "$index"',
+                  '  run "$index"' + (at % "index" if at else ""),
                   '  [ -z "$stopped" ] || break',
                   "done"]
+        if at:  # every run done: each aggregate again, now that the one-node runs exist
+            lines += [f"for index in {' '.join(str(r.index) for r in runs)}; do",
+                      '  "${HPCAI[@]}" slurm-aggregate "$JOB_DIR" --run "$index" || true',
+                      "done"]
     lines.append('exit "$status"')
     return "\n".join(lines) + "\n"

@@ -35,15 +35,19 @@ def with_site_defaults(slurm: SlurmOptions, site: dict, device: str) -> SlurmOpt
         extra_options=[*scheduler["extra_options"], *slurm.extra_options])
 
 
-def run_slots(opts, nodes: int, when: str | None = None) -> tuple[list[RunSlot], int | None]:
-    """One slot per cap and repeat, in the sweep's order; run ids shared by all nodes."""
+def run_slots(opts, nodes: int, when: str | None = None,
+              batches: dict | None = None) -> tuple[list[RunSlot], int | None]:
+    """One slot per grid point, cap and repeat, in the sweep's order; run ids shared
+    by all nodes. batches: nodes -> batch per process (strong scaling)."""
+    from hpcai.launcher import grid
     from hpcai.launcher.sweep import Slot, new_seed, schedule
 
     preset = opts.preset or "auto"
     seed = None
     if opts.is_sweep:
         seed = opts.seed if opts.seed is not None else new_seed()
-        slots = schedule(list(opts.caps), opts.repeat, opts.order, seed)
+        slots = schedule(list(opts.caps) if opts.caps else [None], opts.repeat, opts.order,
+                         seed, points=grid.points(opts.vary or []))
     else:
         slots = [Slot(opts.cap_w, 0)]
     when = when or stamp()
@@ -51,8 +55,10 @@ def run_slots(opts, nodes: int, when: str | None = None) -> tuple[list[RunSlot],
     for i, slot in enumerate(slots):
         cap = "" if slot.cap_w is None else f"-cap{slot.cap_w:g}W"
         suffix = f"-{i:03d}" if len(slots) > 1 else ""
-        runs.append(RunSlot(i, f"{when}-{opts.workload}-{preset}{cap}-{nodes}n{suffix}",
-                            slot.cap_w, slot.repeat))
+        step = dict(slot.point).get("nodes")
+        params = {"batch_size": batches[step]} if batches and step in batches else {}
+        runs.append(RunSlot(i, f"{when}-{opts.workload}-{preset}{cap}-{step or nodes}n{suffix}",
+                            slot.cap_w, slot.repeat, [list(p) for p in slot.point], step, params))
     return runs, seed
 
 
@@ -93,10 +99,22 @@ def expected_preset(opts, slurm: SlurmOptions) -> str:
 def submit(opts, slurm: SlurmOptions, argv: list[str] | None = None) -> int:
     site = sites.load(opts.site)
     slurm = with_site_defaults(slurm, site, opts.device)
+    batches = None
+    from hpcai.launcher.slurm.scaling import node_counts, strong_batches
+
+    if node_counts(opts):  # node scaling: one allocation of the most nodes, a step each
+        import dataclasses
+
+        slurm = dataclasses.replace(slurm, nodes=max(node_counts(opts)))
+        if opts.scaling == "strong":
+            workload = get_workload(opts.workload)
+            preset = opts.preset or (workload.cpu_default_preset if opts.device == "cpu"
+                                     else workload.gpu_default_preset)
+            batches = strong_batches(opts, slurm, workload.preset(preset).params)
     check_options(opts, slurm, site)
     results = Path(opts.output or site["paths"]["results"]).absolute()
     when = stamp()
-    runs, seed = run_slots(opts, slurm.nodes, when)
+    runs, seed = run_slots(opts, slurm.nodes, when, batches)
     command = ["hpcai-launch", *(argv if argv is not None else sys.argv[1:])]
     folder = results / f"slurm-{when}-{opts.workload}-{expected_preset(opts, slurm)}"
     job = Job(folder, new_job_doc(opts, slurm, runs, command, seed))

@@ -97,3 +97,30 @@ def test_a_missing_or_interrupted_node_makes_it_incomplete(tmp_path):
     assert [n["status"] for n in doc["nodes"]] == ["interrupted", "missing"]
     assert "node 1 missing" in aggregate.summary_line(doc)
     assert aggregate.schema_errors(doc) == []
+
+
+def test_node_scaling_runs_compare_with_the_jobs_own_one_node_run(tmp_path):
+    """--vary nodes: each step's node count, and efficiency against this job's one-node run
+    (a one-node result elsewhere in the results folder is not it)."""
+    opts = Options("resnet50", preset="tiny", vary=[("nodes", [1, 2])], scaling="strong", seed=1)
+    runs, seed = run_slots(opts, 2)
+    job = Job(tmp_path / "slurm-job", new_job_doc(opts, SlurmOptions(nodes=2), runs, [], seed))
+    job.doc["job_id"] = "42"
+    job.folder.mkdir(parents=True)
+    job.write()
+    one = next(r for r in job.runs if r.nodes == 1)
+    two = next(r for r in job.runs if r.nodes == 2)
+    write(tmp_path / "other" / "result.json", result(500.0, nodes=None))
+    write(node_dir(job.folder, two.run_id, 0) / "result.json", result(90.0))
+    write(node_dir(job.folder, two.run_id, 1) / "result.json", result(70.0))
+    early = aggregate.aggregate(job, two.index)  # the one-node run has not run yet
+    assert early["node_count"] == 2 and early["scaling"]["efficiency"] is None
+    assert "not complete (yet)" in early["scaling"]["reason"]
+    write(node_dir(job.folder, one.run_id, 0) / "result.json", result(100.0, nodes=1))
+    doc = aggregate.aggregate(job, two.index)
+    assert doc["scaling"]["mode"] == "strong"
+    assert doc["scaling"]["baseline"]["per_gpu"] == 50.0
+    assert doc["scaling"]["efficiency"] == (160.0 / 4) / 50.0
+    assert aggregate.schema_errors(doc) == []
+    base = aggregate.aggregate(job, one.index)
+    assert base["node_count"] == 1 and base["scaling"]["efficiency"] == 1.0

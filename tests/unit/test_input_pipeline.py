@@ -1,0 +1,47 @@
+"""The input pipeline for --data with a real torch DataLoader (no workers, so
+it stays quick): batches of the trained shape, labels from the class folders,
+volumes and targets from NumPy shards, the wait and bytes counted, passes
+wrapping round, and a dataset that disagrees with its manifest refused."""
+from types import SimpleNamespace
+
+import pytest
+
+from hpcai.errors import UsageError
+from hpcai.workloads import datasets
+from hpcai.workloads.input_pipeline import InputPipeline
+
+CPU = SimpleNamespace(device_type="cpu", device="cpu", world_size=1, rank=0, local_world_size=1)
+
+
+def spec(workload, folder):
+    return {"workload": workload, "seed": 0, "params": {"data": str(folder), "data_workers": 0}}
+
+
+def test_jpeg_batches_have_the_trained_shape_and_count_the_bytes(tmp_path):
+    manifest = datasets.make("resnet50", "jpeg", {"image_size": 48}, 6, tmp_path / "d", classes=3)
+    pipe = InputPipeline(spec("resnet50", tmp_path / "d"), CPU, 4, image_size=32, num_classes=10)
+    x, y = pipe.next()
+    assert tuple(x.shape) == (4, 3, 32, 32) and y.tolist() and max(y.tolist()) < 3
+    assert abs(float(x.mean())) < 3  # normalised, not raw 0..255
+    x, y = pipe.next()  # 6 samples, batch 4, drop_last: the second batch starts a new pass
+    assert pipe.passes == 1 and pipe.samples == 8
+    assert 0 < pipe.bytes <= manifest["bytes"] * 2 and pipe.counters()[0] > 0
+    assert pipe.describe()["format"] == "jpeg" and pipe.describe()["workers"] == 0
+
+
+def test_npy_shards_give_volumes_and_targets(tmp_path, monkeypatch):
+    monkeypatch.setattr(datasets, "SHARD_BYTES", 2 * 4 * 2 * 4 ** 3)  # two samples a shard
+    datasets.make("cosmoflow", "npy", {"cube": 4, "channels": 2}, 5, tmp_path / "v", targets=3)
+    pipe = InputPipeline(spec("cosmoflow", tmp_path / "v"), CPU, 2)
+    x, y = pipe.next()
+    assert tuple(x.shape) == (2, 2, 4, 4, 4) and tuple(y.shape) == (2, 3)
+    assert pipe.bytes == 2 * 4 * 2 * 4 ** 3
+
+
+def test_a_dataset_that_disagrees_with_its_manifest_or_is_too_small_is_refused(tmp_path):
+    datasets.make("resnet50", "jpeg", {"image_size": 32}, 3, tmp_path / "d", classes=1)
+    with pytest.raises(UsageError, match="fewer than one global batch"):
+        InputPipeline(spec("resnet50", tmp_path / "d"), CPU, 4, image_size=32, num_classes=10)
+    next((tmp_path / "d").glob("class-*/*.jpg")).unlink()
+    with pytest.raises(UsageError, match="holds 2 samples, its manifest 3"):
+        InputPipeline(spec("resnet50", tmp_path / "d"), CPU, 1, image_size=32, num_classes=10)
