@@ -451,6 +451,7 @@ def _await_final_result(path: Path, seconds: float) -> None:
 
 def _finish_result(run_dir: Path, spec: dict, code: int | None, limits: dict,
                    end_limits: dict | None = None, interrupted: Interrupted | None = None) -> dict:
+    from hpcai.workloads import validity
     from hpcai.workloads.result import clean, write_json_atomic
 
     path = run_dir / "result.json"
@@ -468,6 +469,11 @@ def _finish_result(run_dir: Path, spec: dict, code: int | None, limits: dict,
                          float(spec["power"]["cap_tolerance_frac"]))
     doc["launcher"] = {"command_exit_code": code,
                        "gpu_limits": results.limits_record(limits, end_limits or {})}
+    idle = results.sweep_idle_baseline(run_dir, spec)
+    if idle is not None:
+        doc["launcher"]["idle_baseline"] = idle
+    # Again, now that the enforced limits and the idle baseline are in.
+    doc["validity"] = validity.evaluate(doc, "launcher")
     doc = clean(doc)
     try:
         write_json_atomic(path, doc)

@@ -14,7 +14,7 @@ from pathlib import Path
 from hpcai import provenance
 from hpcai.errors import HpcaiError, Interrupted
 from hpcai.signals import deferred_signals, install_signal_handlers
-from hpcai.workloads import catalog, distributed, lifeline
+from hpcai.workloads import catalog, distributed, lifeline, validity
 from hpcai.workloads import result as R
 from hpcai.workloads.base import EngineWorkload
 from hpcai.workloads.flops import fraction_of_peak
@@ -379,6 +379,9 @@ class Run:
             "sidecar": {"samples": SAMPLES_FILE if self.sampler and self.status != "running"
                         and self.sampler_written else None},
         }
+        # Check by check, from the document alone; the launcher evaluates it again
+        # once its own block (enforced limits, idle baseline) is in.
+        doc["validity"] = validity.evaluate(doc, "workload")
         return doc
 
 
