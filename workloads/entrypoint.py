@@ -325,6 +325,11 @@ class Run:
         if self.discovery is not None and self.discovery.library is not None:
             software["gpu_library"] = self.discovery.library.versions()
         peaks = [r.get("peak_memory") for r in ranks if r.get("peak_memory")]
+        metrics = self.workload.metrics() if self.workload is not None else None
+        phases = getattr(self.workload, "phases", lambda: None)() if self.workload is not None else None
+        if phases and metrics is not None:
+            # Serving: ramp-up, steady state and ramp-down, each with its own energy.
+            metrics["phase_energy"] = R.phase_energy(spec, self.discovery, self.sampler, phases)
         doc = {
             "schema_version": R.RESULT_SCHEMA_VERSION,
             "kind": "hpcai.result",
@@ -374,7 +379,7 @@ class Run:
             "power": power,
             "memory": {"peak_bytes": max(p["bytes"] for p in peaks),
                        "kind": peaks[0]["kind"]} if peaks else None,
-            "workload_metrics": self.workload.metrics() if self.workload is not None else None,
+            "workload_metrics": metrics,
             **({"comparability": spec["comparability"]} if spec.get("comparability") else {}),
             "sidecar": {"samples": SAMPLES_FILE if self.sampler and self.status != "running"
                         and self.sampler_written else None},
