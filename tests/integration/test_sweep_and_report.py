@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 TINY = ["resnet50", "--preset", "tiny", "--nproc", "1"]
 # Long enough that the power-measured window passes the validity check on window
 # length (workloads/validity.py: a window under 1 s fails, and the report leaves it out).
-MEASURED = ["--steps-per-epoch", "30"]
+MEASURED = ["--steps-per-epoch", "12"]
 
 
 def sweep_dir(node):

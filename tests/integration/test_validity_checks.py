@@ -14,7 +14,7 @@ from fakes import fake_gpu_state as fgs
 pytestmark = pytest.mark.slow
 TINY = ["resnet50", "--preset", "tiny", "--nproc", "1", "--device", "cpu"]
 # A few seconds of measurement: the window-length check passes (workloads/validity.py).
-MEASURED = ["--steps-per-epoch", "30"]
+MEASURED = ["--steps-per-epoch", "12"]
 
 
 def run(node, *args):
@@ -110,7 +110,7 @@ def test_a_too_short_window_fails_window_length(fake_nvidia_node):
 def test_a_limit_changed_under_the_run_fails_enforced_limit(tmp_path):
     node = FakeNode(tmp_path, fgs.make_devices(1, "nvidia"))
     try:
-        proc = node.popen(*TINY, "--steps-per-epoch", "40", "--cap", "300", "-o", str(node.results))
+        proc = node.popen(*TINY, "--steps-per-epoch", "15", "--cap", "300", "-o", str(node.results))
         deadline = time.monotonic() + 120
         # Once the workload measures, a site agent lowers the limit in force to 250 W.
         while not any(p.parent.joinpath("workload.log").is_file()
