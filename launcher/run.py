@@ -531,6 +531,12 @@ STEADY_MEASURED_S = 60.0
 def summary_notes(doc: dict) -> list[str]:
     """What the headline figure cannot tell by itself: it was noisy, or too short."""
     notes = []
+    from hpcai.workloads.validity import describe, failed_checks
+
+    failed = failed_checks(doc.get("validity"))
+    if failed:
+        notes.append(f"validity check(s) failed: {'; '.join(describe(c) for c in failed)}; the "
+                     "report leaves this result out (`hpcai-launch check` shows every check)")
     stats = doc["throughput"].get("stats_node") or {}
     cv, n = stats.get("cv"), stats.get("epochs") or 0
     if cv is not None and cv > NOISY_CV:
