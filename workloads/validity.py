@@ -330,14 +330,20 @@ def _throughput_cv(doc: dict, T: dict) -> dict:
 
 
 def _settle_records(doc: dict) -> list[tuple[str, dict]]:
-    """Settle records of in-run segments: `segment` (one) or `segments` (several)."""
+    """Settle records: `measurement.settle` (a settled or in-run measurement, issue 16:
+    drift_at_start, thresholds, settled), else `segment.settle` or `segments[].settle`."""
+    segment = doc.get("segment") if isinstance(doc.get("segment"), dict) else None
+    subject = f"segment {segment.get('index')}" if segment and segment.get("index") is not None \
+        else "segment" if segment else "run"
+    measurement = doc.get("measurement")
+    if isinstance(measurement, dict) and isinstance(measurement.get("settle"), dict):
+        return [(subject, measurement["settle"])]
     found = []
-    segment = doc.get("segment")
-    if isinstance(segment, dict) and isinstance(segment.get("settle"), dict):
-        found.append((str(segment.get("name") or segment.get("index") or "segment"), segment["settle"]))
+    if segment and isinstance(segment.get("settle"), dict):
+        found.append((subject, segment["settle"]))
     for i, seg in enumerate(doc.get("segments") or []):
         if isinstance(seg, dict) and isinstance(seg.get("settle"), dict):
-            found.append((str(seg.get("name") or f"segment {seg.get('index', i)}"), seg["settle"]))
+            found.append((f"segment {seg.get('index', i)}", seg["settle"]))
     return found
 
 
@@ -348,17 +354,23 @@ def _settle(doc: dict, T: dict) -> list[dict]:
                       "not applicable: the result has no in-run segment with a settle record")]
     out = []
     for subject, settle in records:
-        drift = settle.get("drift") if isinstance(settle.get("drift"), dict) else settle
-        limits = {"temperature_c": float(settle.get("settle_temperature_c") or T["settle_temperature_c"]),
-                  "power_frac": float(settle.get("settle_power_frac") or T["settle_power_frac"])}
+        drift = next((settle[k] for k in ("drift_at_start", "drift") if isinstance(settle.get(k), dict)),
+                     settle)
+        given = settle.get("thresholds") if isinstance(settle.get("thresholds"), dict) else {}
+        limits = {"temperature_c": float(given.get("temperature_c") or settle.get("settle_temperature_c")
+                                         or T["settle_temperature_c"]),
+                  "power_frac": float(given.get("power_frac") or settle.get("settle_power_frac")
+                                      or T["settle_power_frac"])}
         ratios = {k: abs(drift[k]) / limits[k] for k in limits
                   if isinstance(drift.get(k), (int, float)) and limits[k] > 0}
         threshold = (f"|temperature slope| <= {limits['temperature_c']:g} °C and |power slope| <= "
                      f"{limits['power_frac']:.0%} over the settle window "
                      f"(fail above {T['settle_fail_factor']:g}x)")
         if not ratios:
-            out.append(check("settle_drift", "warn", None, None, threshold,
-                             "the settle record holds no drift figure", subject))
+            no_telemetry = settle.get("stopped") == "no telemetry"
+            out.append(check("settle_drift", "n/a" if no_telemetry else "warn", None, None, threshold,
+                             "no telemetry: nothing to settle on" if no_telemetry
+                             else "the settle record holds no drift figure", subject))
             continue
         worst = max(ratios.values())
         verdict = ("fail" if worst > T["settle_fail_factor"] else "warn" if worst > 1.0 else "pass")

@@ -78,9 +78,12 @@ def _break(doc, what):
         gpu["throttle_reasons"] = {"sw_power_cap": 0.5, "hw_thermal": 0.3}
     elif what == "throughput_cv":
         doc["throughput"]["stats_node"]["cv"] = 0.8
-    elif what == "settle_drift":
-        doc["segment"] = {"name": "cap 300 W", "settle": {
-            "settled": False, "drift": {"temperature_c": 2.5, "power_frac": 0.002}}}
+    elif what == "settle_drift":  # as issue 16's in-run segments record it (workloads/inrun.py)
+        doc["segment"] = {"index": 2, "in_run": True, "cap_w": 300.0}
+        doc["measurement"] = {"settle": {
+            "stopped": "max_settle", "settled": False,
+            "drift_at_start": {"temperature_c": 2.5, "power_frac": 0.002},
+            "thresholds": {"temperature_c": 0.5, "power_frac": 0.01}}}
 
 
 @pytest.mark.parametrize("name", ["window_length", "sample_coverage", "sample_interval",
@@ -131,8 +134,29 @@ def test_a_cpu_run_gets_the_gpu_checks_as_not_applicable():
 
 def test_the_settle_drift_is_read_when_a_segment_has_one():
     doc = good_doc()
-    assert "not applicable" in [c for c in validity.evaluate(doc)["checks"]
-                                if c["name"] == "settle_drift"][0]["note"]
+    (only,) = [c for c in validity.evaluate(doc)["checks"] if c["name"] == "settle_drift"]
+    assert only["verdict"] == "n/a" and "not applicable" in only["note"]
+    # Issue 16's record: measurement.settle beside the segment block, its own thresholds.
+    doc["segment"] = {"index": 1, "in_run": True, "cap_w": 300.0}
+    settle = {"stopped": "settled", "settled": True,
+              "drift_at_start": {"temperature_c": 0.2, "power_frac": 0.004},
+              "thresholds": {"temperature_c": 0.5, "power_frac": 0.01}}
+    doc["measurement"] = {"settle": settle, "window": {}}
+
+    def settle_check():
+        (c,) = [c for c in validity.evaluate(doc)["checks"] if c["name"] == "settle_drift"]
+        return c
+
+    assert (settle_check()["subject"], settle_check()["verdict"]) == ("segment 1", "pass")
+    settle.update(stopped="max_settle", settled=False,
+                  drift_at_start={"temperature_c": 0.9, "power_frac": 0.004})
+    assert settle_check()["verdict"] == "warn"  # above its threshold, under 3x
+    settle["thresholds"]["temperature_c"] = 0.25
+    assert settle_check()["verdict"] == "fail"  # 0.9 is 3.6x the record's own 0.25
+    settle.update(stopped="no telemetry", drift_at_start={"temperature_c": None, "power_frac": None})
+    assert settle_check()["verdict"] == "n/a"
+    # Several segments in one document (segments[].settle) each get their check.
+    del doc["measurement"], doc["segment"]
     doc["segments"] = [{"index": 0, "settle": {"settled": True, "drift": {
         "temperature_c": 0.2, "power_frac": 0.004}}},
                        {"index": 1, "settle": {"settled": False, "settle_temperature_c": 1.0,
