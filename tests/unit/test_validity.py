@@ -222,3 +222,23 @@ def test_the_report_leaves_failed_results_out_and_keeps_older_ones(tmp_path):
     md = (tmp_path / "report" / "report.md").read_text()
     assert "✗ power_range" in md and "predate validity checks" in md
     assert rep["usable"] == 2
+
+
+def test_check_prints_each_results_table_and_evaluates_older_ones_now(tmp_path, capsys):
+    from hpcai.launcher.check import check_results
+
+    older = write_result(tmp_path, good_doc())  # no validity block: written before it existed
+    failed = good_doc()
+    failed["run_id"] += "-hot"
+    failed["gpus"][1]["temperature_c"]["max"] = 99.0
+    failed["validity"] = validity.evaluate(failed, "launcher")
+    failed_path = write_result(tmp_path, failed)
+    assert check_results([str(older)]) == 0
+    out = capsys.readouterr().out
+    assert "validity PASS" in out and "computed now: the result predates validity checks" in out
+    assert check_results([str(older), str(failed_path.parent)]) == 1  # a run folder works too
+    out = capsys.readouterr().out
+    assert "as recorded (by the launcher)" in out
+    (row,) = [line for line in out.splitlines() if "temperature" in line and "GPU 1" in line
+              and "FAIL" in line]
+    assert "99 °C" in row and "<= 85 °C (fail above 95 °C)" in row
