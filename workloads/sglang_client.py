@@ -7,7 +7,7 @@ perf_counter time it was sent (`start_time`) and its latency, but writes
 neither to its output file (sglang/benchmark/serving.py:1882-1903 in 0.5.19:
 input_lens, output_lens, ttfts, itls, generated_texts, errors). So, as
 SGLang's own `sglang.benchmark.steady_state_serving` does
-(steady_state_serving.py:84-105), this wraps the client's
+(steady_state_serving.py:75-99), this wraps the client's
 `calculate_metrics` to see its `outputs`, and writes REQUESTS_FILE: per
 request start, latency, ttft, itl, output_len and success, in the client's
 own order, with the offset that turns its perf_counter times into wall time

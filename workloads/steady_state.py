@@ -11,16 +11,16 @@ ramp-down; each gets its own energy (workloads/result.py phase_energy).
 Per request, SGLang's client keeps `start_time` (time.perf_counter() when the
 request is sent), `latency` (to its last chunk), `ttft` and `itl` (the gaps
 between output tokens) in its RequestFuncOutput (sglang/benchmark/serving.py:
-99-115 and async_request_sglang_generate, :657-773, in 0.5.19). Its output
+99-115 and async_request_sglang_generate, :657-782, in 0.5.19). Its output
 file with --output-details keeps ttfts, itls and output_lens but not
 start_time or latency (:1882-1903), so hpcai's client wrapper
 (workloads/sglang_client.py) records those per request, the way SGLang's own
-steady_state_serving.py captures its outputs (:84-105).
+steady_state_serving.py captures its outputs (:75-99).
 
 Output tokens in the window: each request's token timestamps (start + ttft,
 then + each itl) inside the window, each worth output_len / timestamps (a
 chunk of several tokens spread over them), as SGLang's own steady-state
-metrics count them (sglang/benchmark/steady_state.py:119-151).
+metrics count them (sglang/benchmark/steady_state.py:121-159).
 """
 from __future__ import annotations
 
