@@ -124,6 +124,7 @@ def main():
       hpcai-launch power show                 current power limits
       hpcai-launch power restore              undo a cap left by a killed run
       hpcai-launch report results/            tables, plots and the best cap
+      hpcai-launch check results/RUN          the result's validity, check by check
       hpcai-launch resnet50 --slurm --nodes 2 a Slurm batch job across two nodes
       hpcai-launch jobs                       submitted jobs and their state
       hpcai-launch selftest                   does hpcai measure this node correctly?
@@ -445,6 +446,22 @@ def report(results, output, node_overhead_w, max_slowdown, work, noisy_cv, refer
                          reference_file=reference_file, power_run=power_run, title=title,
                          combine_runs=combine_runs, objective=objective)
     _run_guarded(build_report, list(results), opts)
+
+
+@main.command()
+@click.argument("results", nargs=-1, required=True)
+def check(results):
+    """Each result's validity checks: value, threshold and verdict per check.
+
+    RESULTS are result.json files or run folders. Exit status 1 when any
+    result failed a check (the report leaves such a result out of every
+    figure); a file that is not an hpcai result is an error. The thresholds
+    are listed in the README ("Validity checks").
+    """
+    from hpcai.launcher.check import check_results
+
+    code = _run_guarded(check_results, list(results))
+    sys.exit(code or 0)
 
 
 @main.command()

@@ -77,6 +77,24 @@ def mark_interrupted(doc: dict, why: str) -> None:
     doc["timestamps"]["finished"] = now_iso()
 
 
+def sweep_idle_baseline(run_dir: Path, spec: dict) -> dict | None:
+    """The idle power per GPU that the run's sweep measured before its first run
+    (sweep.json beside the run's folder), for the power_range check; None when
+    the run is not part of a sweep or the sweep has no usable baseline."""
+    if not spec.get("sweep"):
+        return None
+    try:
+        idle = json.loads((Path(run_dir).parent / "sweep.json").read_text()).get("idle_baseline") or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not idle.get("available") or idle.get("source") != "gpu":
+        return None
+    devices = [{"index": d.get("index"), "mean_power_w": d.get("mean_power_w")}
+               for d in idle.get("devices") or [] if d.get("index") is not None]
+    return {"source": f"sweep idle baseline, {idle.get('seconds', 0):.1f} s", "devices": devices} \
+        if devices else None
+
+
 def limits_record(limits: dict[int, dict], end: dict[int, float | None]) -> list[dict]:
     """Each GPU's enforced limit when the run started (after any cap was set) and
     when the workload ended: an uncapped result on GPUs someone left capped shows."""

@@ -530,6 +530,7 @@ def _await_final_result(path: Path, seconds: float) -> None:
 def _finish_result(run_dir: Path, spec: dict, code: int | None, limits: dict,
                    end_limits: dict | None = None, interrupted: Interrupted | None = None,
                    clock_session=None) -> dict:
+    from hpcai.workloads import validity
     from hpcai.workloads.result import clean, write_json_atomic
 
     path = run_dir / "result.json"
@@ -551,6 +552,11 @@ def _finish_result(run_dir: Path, spec: dict, code: int | None, limits: dict,
         doc["power"]["clocks"] = clocks_record(clock_session, measured_clocks(doc))
     doc["launcher"] = {"command_exit_code": code,
                        "gpu_limits": results.limits_record(limits, end_limits or {})}
+    idle = results.sweep_idle_baseline(run_dir, spec)
+    if idle is not None:
+        doc["launcher"]["idle_baseline"] = idle
+    # Again, now that the enforced limits and the idle baseline are in.
+    doc["validity"] = validity.evaluate(doc, "launcher")
     doc = clean(doc)
     try:
         write_json_atomic(path, doc)
@@ -614,6 +620,12 @@ STEADY_MEASURED_S = 60.0
 def summary_notes(doc: dict) -> list[str]:
     """What the headline figure cannot tell by itself: it was noisy, or too short."""
     notes = []
+    from hpcai.workloads.validity import describe, failed_checks
+
+    failed = failed_checks(doc.get("validity"))
+    if failed:
+        notes.append(f"validity check(s) failed: {'; '.join(describe(c) for c in failed)}; the "
+                     "report leaves this result out (`hpcai-launch check` shows every check)")
     stats = doc["throughput"].get("stats_node") or {}
     cv, n = stats.get("cv"), stats.get("epochs") or 0
     if cv is not None and cv > NOISY_CV:

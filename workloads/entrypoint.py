@@ -14,7 +14,7 @@ from pathlib import Path
 from hpcai import provenance
 from hpcai.errors import HpcaiError, Interrupted
 from hpcai.signals import deferred_signals, install_signal_handlers
-from hpcai.workloads import catalog, distributed, lifeline
+from hpcai.workloads import catalog, distributed, lifeline, validity
 from hpcai.workloads import result as R
 from hpcai.workloads.base import EngineWorkload
 from hpcai.workloads.flops import fraction_of_peak
@@ -332,6 +332,11 @@ class Run:
         if self.discovery is not None and self.discovery.library is not None:
             software["gpu_library"] = self.discovery.library.versions()
         peaks = [r.get("peak_memory") for r in ranks if r.get("peak_memory")]
+        metrics = self.workload.metrics() if self.workload is not None else None
+        phases = getattr(self.workload, "phases", lambda: None)() if self.workload is not None else None
+        if phases and metrics is not None:
+            # Serving: ramp-up, steady state and ramp-down, each with its own energy.
+            metrics["phase_energy"] = R.phase_energy(spec, self.discovery, self.sampler, phases)
         doc = {
             "schema_version": R.RESULT_SCHEMA_VERSION,
             "kind": "hpcai.result",
@@ -381,12 +386,15 @@ class Run:
             "power": power,
             "memory": {"peak_bytes": max(p["bytes"] for p in peaks),
                        "kind": peaks[0]["kind"]} if peaks else None,
-            "workload_metrics": self.workload.metrics() if self.workload is not None else None,
+            "workload_metrics": metrics,
             **({"comparability": spec["comparability"]} if spec.get("comparability") else {}),
             **self._input_section(ranks, throughput["measured_seconds"]),
             "sidecar": {"samples": SAMPLES_FILE if self.sampler and self.status != "running"
                         and self.sampler_written else None},
         }
+        # Check by check, from the document alone; the launcher evaluates it again
+        # once its own block (enforced limits, idle baseline) is in.
+        doc["validity"] = validity.evaluate(doc, "workload")
         return doc
 
 

@@ -34,9 +34,18 @@ prints "Warmup completed ... Starting main benchmark run...", sleeps 1.0 s
 and starts its clock (benchmark/serving.py:1459-1498 in 0.5.19): the window
 starts 1.0 s after that line and lasts `duration`. (The result banner comes
 only after the client's statistics, up to a second later on a large load;
-it is the fallback end when the start line is missing.) Throughput is output
-tokens over that window, the same figure as the client's own
-output_throughput.
+it is the fallback end when the start line is missing.) That is the whole
+load, recorded as workload_metrics.window with the client's own figures.
+
+The measured epoch, and so the result's throughput and energy, is the steady
+state inside it (workloads/steady_state.py): from when the requests in
+flight first reach the target concurrency (--batch-size; all requests when
+"unlimited") until the first request of the ramp-down completes, from each
+request's send time and latency as SGLang's client measured them (the
+client runs through workloads/sglang_client.py, which records them). Ramp-up
+and ramp-down get their own energy (workload_metrics.steady_state.phases).
+Where no steady state exists (a Poisson rate that never fills the target,
+say), the epoch stays the whole load and steady_state says why.
 """
 from __future__ import annotations
 
@@ -52,19 +61,23 @@ from pathlib import Path
 
 from hpcai.errors import UsageError, WorkloadError
 from hpcai.workloads import engine_process as proc
-from hpcai.workloads import llm_assets
+from hpcai.workloads import llm_assets, steady_state
 from hpcai.workloads.base import EngineWorkload
 from hpcai.workloads.protocol import Epoch
 
 SERVER_LOG = "sglang-server.log"
 CLIENT_LOG = "sglang-bench.log"
 CLIENT_RESULT = "sglang-bench.jsonl"
+# Per request: send time, latency, ttft, itl from SGLang's client (workloads/sglang_client.py).
+CLIENT_REQUESTS = "sglang-bench-requests.json"
 MODEL_DIR = "model"  # the generated config + tokenizer, for dummy weights
 BANNER = "Serving Benchmark Result"
 # The client's line just before its 1.0 s sleep and its clock's start (serving.py:1459-1498).
 START_LINE = "Starting main benchmark run"
 CLIENT_START_SLEEP_S = 1.0
 CLIENT_MODULE = "sglang.benchmark.serving"  # sglang.bench_serving is a deprecated alias in 0.5.19
+# Runs CLIENT_MODULE unchanged and records each request's timestamps beside its result.
+CLIENT_WRAPPER = "hpcai.workloads.sglang_client"
 READY_PATH = "/model_info"  # /get_model_info is a deprecated alias in 0.5.19
 LOOPBACK = ("127.0.0.1", "localhost")
 # Server flags hpcai sets itself, with SGLang's aliases (server_args.py), and the hpcai
@@ -214,6 +227,7 @@ class SglangServe(EngineWorkload):
         self.model_info: dict | None = None
         self.bench: dict | None = None
         self.window: dict | None = None
+        self.steady: dict | None = None
         self.warmup_failures: list[str] = []
 
     # ---- commands -------------------------------------------------------
@@ -235,7 +249,8 @@ class SglangServe(EngineWorkload):
         # With real weights the client would decode its random ids to text (and drop
         # a BOS), which the server re-encodes: send the ids themselves instead.
         exact = [] if self.dummy else ["--tokenize-prompt"]
-        return [sys.executable, "-m", CLIENT_MODULE, "--backend", "sglang",
+        return [sys.executable, "-m", CLIENT_WRAPPER, str(self.out_dir / CLIENT_REQUESTS),
+                "--backend", "sglang",
                 "--host", self.host, "--port", str(self.port),
                 "--model", str(self.model_dir), "--tokenizer", str(self.model_dir),
                 "--dataset-name", "random-ids", "--num-prompts", str(num_prompts),
@@ -323,6 +338,7 @@ class SglangServe(EngineWorkload):
     def _measured_epoch(self, index: int, num_prompts: int, env: dict) -> Epoch:
         result_file = self.out_dir / CLIENT_RESULT
         result_file.unlink(missing_ok=True)
+        (self.out_dir / CLIENT_REQUESTS).unlink(missing_ok=True)
         self.client = proc.GroupProcess("SGLang benchmark client", self.client_command(num_prompts),
                                         self.out_dir / CLIENT_LOG, env, stop_grace_s=5)
         self.client.start(watch=(START_LINE, BANNER))
@@ -349,8 +365,37 @@ class SglangServe(EngineWorkload):
             start, source = end - duration, ("client result banner" if banner is not None
                                              else "client exit (no banner seen)")
         self.window = {"start": start, "end": end, "client_duration_s": duration, "source": source}
+        self.steady = self._steady_state(num_prompts)
+        if self.steady["available"]:
+            # The measured epoch is the steady state: its tokens over its time.
+            ss = self.steady
+            return Epoch(index, False, ss["completed_in_window"], round(ss["output_tokens"]),
+                         ss["start"], ss["end"], ss["duration_s"], None)
         return Epoch(index, False, num_prompts, int(bench["total_output_tokens"]),
                      start, end, duration, None)
+
+    def _steady_state(self, num_prompts: int) -> dict:
+        """The steady state from the client's per-request timestamps (workloads/steady_state.py),
+        in wall seconds; else why not, and the measured epoch stays the whole load."""
+        target = min(self.concurrency or num_prompts, num_prompts)
+        try:
+            recorded = json.loads((self.out_dir / CLIENT_REQUESTS).read_text())
+            offset = float(recorded["wall_minus_perf_s"])
+            requests = [{**r, "start": r["start"] + offset} for r in recorded["requests"]]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            return {"available": False, "target_concurrency": target,
+                    "reason": f"no per-request timestamps from the client ({type(exc).__name__}: {exc})",
+                    "basis": "the client's whole load"}
+        found = steady_state.analyse(requests, target)
+        found["requests_file"] = CLIENT_REQUESTS
+        found["basis"] = ("steady state: requests in flight at the target concurrency until the "
+                          "first completion after the last request was sent"
+                          if found["available"] else "the client's whole load")
+        return found
+
+    def phases(self) -> dict | None:
+        """Ramp-up, steady state and ramp-down (wall seconds), for their energies."""
+        return (self.steady or {}).get("phases")
 
     # ---- what the result records ---------------------------------------------
     def describe(self) -> dict:
@@ -408,6 +453,7 @@ class SglangServe(EngineWorkload):
             "lengths_fixed": (bench.get("total_output_tokens") == completed * self.output_len
                               and bench.get("total_input_tokens") == completed * self.input_len),
             "achieved_concurrency": bench.get("concurrency"),
+            "steady_state": self.steady,
         })
         return doc
 

@@ -370,3 +370,24 @@ def measured_window(progress_epochs: list[dict]) -> tuple[float, float] | None:
 
 def clean(doc: dict) -> dict:
     return _clean(doc)
+
+
+def phase_energy(spec: dict, discovery, sampler, phases: dict) -> dict:
+    """Energy of the used GPUs (or CPU packages) over each named phase {name: {start, end}}:
+    the counter interpolated at the phase's edges, else integrated power (source_energy)."""
+    used_indices = spec["devices"].get("gpu_indices")
+    sources = []
+    if discovery is not None and sampler is not None:
+        if discovery.kind == "gpu":
+            sources = [i for i, d in enumerate(discovery.gpus)
+                       if used_indices is None or d.info().index in used_indices]
+        elif discovery.kind == "rapl":
+            sources = list(range(len(discovery.rapl)))
+    out = {}
+    for name, phase in phases.items():
+        t0, t1 = float(phase["start"]), float(phase["end"])
+        values = [source_energy(sampler, i, t0, t1)["value"] for i in sources] if t1 > t0 else []
+        energy = sum(values) if values and all(v is not None for v in values) else None
+        out[name] = {"start": t0, "end": t1, "duration_s": max(0.0, t1 - t0), "energy_j": energy,
+                     "mean_power_w": energy / (t1 - t0) if energy is not None and t1 > t0 else None}
+    return out

@@ -81,11 +81,11 @@ def make_report(paths: list, opts: ReportOptions) -> dict:
 
     objective_note = apply_objective(analyses, opts.objective, opts.max_slowdown)
 
-    throughput = tables.throughput_tables(cells, analyses, reference)
+    throughput = tables.throughput_tables(cells, analyses, reference, runs)
     from hpcai.launcher.report.clocks import clock_table
 
     clocks = clock_table(cells)  # None unless a result capped clocks
-    efficiency = tables.efficiency_tables(cells, analyses, overhead)
+    efficiency = tables.efficiency_tables(cells, analyses, overhead, runs)
     recommendations = tables.recommendation_table(analyses, opts.max_slowdown,
                                                        opts.objective) if analyses else None
     fixed = tables.fixed_work_table(analyses, work)
@@ -128,6 +128,14 @@ def make_report(paths: list, opts: ReportOptions) -> dict:
              f"{objective_note} Noisy: coefficient of variation above {opts.noisy_cv:.0%}."),
             "Devices: " + "; ".join(sorted({f"{r.device} = {r.device_full}" for r in runs
                                             if r.usable})) if usable else "No usable runs."]
+    unchecked = sum(1 for r in runs if r.usable and r.validity_verdict is None)
+    if unchecked:
+        meta.append(f"{unchecked} included result(s) predate validity checks (no `validity` "
+                    "block): included as before (complete, schema-valid, finished by the "
+                    "launcher); `hpcai-launch check FILE` evaluates them now.")
+    if any(r.failed_checks for r in runs):
+        meta.append("Results that failed a validity check are left out of every figure; "
+                    f"{tables.FAILED_MARK} beside a cell names the check.")
     if reference:
         meta.append("Reference: the seed paper's published throughput (Tables 3 and 4).")
     if not cells:
@@ -187,6 +195,7 @@ def make_report(paths: list, opts: ReportOptions) -> dict:
         "cells": records,
         "best_caps": [outputs.analysis_record(a, work) for a in analyses],
         "excluded_runs": [{"run_id": r.run_id, "status": r.status, "problems": r.problems,
+                           "failed_checks": r.failed_checks,
                            "path": shown_path(r.path)} for r in runs if not r.usable],
         "sweeps": [{"path": shown_path(s.path), "sweep_id": s.doc.get("sweep_id"),
                     "status": s.doc.get("status"), "counts": s.doc.get("counts"),

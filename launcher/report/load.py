@@ -111,6 +111,11 @@ class Run:
     fraction_of_peak: float | None = None
     input: dict | None = None  # the runtime split where data came from storage (--data)
     scaling: str | None = None  # --scaling of a node-scaling job: strong | weak
+    # result.validity (workloads/validity.py): its verdict, None for a result written
+    # before validity existed (loaded as before: complete and schema-valid is enough);
+    # failed_checks: names of the failed checks, which keep the run out of every figure.
+    validity_verdict: str | None = None
+    failed_checks: list[str] = field(default_factory=list)
 
     @property
     def usable(self) -> bool:
@@ -233,11 +238,27 @@ def _from_doc(path: Path, doc: dict, errors: list[str]) -> Run:
         run.problems.append(f"missing or malformed field {exc}")
     if run.status == "complete" and run.per_gpu is None:
         run.problems.append("complete but without a throughput")
+    _validity(run, doc)
     if run.status == "complete" and not isinstance(doc.get("launcher"), dict):
         # The workload outlived a killed launcher: no cap check, limits maybe restored under it.
         run.problems.append("written without its launcher's finishing step (no cap check; "
                             "the launcher was killed)")
     return run
+
+
+def _validity(run: Run, doc: dict) -> None:
+    """A failed validity check keeps the run out of every figure, named in its problems."""
+    from hpcai.workloads.validity import describe, failed_checks
+
+    validity = doc.get("validity")
+    if not isinstance(validity, dict):
+        return  # written before validity checks: judged as before (status, schema, launcher)
+    run.validity_verdict = validity.get("verdict")
+    failed = failed_checks(validity)
+    run.failed_checks = list(dict.fromkeys(c.get("name", "?") for c in failed))
+    if failed:
+        run.problems.append("failed validity check(s): "
+                            + "; ".join(shown_text(describe(c)) for c in failed))
 
 
 def _fill(run: Run, path: Path, doc: dict) -> None:

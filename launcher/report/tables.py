@@ -5,12 +5,12 @@ whose cap was not enforced in parentheses.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hpcai.launcher.report import reference as ref
 from hpcai.launcher.report.efficiency import Analysis, edp_per_unit, fixed_work
 from hpcai.launcher.report.load import RefPoint, Run, shown_path, workload_key
-from hpcai.launcher.report.stats import Cell, cap_label, cap_sort_key
+from hpcai.launcher.report.stats import Cell, cap_label, cap_sort_key, group_of
 
 NOISY_MARK = "†"
 UNIT_TITLES = {"images/s": "Vision workloads (images/s per GPU)",
@@ -26,6 +26,7 @@ class TCell:
     noisy: bool = False
     reference: bool = False
     ratio: float | None = None  # ours / the paper's, where comparable (report/reference.py)
+    failed: list[str] = field(default_factory=list)  # validity checks of runs left out here
 
 
 @dataclass
@@ -71,18 +72,43 @@ def _value_cell(value: float | None, *, enforced: bool | None, noisy: bool = Fal
                  reference=reference)
 
 
+FAILED_MARK = "✗"
+FAILED_NOTE = (f"{FAILED_MARK} name: a run at this cap failed that validity check (hpcai-launch "
+               "check FILE shows it) and is not in the figure; see \"Runs not included\".")
+
+
+def failed_checks_by_cell(runs: list[Run] | None) -> dict[tuple, list[str]]:
+    """(group without series, cap) -> names of the validity checks its left-out runs failed."""
+    found: dict[tuple, list[str]] = {}
+    for run in runs or []:
+        if run.failed_checks and not run.usable and run.cap_read:
+            names = found.setdefault((group_of(run), run.cap_w), [])
+            names += [n for n in run.failed_checks if n not in names]
+    return found
+
+
+def _mark_failed(tcell: TCell, names: list[str] | None) -> TCell:
+    if names:
+        tcell.failed = list(names)
+        tcell.text += f" {FAILED_MARK} " + ", ".join(names)
+    return tcell
+
+
 def _with_site(cells: list[Cell]) -> bool:
     return len({c.group.site for c in cells}) > 1
 
 
 def throughput_tables(cells: list[Cell], analyses: list[Analysis],
-                      reference: list[RefPoint] | None) -> list[Table]:
-    """One table per unit (images/s, tokens/s), as the paper's Tables 3 and 4."""
+                      reference: list[RefPoint] | None, runs: list[Run] | None = None) -> list[Table]:
+    """One table per unit (images/s, tokens/s), as the paper's Tables 3 and 4.
+    runs: every run read; a cell names the validity checks its left-out runs failed."""
     tables = []
     best = {a.group: a.best for a in analyses}
     sites = _with_site(cells)
+    failed = failed_checks_by_cell(runs)
     # With no results of ours, the reference's tables alone.
-    units = sorted({c.group.unit for c in cells} or {p.unit for p in reference or []})
+    units = sorted(({c.group.unit for c in cells} | {g.unit for g, _ in failed})
+                   or {p.unit for p in reference or []})
     workloads = ({workload_key(c.group.workload) for c in cells}
                  or {workload_key(p.workload) for p in reference or []})
     for unit in units:
@@ -90,17 +116,22 @@ def throughput_tables(cells: list[Cell], analyses: list[Analysis],
         # The paper's rows only beside workloads measured here.
         refs = [p for p in reference or [] if p.unit == unit
                 and workload_key(p.workload) in workloads]
-        caps = sorted({c.cap_w for c in mine} | {p.cap_w for p in refs}, key=cap_sort_key)
+        mine_failed = {k: v for k, v in failed.items() if k[0].unit == unit}
+        caps = sorted({c.cap_w for c in mine} | {p.cap_w for p in refs}
+                      | {cap for _, cap in mine_failed}, key=cap_sort_key)
         header = ["Workload", "GPU", *[cap_label(c) for c in caps]]
         rows, why_not = [], []
-        groups = list(dict.fromkeys(c.group for c in mine))
+        # Configurations whose every run failed a check still get their row, to say so.
+        groups = list(dict.fromkeys([c.group for c in mine] + [g for g, _ in mine_failed
+                                                               if g not in {c.group for c in mine}]))
         for group in groups:
             by_cap = {c.cap_w: c for c in mine if c.group == group}
             row = [_t(group.workload_label()), _t(group.device_label(sites))]
             for cap in caps:
                 cell = by_cap.get(cap)
-                row.append(_value_cell(cell.throughput, enforced=cell.enforced, noisy=cell.noisy,
-                                       best=cell is best.get(group)) if cell else _t("–"))
+                tcell = (_value_cell(cell.throughput, enforced=cell.enforced, noisy=cell.noisy,
+                                     best=cell is best.get(group)) if cell else _t("–"))
+                row.append(_mark_failed(tcell, failed.get((replace(group, series=""), cap))))
             if refs:
                 _beside_the_paper(row[2:], group, [by_cap.get(cap) for cap in caps], caps, refs,
                                   why_not)
@@ -123,6 +154,8 @@ def throughput_tables(cells: list[Cell], analyses: list[Analysis],
                  PRECISION_NOTE,
                  ("On CPU runs the throughput is per process and power was not measured unless "
                  "RAPL was readable.")]
+        if mine_failed:
+            notes.append(FAILED_NOTE)
         if any(c.noisy for c in mine):
             notes.append(f"{NOISY_MARK}: noisy (coefficient of variation above the threshold; see the "
                          "statistics table).")
@@ -153,9 +186,11 @@ def _beside_the_paper(tcells: list[TCell], group, cells: list, caps: list,
                        f"the paper's row, so no ratio: {reasons[0]}.")
 
 
-def efficiency_tables(cells: list[Cell], analyses: list[Analysis], overhead_note: str) -> list[Table]:
+def efficiency_tables(cells: list[Cell], analyses: list[Analysis], overhead_note: str,
+                      runs: list[Run] | None = None) -> list[Table]:
     """The same layout, work per joule with the node overhead; the best cap marked."""
     tables = []
+    failed = failed_checks_by_cell(runs)
     best = {a.group: a.best for a in analyses}
     sites = _with_site(cells)
     for unit in sorted({c.group.unit for c in cells}):
@@ -170,9 +205,10 @@ def efficiency_tables(cells: list[Cell], analyses: list[Analysis], overhead_note
             row = [_t(group.workload_label()), _t(group.device_label(sites))]
             for cap in caps:
                 cell = by_cap.get(cap)
-                row.append(_value_cell(cell.efficiency.mean, enforced=cell.enforced,
-                                       noisy=cell.noisy, best=cell is best.get(group))
-                           if cell else _t("–"))
+                tcell = (_value_cell(cell.efficiency.mean, enforced=cell.enforced,
+                                     noisy=cell.noisy, best=cell is best.get(group))
+                         if cell else _t("–"))
+                row.append(_mark_failed(tcell, failed.get((replace(group, series=""), cap))))
             rows.append(row)
         tables.append(Table(f"efficiency-{work}", f"Energy efficiency ({work} per joule, "
                             "node overhead included)", ["Workload", "GPU",

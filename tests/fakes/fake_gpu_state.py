@@ -37,6 +37,7 @@ State file schema (format 1)::
         "hip_id": int | null,                # amdsmi enumeration hip_id (null: call fails)
         "inaccessible": null | "no_permission" | "gpu_is_lost",  # NVML handle fails (cgroup)
         "errors": {feature: int},            # a metric fails with this NVML code / amdsmi status
+        "error_fraction": {feature: float},  # NVIDIA: this share of its calls fails (UNKNOWN)
         "mig": null | ["MIG-..."],           # MIG mode on, with these MIG device UUIDs
         "enforced_limit_w": float | null,    # a BMC/site limit below the set limit
         "energy_frozen": false,              # the counter stops (ROCm/amdsmi#38)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import random
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -181,6 +182,12 @@ def _dev(handle: _Handle, feature: str | None = None) -> dict:
         raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
     if feature and feature in dev.get("errors", {}):
         raise NVMLError(int(dev["errors"][feature]))
+    # Intermittent failures: this share of calls fails with NVML_ERROR_UNKNOWN, which
+    # any query may return ("NVML_ERROR_UNKNOWN on any unexpected error", the Return
+    # values of e.g. nvmlDeviceGetPowerUsage in the NVML API reference): lost samples.
+    share = dev.get("error_fraction", {}).get(feature) if feature else None
+    if share and random.random() < float(share):
+        raise NVMLError(NVML_ERROR_UNKNOWN)
     return dev
 
 

@@ -65,14 +65,10 @@ def test_serving_run_gives_a_valid_result_aligned_with_power(fake_nvidia_node, r
     for name in ("ttft", "itl", "tpot", "e2e"):
         stats = m["latency_ms"][name]
         assert 0 < stats["median"] <= stats["p99"] and stats["mean"] > 0
-    # hpcai's throughput is the client's output tokens over hpcai's window.
-    assert doc["throughput"]["node"] == pytest.approx(m["output_tokens_per_s"])
     assert m["output_tokens_per_s_per_gpu"] == pytest.approx(m["output_tokens_per_s"] / 2)
-    assert doc["throughput"]["per_gpu"] == pytest.approx(m["output_tokens_per_s"] / 2)
-    assert doc["work"]["measured_units"] == 24 * 32
     assert [e["warmup"] for e in doc["epochs"]] == [True, False]
     assert doc["epochs"][0]["units"] == 4 * 32  # one wave of warm-up requests
-    # The window holds every measured request as the server saw it, and little else.
+    # The whole load holds every measured request as the server saw it, and little else.
     streams = [(float(a), float(b)) for a, b in
                re.findall(r"standin stream start=([\d.]+) end=([\d.]+)", server_log)]
     assert len(streams) == 24
@@ -82,13 +78,35 @@ def test_serving_run_gives_a_valid_result_aligned_with_power(fake_nvidia_node, r
     assert window["source"] == "client start line + 1.0 s"
     assert window["start"] <= first + 0.05 and last <= window["end"] + 0.01
     assert (window["end"] - window["start"]) - (last - first) < 0.25
-    # Energy over that window from the FAKE GPUs' counters: their steady draw x window.
+    # The steady state, from the client's per-request timestamps, as the server saw it:
+    # from the 4th request in flight (--batch-size 4) until the first stream to end after
+    # the last one started.
+    ss = m["steady_state"]
+    assert ss["available"] and ss["target_concurrency"] == 4 and ss["peak_in_flight"] == 4
+    starts = sorted(a for a, _ in streams)
+    assert ss["start"] == pytest.approx(starts[3], abs=0.1)
+    assert ss["end"] == pytest.approx(min(b for _, b in streams if b >= starts[-1]), abs=0.1)
+    assert (folder / ss["requests_file"]).is_file()
+    # The result's throughput and energy are the steady state's.
+    assert doc["throughput"]["node"] == pytest.approx(ss["output_tokens_per_s"])
+    assert doc["throughput"]["per_gpu"] == pytest.approx(ss["output_tokens_per_s"] / 2)
+    assert doc["work"]["measured_units"] == round(ss["output_tokens"]) < 24 * 32
+    assert doc["timestamps"]["measured_start"] == ss["start"]
+    # Energy from the FAKE GPUs' counters: their steady draw x window, per phase too.
     power = doc["power"]
     assert power["available"] and power["energy_source"] == "counter"
     draw_w = sum(g["power_w"]["mean"] for g in doc["gpus"])
-    assert draw_w > 0 and power["window_s"] == pytest.approx(window["end"] - window["start"])
+    assert draw_w > 0 and power["window_s"] == pytest.approx(ss["duration_s"])
     assert power["energy_j"] == pytest.approx(draw_w * power["window_s"], rel=0.05)
-    assert power["energy_per_unit_j"] == pytest.approx(power["energy_j"] / (24 * 32))
+    assert power["energy_per_unit_j"] == pytest.approx(power["energy_j"] / doc["work"]["measured_units"])
+    phases = m["phase_energy"]
+    assert phases["steady"]["energy_j"] == pytest.approx(power["energy_j"], rel=0.02)
+    assert phases["ramp_up"]["end"] == phases["steady"]["start"] == ss["start"]
+    assert phases["ramp_down"]["start"] == phases["steady"]["end"] == ss["end"]
+    for name in ("ramp_up", "ramp_down"):
+        p = phases[name]
+        assert p["energy_j"] == pytest.approx(draw_w * p["duration_s"], rel=0.05, abs=1.0)
+    assert doc["validity"]["evaluated_by"] == "launcher"
     assert "tokens/s (node)" in done.stdout
     assert_server_gone(folder)
 
@@ -121,7 +139,12 @@ def test_failed_requests_are_counted(cpu_node, result_schema):
     doc = node.only_result()
     assert_valid_result(doc, result_schema)
     assert doc["workload_metrics"]["requests"] == {"sent": 8, "completed": 4, "failed": 4}
-    assert doc["work"]["measured_units"] == 4 * 8
+    assert doc["workload_metrics"]["tokens"]["output"] == 4 * 8
+    # Failed requests are never in flight for the steady state; the measured epoch
+    # counts the tokens of the completed ones inside it (or, without one, all of them).
+    ss = doc["workload_metrics"]["steady_state"]
+    assert ss["requests"] == 8 and ss["completed"] == 4
+    assert doc["work"]["measured_units"] == (round(ss["output_tokens"]) if ss["available"] else 4 * 8)
     assert "4 of 8 measured requests failed" in done.stderr
     assert_server_gone(run_dir(node))
 

@@ -19,6 +19,7 @@ in a venv of their own, made once and kept (HPCAI_TEST_SGLANG_CLIENT, default
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -31,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcai.workloads import distributed, llm_assets
+from hpcai.workloads import distributed, llm_assets, steady_state
 from hpcai.workloads import llm_serve as S
 from hpcai.workloads.catalog import LLAMA3_8B_INFERENCE
 
@@ -126,7 +127,11 @@ def client_command(tmp_path, model: Path, port: int, weights: bool) -> tuple[lis
     workload = S.build(spec, distributed.Context(0, 1, 0, 1, "cpu", None, None, 2, "host"))
     workload.model_dir, workload.port = model, port
     (tmp_path / "run").mkdir(exist_ok=True)
-    return workload.client_command(12)[1:], tmp_path / "run" / S.CLIENT_RESULT
+    command = workload.client_command(12)[1:]
+    # hpcai runs SGLang's client through its wrapper module; it imports nothing of hpcai,
+    # so the client's own venv runs it by path.
+    assert command[:3] == ["-m", S.CLIENT_WRAPPER, str(tmp_path / "run" / S.CLIENT_REQUESTS)]
+    return [str(ROOT / "workloads" / "sglang_client.py"), *command[2:]], tmp_path / "run" / S.CLIENT_RESULT
 
 
 def run_client(python: Path, path: Path, args: list[str]) -> subprocess.CompletedProcess:
@@ -141,7 +146,8 @@ def test_the_real_client_runs_against_the_stand_in_and_writes_what_the_stand_in_
     python, tree = real_client
     model, port = standin_server
     args, result_file = client_command(tmp_path, model, port, weights)
-    assert args[:2] == ["-m", "sglang.benchmark.serving"] and ("--tokenize-prompt" in args) == weights
+    assert ("--tokenize-prompt" in args) == weights
+    requests_file = result_file.with_name(S.CLIENT_REQUESTS)
 
     real = run_client(python, tree, args + ["--output-details"])
     log = real.stdout + real.stderr
@@ -150,11 +156,26 @@ def test_the_real_client_runs_against_the_stand_in_and_writes_what_the_stand_in_
     # hpcai's config.json carries transformers_version: 5.12.1 does not call it a Mistral folder.
     assert "incorrect regex pattern" not in log
     real_doc = S.parse_bench_result(result_file)
+    real_requests = json.loads(requests_file.read_text())
     result_file.unlink()
+    requests_file.unlink()
 
     standin = run_client(Path(sys.executable), STANDINS, args + ["--output-details"])
     assert standin.returncode == 0, standin.stdout + standin.stderr
     standin_doc = S.parse_bench_result(result_file)
+    standin_requests = json.loads(requests_file.read_text())
+
+    # Per request, in the client's order: the send time and latency SGLang's client measured
+    # (RequestFuncOutput.start_time/latency), its ttft and itl the same as its --output-details.
+    for doc, recorded in ((real_doc, real_requests), (standin_doc, standin_requests)):
+        reqs = recorded["requests"]
+        assert len(reqs) == 12 and all(r["success"] and r["latency"] > r["ttft"] > 0 for r in reqs)
+        assert [r["ttft"] for r in reqs] == doc["ttfts"] and [r["itl"] for r in reqs] == doc["itls"]
+        assert [r["output_len"] for r in reqs] == doc["output_lens"]
+        wall = [{**r, "start": r["start"] + recorded["wall_minus_perf_s"]} for r in reqs]
+        assert abs(wall[0]["start"] - time.time()) < 300  # perf_counter turned into wall time
+        found = steady_state.analyse(wall, 4)  # --max-concurrency 4
+        assert found["peak_in_flight"] == 4 and found["available"], found
 
     assert real_doc.keys() == standin_doc.keys(), (real_doc.keys() ^ standin_doc.keys())
     for doc in (real_doc, standin_doc):

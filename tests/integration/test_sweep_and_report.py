@@ -15,6 +15,9 @@ from hpcai.launcher.report.tables import fmt
 
 pytestmark = pytest.mark.slow
 TINY = ["resnet50", "--preset", "tiny", "--nproc", "1"]
+# Long enough that the power-measured window passes the validity check on window
+# length (workloads/validity.py: a window under 1 s fails, and the report leaves it out).
+MEASURED = ["--steps-per-epoch", "12"]
 
 
 def sweep_dir(node):
@@ -29,7 +32,7 @@ def summary(node):
 def test_a_cap_sweep_restores_limits_between_runs_and_lists_every_run(fake_nvidia_node,
                                                                      result_schema, tmp_path):
     node = fake_nvidia_node
-    done = node.launch(*TINY, "--device", "cpu", "--cap", "200,300", "--seed", "3",
+    done = node.launch(*TINY, *MEASURED, "--device", "cpu", "--cap", "200,300", "--seed", "3",
                        "--idle-s", "0.5", "-o", str(node.results))
     assert done.returncode == 0, done.stderr
     doc = summary(node)
@@ -51,7 +54,7 @@ def test_a_cap_sweep_restores_limits_between_runs_and_lists_every_run(fake_nvidi
         results[run["cap_w"]] = result
     assert "sweep" in done.stdout and "summary:" in done.stdout
     # The same command again finds every run complete and runs nothing.
-    again = node.launch(*TINY, "--device", "cpu", "--cap", "200,300", "--seed", "3",
+    again = node.launch(*TINY, *MEASURED, "--device", "cpu", "--cap", "200,300", "--seed", "3",
                         "--idle-s", "0.5", "-o", str(node.results))
     assert again.returncode == 0, again.stderr
     assert again.stdout.count("already complete, skipped") == 2

@@ -60,10 +60,13 @@ def test_commands_serve_dummy_weights_and_drive_fixed_lengths(tmp_path):
     assert flags["--load-format"] == "dummy" and flags["--port"] == "4321"
     assert server[-2:] == ["--mem-fraction-static", "0.8"]
     client = workload.client_command(640)
-    # SGLang 0.5.19's own module; sglang.bench_serving is a deprecated alias there.
-    assert client[1:3] == ["-m", "sglang.benchmark.serving"]
+    # SGLang 0.5.19's own module (sglang.bench_serving is a deprecated alias there), run
+    # through hpcai's wrapper, which records each request's timestamps in the run's folder.
+    assert client[1:4] == ["-m", "hpcai.workloads.sglang_client",
+                           str(workload.out_dir / "sglang-bench-requests.json")]
+    assert S.CLIENT_MODULE == "sglang.benchmark.serving"
     assert "--tokenize-prompt" not in client  # hpcai's word tokenizer round-trips exactly
-    flags = dict(zip(client[3::2], client[4::2]))
+    flags = dict(zip(client[4::2], client[5::2]))
     assert flags["--dataset-name"] == "random-ids" and flags["--random-range-ratio"] == "1.0"
     assert (flags["--random-input-len"], flags["--random-output-len"]) == ("1024", "1024")
     assert flags["--num-prompts"] == "640" and flags["--max-concurrency"] == "64"

@@ -166,7 +166,7 @@ def test_the_paper_serving_spec_builds_the_upstream_s_commands(tmp_path):
     assert (flags["--tp-size"], flags["--dp-size"]) == ("4", "1")
     client = workload.client_command(s["protocol"]["steps_per_epoch"])
     assert "--max-concurrency" not in client  # every request in flight at once
-    flags = dict(zip(client[3::2], client[4::2]))
+    flags = dict(zip(client[4::2], client[5::2]))  # after -m WRAPPER REQUESTS_FILE
     assert flags["--num-prompts"] == "2048" and flags["--request-rate"] == "inf"
     assert (flags["--random-input-len"], flags["--random-output-len"]) == ("1024", "256")
     assert flags["--random-range-ratio"] == "0.0" and flags["--dataset-name"] == "random-ids"

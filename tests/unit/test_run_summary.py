@@ -33,3 +33,14 @@ def test_steps_per_epoch_has_help(cpu_node):
     assert done.returncode == 0
     text = " ".join(done.stdout.split())
     assert "--steps-per-epoch INTEGER RANGE training steps (serving: requests) per epoch" in text
+
+
+def test_a_failed_validity_check_is_said_by_name():
+    from hpcai.workloads import validity
+
+    doc = _doc([7.0, 7.05, 7.02], seconds=STEADY_MEASURED_S + 1, preset="paper")
+    doc["throughput"]["stats_node"]["cv"] = 0.9  # epochs that disagree beyond any mean
+    doc["validity"] = validity.evaluate(doc, "launcher")
+    notes = summary_notes(doc)
+    assert notes[0].startswith("validity check(s) failed: throughput_cv: 0.9 fraction")
+    assert "hpcai-launch check" in notes[0]

@@ -33,6 +33,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from types import SimpleNamespace
 
 from sglang import failure_modes
 
@@ -111,6 +112,11 @@ def send(host, port, prompt, prompt_len, output_len, args):
     """async_request_sglang_generate (serving.py:657-773)."""
     out = {"success": False, "ttft": 0.0, "itl": [], "latency": 0.0, "output_len": output_len,
            "prompt_len": prompt_len, "generated_text": "", "error": "", "start_time": 0.0}
+    _stream(host, port, prompt, output_len, args, out)  # fills out; errors land in out["error"]
+    return SimpleNamespace(**out)  # a RequestFuncOutput's fields (serving.py:99-115)
+
+
+def _stream(host, port, prompt, output_len, args, out):
     # "text" for a string prompt, "input_ids" for ids (serving.py:673)
     payload = {("text" if isinstance(prompt, str) else "input_ids"): prompt,
                "sampling_params": {"temperature": 0.0, "max_new_tokens": output_len,
@@ -125,7 +131,7 @@ def send(host, port, prompt, prompt_len, output_len, args):
         response = conn.getresponse()
         if response.status != 200:
             out["error"] = (response.reason or "") + ": " + response.read().decode()
-            return out
+            return
         latency = 0.0
         for raw in response:
             line = raw.strip()
@@ -153,7 +159,6 @@ def send(host, port, prompt, prompt_len, output_len, args):
         out["success"] = True
     except Exception as exc:  # the real client records the traceback text
         out["error"] = repr(exc)
-    return out
 
 
 def get(url, timeout=None):
@@ -184,24 +189,48 @@ def wait_for_endpoint(url, timeout_sec):
 
 def busiest_second(outputs):
     """max_output_tokens_per_s and max_concurrent_requests (serving.py:1163-1204)."""
-    done = [o for o in outputs if o["success"]]
+    done = [o for o in outputs if o.success]
     if not done:
         return 0.0, 0
-    first = min(o["start_time"] for o in done)
-    last = max(o["start_time"] + o["latency"] for o in done)
+    first = min(o.start_time for o in done)
+    last = max(o.start_time + o.latency for o in done)
     seconds = int(math.ceil(last - first)) + 1
     tokens, requests = [0] * seconds, [0] * seconds
     for o in done:
-        times = [o["start_time"] + o["ttft"]]
-        for gap in o["itl"]:
+        times = [o.start_time + o.ttft]
+        for gap in o.itl:
             times.append(times[-1] + gap)
         for t in times:
             if 0 <= int(t - first) < seconds:
                 tokens[int(t - first)] += 1
-        for second in range(int(o["start_time"] - first),
-                            min(int(o["start_time"] + o["latency"] - first) + 1, seconds)):
+        for second in range(int(o.start_time - first),
+                            min(int(o.start_time + o.latency - first) + 1, seconds)):
             requests[second] += 1
     return float(max(tokens)), int(max(requests))
+
+
+def calculate_metrics(input_requests, outputs, dur_s, tokenizer, backend, accept_length=None,
+                      plot_throughput=False):
+    """serving.py:1095-1273, its signature (keyword arguments, `outputs` the
+    RequestFuncOutputs in request order); the figures the result line needs."""
+    done = [o for o in outputs if o.success]
+    output_lens = [o.output_len if o.success else 0 for o in outputs]
+    ttfts = [o.ttft for o in done]
+    tpots = [(o.latency - o.ttft) / (o.output_len - 1) for o in done if o.output_len > 1]
+    itls = [x for o in done for x in o.itl]
+    e2e = [o.latency for o in done]
+    ms = {name: {k: v * 1000 for k, v in stats(vals).items()}
+          for name, vals in (("ttft", ttfts), ("tpot", tpots), ("itl", itls), ("e2e_latency", e2e))}
+    max_tokens_per_s, max_requests = busiest_second(outputs)
+    return {"done": done, "output_lens": output_lens, "total_input": sum(o.prompt_len for o in done),
+            "ms": ms, "e2e": e2e, "max_tokens_per_s": max_tokens_per_s, "max_requests": max_requests,
+            "retok": sum(len(tokenizer.encode(o.generated_text, add_special_tokens=False).ids)
+                         for o in done)}
+
+
+def cli_main():
+    """serving.py:2207: parse sys.argv and run."""
+    sys.exit(main())
 
 
 def main(argv=None) -> int:
@@ -253,18 +282,12 @@ def main(argv=None) -> int:
     get(f"{base_url}/server_info")  # serving.py:1590-1592, inside the timed span
     duration = time.perf_counter() - start  # serving.py:1612
 
-    # calculate_metrics (serving.py:1095-1273)
-    done = [o for o in outputs if o["success"]]
-    output_lens = [o["output_len"] if o["success"] else 0 for o in outputs]
-    total_input = sum(o["prompt_len"] for o in done)
-    ttfts = [o["ttft"] for o in done]
-    tpots = [(o["latency"] - o["ttft"]) / (o["output_len"] - 1) for o in done if o["output_len"] > 1]
-    itls = [x for o in done for x in o["itl"]]
-    e2e = [o["latency"] for o in done]
-    ms = {name: {k: v * 1000 for k, v in stats(vals).items()}
-          for name, vals in (("ttft", ttfts), ("tpot", tpots), ("itl", itls), ("e2e_latency", e2e))}
-    retok = sum(len(tokenizer.encode(o["generated_text"], add_special_tokens=False).ids) for o in done)
-    max_tokens_per_s, max_requests = busiest_second(outputs)
+    # Looked up here, at call time, as serving.py:1613 does (hpcai's client wrapper wraps it).
+    m = calculate_metrics(input_requests=rows, outputs=outputs, dur_s=duration, tokenizer=tokenizer,
+                          backend=args.backend)
+    done, output_lens, total_input, ms, retok = (m["done"], m["output_lens"], m["total_input"],
+                                                 m["ms"], m["retok"])
+    e2e, max_tokens_per_s, max_requests = m["e2e"], m["max_tokens_per_s"], m["max_requests"]
     status, server_info = get(f"{base_url}/server_info")  # serving.py:1787-1788
     # The keys, in the order of serving.py:1797-1848.
     result = {
@@ -294,10 +317,10 @@ def main(argv=None) -> int:
     print("{:<40} {:<10.2f}".format("Output token throughput (tok/s):", result["output_throughput"]))
     print("=" * 50, flush=True)
     if args.output_details:  # serving.py:1882-1889, :1898-1901: seconds here, not ms
-        result |= {"input_lens": [o["prompt_len"] for o in outputs], "output_lens": output_lens,
-                   "ttfts": [o["ttft"] for o in outputs], "itls": [o["itl"] for o in outputs],
-                   "generated_texts": [o["generated_text"] for o in outputs],
-                   "errors": [o["error"] for o in outputs]}
+        result |= {"input_lens": [o.prompt_len for o in outputs], "output_lens": output_lens,
+                   "ttfts": [o.ttft for o in outputs], "itls": [o.itl for o in outputs],
+                   "generated_texts": [o.generated_text for o in outputs],
+                   "errors": [o.error for o in outputs]}
     if args.output_file:
         with open(args.output_file, "a") as fh:
             fh.write(json.dumps(result) + "\n")

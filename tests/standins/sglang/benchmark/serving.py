@@ -2,7 +2,7 @@
 client; the implementation is in sglang/bench_serving.py (see there)."""
 import sys
 
-from sglang.bench_serving import main
+from sglang.bench_serving import calculate_metrics, cli_main, main  # noqa: F401 (the real module's names)
 
 if __name__ == "__main__":
     sys.exit(main())
