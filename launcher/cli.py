@@ -131,8 +131,16 @@ def _workload_option(option):
     if option.type == "flag":
         return click.option(option.flag, option.param, is_flag=True, default=None,
                             help=option.help)
-    kind = click.Choice(option.choices) if option.choices else _OPTION_TYPES[option.type]
-    return click.option(option.flag, option.param, type=kind, default=None, help=option.help)
+    convert = _OPTION_TYPES[option.type]
+    if option.choices:
+        # Choices are offered as text and stored as the option's type (an int stays an int).
+        return click.option(option.flag, option.param, type=click.Choice([str(c) for c in option.choices]),
+                            default=None, help=option.help,
+                            callback=lambda ctx, param, value: None if value is None else convert(value))
+    if option.min is not None:
+        convert = (click.IntRange(min=int(option.min), min_open=option.min_open) if option.type == "int"
+                   else click.FloatRange(min=option.min, min_open=option.min_open))
+    return click.option(option.flag, option.param, type=convert, default=None, help=option.help)
 
 
 def _slurm_options(slurm, nodes, partition, account, time_limit, array, extra, gpus):
@@ -334,7 +342,7 @@ def power_restore(site, power_method, journal, force):
               default=0.10, show_default=True,
               help="recommend the least-energy cap within this fraction of the best throughput")
 @click.option("--work", type=click.FloatRange(min=0, min_open=True),
-              help="units of work for energy x time (default: 1e6 images, 1e9 tokens)")
+              help="units of work for energy x time (default: 1e6 images or samples, 1e9 tokens)")
 @click.option("--noisy-cv", type=click.FloatRange(min=0, min_open=True), default=0.05,
               show_default=True, help="flag cells whose coefficient of variation exceeds this")
 @click.option("--reference/--no-reference", default=False,

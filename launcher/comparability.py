@@ -58,7 +58,7 @@ def assess(workload: Workload, preset: Preset, *, impl: str, params: dict, prese
         "preset_kind": preset.kind,
         "comparable_to_paper": not reasons,
         "reasons": reasons,
-        "upstream": UPSTREAM if preset.kind == "paper" else None,
+        "upstream": (preset.upstream or UPSTREAM) if preset.kind == "paper" else None,
         "sources": dict(preset.sources),
         "ours": ours,
         "known_differences": list(preset.known_differences),

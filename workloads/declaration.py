@@ -51,6 +51,9 @@ class Preset:
     # Differences from the upstream that hpcai cannot remove (another engine
     # version, a kernel library not in the images): recorded, not hidden.
     known_differences: tuple[str, ...] = ()
+    # The repository@commit its sources cite, for a paper preset whose upstream is
+    # not the seed paper's (None: UPSTREAM).
+    upstream: str | None = None
 
     def resolve(self, gpu_name: str | None = None, vendor: str | None = None) -> dict:
         """The parameters for this GPU: the preset's, then its vendor's, then its model's."""
@@ -80,7 +83,10 @@ class Option:
     param: str  # "weights"
     help: str
     type: str = "str"  # "str" | "int" | "float" | "flag"
-    choices: tuple[str, ...] = ()
+    choices: tuple = ()  # allowed values, of `type`
+    # For int and float: the smallest value allowed (excluded when min_open).
+    min: float | None = None
+    min_open: bool = False
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,8 @@ import pkgutil
 import subprocess
 import sys
 
+import click
+import click.testing
 import pytest
 
 from conftest import one_line_error
@@ -89,3 +91,49 @@ def test_a_presets_setting_the_implementation_ignores_is_not_recorded(cpu_node):
     assert done.returncode == 0, done.stderr
     params = json.loads(done.stdout.split("\ncommand: ")[0])["params"]
     assert "channels_last" not in params and params["compile"] is True
+
+
+def test_every_declared_unit_is_one_the_result_schema_and_the_report_know(result_schema):
+    from hpcai.launcher.report.efficiency import DEFAULT_WORK
+    from hpcai.launcher.report.tables import UNIT_TITLES
+
+    props = result_schema["properties"]
+    for workload in catalog.WORKLOADS.values():
+        assert workload.unit in props["work"]["properties"]["unit"]["enum"]
+        rate = f"{workload.unit}/s"
+        assert rate in props["throughput"]["properties"]["unit"]["enum"]
+        assert rate in DEFAULT_WORK and rate in UNIT_TITLES
+
+
+def test_a_declared_option_range_and_int_choices_reach_the_command_line():
+    """Option(min=..., choices=...) become click types: bad values are refused by the
+    CLI before a run, and an int choice is stored as an int."""
+    from hpcai.launcher.cli import _workload_option
+    from hpcai.workloads.declaration import Option
+
+    @click.command()
+    @_workload_option(Option("--cube", "cube", "edge", type="int", choices=(64, 128)))
+    @_workload_option(Option("--width", "width", "multiplier", type="float", min=0, min_open=True))
+    def command(**params):
+        click.echo(json.dumps(params))
+
+    runner = click.testing.CliRunner()
+    done = runner.invoke(command, ["--cube", "128", "--width", "0.5"])
+    assert done.exit_code == 0 and json.loads(done.output) == {"cube": 128, "width": 0.5}
+    assert runner.invoke(command, ["--cube", "96"]).exit_code == 2
+    assert runner.invoke(command, ["--width", "0"]).exit_code == 2
+
+
+def test_a_paper_preset_names_its_own_upstream():
+    from dataclasses import replace
+
+    from hpcai.launcher.comparability import assess
+    from hpcai.workloads.declaration import UPSTREAM
+
+    workload = catalog.get_workload("resnet50")
+    paper = workload.presets["paper"]
+    args = dict(impl="pytorch", params=paper.params, preset_params=paper.params, protocol=paper.protocol,
+                device_type="cuda", gpus=1)
+    assert assess(workload, paper, **args)["upstream"] == UPSTREAM
+    other = replace(paper, upstream="mlcommons/hpc@0000000")
+    assert assess(workload, other, **args)["upstream"] == "mlcommons/hpc@0000000"
