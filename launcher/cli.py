@@ -262,10 +262,9 @@ def _workload_command(workload):
     ]
     for decorate in reversed(decorators):
         command = decorate(command)
-    from hpcai.workloads.catalog import PRESET_KINDS
 
     help_text = (f"{workload.summary}.\n\nPresets: " + ", ".join(
-        f"{p.name} ({PRESET_KINDS[p.kind]})" for p in workload.presets.values()) + ".")
+        f"{p.name} ({p.kind_label()})" for p in workload.presets.values()) + ".")
     return main.command(name=workload.name, help=help_text)(command)
 
 
@@ -276,15 +275,14 @@ for _w in WORKLOADS.values():
 @main.command(name="list")
 def list_workloads():
     """Workloads and their presets: which is comparable to the seed paper, which is our best."""
-    from hpcai.workloads.catalog import PRESET_KINDS
-
     click.echo("Presets: paper = the seed paper's workload (RRZE-HPC/hpc-ai-perf-bench), the only "
-               "one compared with its tables; fast = hpcai's best configuration (default on GPUs).")
+               "one compared with its tables, or the reference it names; fast = hpcai's best "
+               "configuration (default on GPUs).")
     for workload in WORKLOADS.values():
         click.echo(f"{workload.name}  ({workload.unit}/s)  {workload.summary}")
         for preset in workload.presets.values():
             proto = preset.protocol
-            click.echo(f"  {preset.name:<6} ({PRESET_KINDS[preset.kind]}) {preset.summary} "
+            click.echo(f"  {preset.name:<6} ({preset.kind_label()}) {preset.summary} "
                        f"[{proto['warmup_epochs']}+{proto['epochs']} epochs x "
                        f"{proto['steps_per_epoch']} steps, batch {preset.params['batch_size']}]")
 

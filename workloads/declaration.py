@@ -65,6 +65,13 @@ class Preset:
                 params.update(values)
         return params
 
+    def kind_label(self) -> str:
+        """What the preset is for, in words: a paper preset with its own upstream is
+        comparable to that reference, not to the seed paper."""
+        if self.kind == "paper" and self.upstream:
+            return f"comparable to its reference, {self.upstream}"
+        return PRESET_KINDS.get(self.kind, self.kind)
+
     def source_of(self, setting: str) -> str | None:
         return self.sources.get(setting)
 
