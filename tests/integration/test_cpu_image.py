@@ -90,3 +90,18 @@ def test_resnet50_runs_in_the_image_and_records_it(built, cpu_node, result_schem
     assert_valid_result(host_doc, result_schema)
     assert set(host_doc) == set(doc)
     assert host_doc["runtime"] == {"kind": "host", "image": None}
+
+
+def test_cosmoflow_runs_in_the_image(built, cpu_node, result_schema, tmp_path):
+    """CosmoFlow (issue 18 §6) in the cv image it is declared in: the image's torch
+    trains it, one process (see the ResNet-50 test), and the result is valid."""
+    results = tmp_path / "results"
+    proc = launch("cosmoflow", "--preset", "tiny", "--nproc", "1", "--runtime", "apptainer",
+                  "--site", str(built["site"]), "-o", str(results), cpu_env=cpu_node.env, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    (result_path,) = results.glob("*/result.json")
+    doc = json.loads(result_path.read_text())
+    assert_valid_result(doc, result_schema)
+    assert doc["status"] == "complete" and doc["runtime"]["kind"] == "apptainer"
+    assert doc["throughput"]["unit"] == "samples/s" and doc["throughput"]["node"] > 0
+    assert "cosmoflow" in doc["runtime"]["image"]["labels"]["org.hpcai.workloads"].split(",")
