@@ -156,8 +156,16 @@ def _workload_option(option):
     if option.type == "flag":
         return click.option(option.flag, option.param, is_flag=True, default=None,
                             help=option.help)
-    kind = click.Choice(option.choices) if option.choices else _OPTION_TYPES[option.type]
-    return click.option(option.flag, option.param, type=kind, default=None, help=option.help)
+    convert = _OPTION_TYPES[option.type]
+    if option.choices:
+        # Choices are offered as text and stored as the option's type (an int stays an int).
+        return click.option(option.flag, option.param, type=click.Choice([str(c) for c in option.choices]),
+                            default=None, help=option.help,
+                            callback=lambda ctx, param, value: None if value is None else convert(value))
+    if option.min is not None:
+        convert = (click.IntRange(min=int(option.min), min_open=option.min_open) if option.type == "int"
+                   else click.FloatRange(min=option.min, min_open=option.min_open))
+    return click.option(option.flag, option.param, type=convert, default=None, help=option.help)
 
 
 def _vary_axes(workload) -> list[str]:
@@ -324,10 +332,9 @@ def _workload_command(workload):
     ]
     for decorate in reversed(decorators):
         command = decorate(command)
-    from hpcai.workloads.catalog import PRESET_KINDS
 
     help_text = (f"{workload.summary}.\n\nPresets: " + ", ".join(
-        f"{p.name} ({PRESET_KINDS[p.kind]})" for p in workload.presets.values()) + ".")
+        f"{p.name} ({p.kind_label()})" for p in workload.presets.values()) + ".")
     return main.command(name=workload.name, help=help_text)(command)
 
 
@@ -338,15 +345,14 @@ for _w in WORKLOADS.values():
 @main.command(name="list")
 def list_workloads():
     """Workloads and their presets: which is comparable to the seed paper, which is our best."""
-    from hpcai.workloads.catalog import PRESET_KINDS
-
     click.echo("Presets: paper = the seed paper's workload (RRZE-HPC/hpc-ai-perf-bench), the only "
-               "one compared with its tables; fast = hpcai's best configuration (default on GPUs).")
+               "one compared with its tables, or the reference it names; fast = hpcai's best "
+               "configuration (default on GPUs).")
     for workload in WORKLOADS.values():
         click.echo(f"{workload.name}  ({workload.unit}/s)  {workload.summary}")
         for preset in workload.presets.values():
             proto = preset.protocol
-            click.echo(f"  {preset.name:<6} ({PRESET_KINDS[preset.kind]}) {preset.summary} "
+            click.echo(f"  {preset.name:<6} ({preset.kind_label()}) {preset.summary} "
                        f"[{proto['warmup_epochs']}+{proto['epochs']} epochs x "
                        f"{proto['steps_per_epoch']} steps, batch {preset.params['batch_size']}]")
 
@@ -414,7 +420,7 @@ def power_restore(site, power_method, journal, force):
               default=0.10, show_default=True,
               help="recommend the least-energy cap within this fraction of the best throughput")
 @click.option("--work", type=click.FloatRange(min=0, min_open=True),
-              help="units of work for energy x time (default: 1e6 images, 1e9 tokens)")
+              help="units of work for energy x time (default: 1e6 images or samples, 1e9 tokens)")
 @click.option("--noisy-cv", type=click.FloatRange(min=0, min_open=True), default=0.05,
               show_default=True, help="flag cells whose coefficient of variation exceeds this")
 @click.option("--reference/--no-reference", default=False,

@@ -14,9 +14,6 @@ PROTOCOL_KEYS = ("warmup_epochs", "epochs", "steps_per_epoch")
 # Parameters that change where results go or how long a server may take to start,
 # never the measured work.
 NEUTRAL = {"server_timeout_s", "server_stop_grace_s", "weights", "port"}
-# The implementation the upstream runs; another (TensorFlow) is hpcai's own.
-PAPER_IMPLS = {"resnet50": "pytorch", "vit-l16": "pytorch", "sd2": "pytorch",
-               "llama3-8b-pretrain": "litgpt", "llama3-8b-inference": "sglang"}
 
 
 def _flag(key: str) -> str:
@@ -32,9 +29,10 @@ def assess(workload: Workload, preset: Preset, *, impl: str, params: dict, prese
         reasons.append(f"preset {preset.name!r} is {PRESET_KINDS.get(preset.kind, preset.kind)}, "
                        "not the paper's workload (use --preset paper)")
     else:
-        if impl != PAPER_IMPLS.get(workload.name, impl):
+        # The implementation the upstream runs (declared Impl.upstream); another is hpcai's own.
+        if impl != workload.upstream_impl:
             reasons.append(f"implementation {impl!r} is hpcai's own; the upstream runs "
-                           f"{PAPER_IMPLS[workload.name]!r}")
+                           f"{workload.upstream_impl!r}")
         for key in sorted(set(params) | set(preset_params)):
             if key in NEUTRAL or params.get(key) == preset_params.get(key):
                 continue
@@ -60,7 +58,7 @@ def assess(workload: Workload, preset: Preset, *, impl: str, params: dict, prese
         "preset_kind": preset.kind,
         "comparable_to_paper": not reasons,
         "reasons": reasons,
-        "upstream": UPSTREAM if preset.kind == "paper" else None,
+        "upstream": (preset.upstream or UPSTREAM) if preset.kind == "paper" else None,
         "sources": dict(preset.sources),
         "ours": ours,
         "known_differences": list(preset.known_differences),

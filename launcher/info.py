@@ -18,12 +18,6 @@ def _backend(site: dict, method: str | None, vendor: str | None):
     return make_backend(method or site["power"]["method"], vendor, site["power"]["command"])
 
 
-# What each implementation imports besides its framework (the module that runs it ->
-# the packages it needs); checked by name only, nothing is imported.
-_EXTRA_MODULES = {"resnet50": ("torchvision",), "vit_l16": ("torchvision",),
-                  "sd2": ("diffusers", "transformers"), "llm_pretrain": ("torch", "litdata")}
-
-
 # The pyproject extra that installs each package.
 _EXTRA_OF = {"tensorflow": "tf", "litgpt": "llm", "litdata": "llm", "sglang": "serve"}
 
@@ -36,7 +30,9 @@ def workload_stacks(images: dict) -> list[dict]:
     rows = []
     for workload in WORKLOADS.values():
         for name, impl in workload.impls.items():
-            modules = list(dict.fromkeys((impl.framework, *_EXTRA_MODULES.get(impl.module, ()))))
+            # What the implementation imports besides its framework (declared Impl.libraries);
+            # checked by name only, nothing is imported.
+            modules = list(dict.fromkeys((impl.framework, *impl.libraries)))
             missing = [m for m in modules if importlib.util.find_spec(m) is None]
             rows.append({"workload": workload.name, "impl": name, "modules": modules,
                          "host": not missing, "missing": missing,

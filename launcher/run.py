@@ -311,6 +311,8 @@ def check_cap(backend, cap_w: float, indices: list[int], site: dict) -> None:
 
 
 def launch(opts: Options, placement: dict | None = None, run_id: str | None = None) -> int:
+    # A generic option the workload would ignore is refused before anything is submitted or set.
+    get_workload(opts.workload).refuse_unhonoured(opts.impl, opts.params)
     if opts.slurm is not None:
         from hpcai.launcher.slurm.submit import submit
 

@@ -46,7 +46,10 @@ def build_spec(
     from hpcai.launcher.comparability import assess
 
     preset = workload.preset(preset_name)
-    preset_params = preset.resolve(gpu_name, vendor)
+    workload.refuse_unhonoured(impl, overrides)
+    # A preset's generic setting this implementation ignores (the fast preset's
+    # channels-last under --impl tensorflow) is left out, not recorded as applied.
+    preset_params = workload.without_unhonoured(impl, preset.resolve(gpu_name, vendor))
     params = {**preset_params, **{k: v for k, v in overrides.items() if v is not None}}
     protocol = {**PROTOCOL_DEFAULTS, **preset.protocol,
                 **{k: v for k, v in protocol_overrides.items() if v is not None}}

@@ -36,11 +36,7 @@ class ResNet50(ImageClassifier):
         return float(self.params.get("lr") or 0.1 * self.batch_size * self.ctx.world_size / 256)
 
     def count_flops(self) -> dict:
-        import torchvision
-
-        return flops.torch_image_model_flops(
-            lambda: torchvision.models.resnet50(weights=None, num_classes=self.num_classes),
-            self.image_size)
+        return flops_per_image(self.params)
 
     def describe(self) -> dict:
         return {
@@ -52,6 +48,17 @@ class ResNet50(ImageClassifier):
                           else "SGD(momentum=0.9, weight_decay=1e-4)"),
             **self.describe_training(),
         }
+
+
+def flops_per_image(params: dict) -> dict:
+    """The FLOP model (declared in registry/resnet50.py): torchvision's ResNet-50
+    counted at the dispatcher on the meta device for these parameters."""
+    import torchvision
+
+    num_classes = int(params.get("num_classes", 1000))
+    return flops.torch_image_model_flops(
+        lambda: torchvision.models.resnet50(weights=None, num_classes=num_classes),
+        int(params["image_size"]))
 
 
 def build(spec: dict, ctx) -> ResNet50:

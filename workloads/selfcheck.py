@@ -16,14 +16,6 @@ import hpcai
 from hpcai import provenance
 from hpcai.workloads import catalog
 
-# What a workload imports beyond its implementation's framework.
-_LIBRARIES = {
-    "resnet50": ("torchvision",),
-    "vit-l16": ("torchvision",),
-    "sd2": ("diffusers", "transformers"),
-    "llama3-8b-pretrain": ("lightning", "litdata", "tokenizers"),
-    "llama3-8b-inference": ("tokenizers",),
-}
 _FRAMEWORK_LIBRARIES = {"tensorflow": ("keras",)}
 # The in-image telemetry library of a GPU flavour (import name).
 _GPU_LIBRARY = {"cuda": "pynvml", "rocm": "amdsmi"}
@@ -40,8 +32,9 @@ def needed_modules(workloads: list[str], flavour: str | None) -> dict[str, list[
         workload = catalog.get_workload(name)
         for impl_name, impl in workload.impls.items():
             user = name if impl_name == workload.default_impl else f"{name} --impl {impl_name}"
+            # What it imports beyond its framework: declared in its Impl.libraries.
             for module in (impl.framework, *_FRAMEWORK_LIBRARIES.get(impl.framework, ()),
-                           *_LIBRARIES.get(name, ())):
+                           *impl.libraries):
                 needs.setdefault(module, []).append(user)
     if flavour in _GPU_LIBRARY:
         needs.setdefault(_GPU_LIBRARY[flavour], []).append("telemetry")

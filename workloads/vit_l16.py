@@ -35,15 +35,7 @@ class ViTL16(ImageClassifier):
         self.setup(model)
 
     def _build(self):
-        import torchvision
-
-        if not self.shrunk:
-            return torchvision.models.vit_l_16(weights=None, image_size=self.image_size,
-                                               num_classes=self.num_classes)
-        from torchvision.models.vision_transformer import VisionTransformer
-
-        return VisionTransformer(image_size=self.image_size, num_classes=self.num_classes,
-                                 **self.arch)
+        return build_model(self.image_size, self.num_classes, self.model_size)
 
     def make_optimizer(self, parameters):
         import torch
@@ -57,7 +49,7 @@ class ViTL16(ImageClassifier):
         return float(self.params.get("lr") or 5e-4 * self.batch_size * self.ctx.world_size / 512)
 
     def count_flops(self) -> dict:
-        return flops.torch_image_model_flops(self._build, self.image_size)
+        return flops_per_image(self.params)
 
     def describe(self) -> dict:
         return {
@@ -72,6 +64,25 @@ class ViTL16(ImageClassifier):
                           else "AdamW(betas=(0.9, 0.999), weight_decay=0.05)"),
             **self.describe_training(),
         }
+
+
+def build_model(image_size: int, num_classes: int, model_size: str):
+    import torchvision
+
+    if model_size != "tiny":
+        return torchvision.models.vit_l_16(weights=None, image_size=image_size,
+                                           num_classes=num_classes)
+    from torchvision.models.vision_transformer import VisionTransformer
+
+    return VisionTransformer(image_size=image_size, num_classes=num_classes, **{**VIT_L16, **TINY})
+
+
+def flops_per_image(params: dict) -> dict:
+    """The FLOP model (declared in registry/vit_l16.py): the ViT counted at the
+    dispatcher on the meta device for these parameters."""
+    image_size, num_classes = int(params["image_size"]), int(params.get("num_classes", 1000))
+    return flops.torch_image_model_flops(
+        lambda: build_model(image_size, num_classes, params.get("model_size", "full")), image_size)
 
 
 def build(spec: dict, ctx) -> ViTL16:

@@ -25,7 +25,7 @@
 #
 # Inputs (environment, from the definition's build arguments):
 #   HPCAI_FLAVOUR cuda|rocm|cpu, HPCAI_FAMILY cv|llm-train|llm-serve (required),
-#   HPCAI_VERSION, HPCAI_COMMIT, HPCAI_WORKLOADS, HPCAI_BASE_IMAGE (recorded),
+#   HPCAI_VERSION, HPCAI_COMMIT, HPCAI_WORKLOADS ("all": the family's), HPCAI_BASE_IMAGE (recorded),
 #   PIP_CERT, PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, PIP_FIND_LINKS (used only
 #   when non-empty: site mirrors and CA bundles stay out of the image);
 #   ROCM_PATH (ROCm's own variable, default /opt/rocm: where amdsmi's source is);
@@ -242,7 +242,8 @@ from hpcai.workloads.catalog import family_workloads
 
 env = os.environ.get
 family = env("HPCAI_FAMILY")
-workloads = [w for w in (env("HPCAI_WORKLOADS") or "").split(",") if w] or family_workloads(family)
+# "all" (the definitions' default) or empty: every workload the catalog puts in this family.
+workloads = [w for w in (env("HPCAI_WORKLOADS") or "").split(",") if w not in ("", "all")] or family_workloads(family)
 unknown = sorted(set(workloads) - set(family_workloads(family)))
 if unknown:
     raise SystemExit(f"[install-hpcai] error: HPCAI_WORKLOADS names {', '.join(unknown)}, "

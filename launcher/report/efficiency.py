@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from hpcai.launcher.report.stats import Cell, Group, cap_sort_key
 
-DEFAULT_WORK = {"images/s": 1e6, "tokens/s": 1e9}
+DEFAULT_WORK = {"images/s": 1e6, "samples/s": 1e6, "tokens/s": 1e9}
 
 
 @dataclass

@@ -17,7 +17,7 @@ from hpcai.workloads.efficiency import units_per_joule
 
 REFERENCE_FILE = "reference/seed-paper-throughput.csv"
 REFERENCE_COLUMNS = ["workload", "gpu", "cap_w", "throughput", "unit", "enforced"]
-UNITS = ("images/s", "tokens/s")
+UNITS = ("images/s", "samples/s", "tokens/s")
 
 # Model names as the vendors' libraries report them; the first match names the GPU.
 _KNOWN_GPUS = re.compile(

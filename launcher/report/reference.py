@@ -24,7 +24,7 @@ REFERENCE_FILE = "reference/seed-paper-throughput.csv"
 BASE_COLUMNS = ["workload", "gpu", "cap_w", "throughput", "unit", "enforced"]
 DESCRIBED_COLUMNS = [*BASE_COLUMNS, "basis", "precision", "batch", "request_mix"]
 BASIS_GPUS = {"per_gpu": 1, "node_4gpu": 4}
-UNITS = ("images/s", "tokens/s")
+UNITS = ("images/s", "samples/s", "tokens/s")
 
 
 def read_reference(path: str | Path | None = None) -> list:

@@ -14,6 +14,7 @@ from hpcai.launcher.report.stats import Cell, cap_label, cap_sort_key, group_of
 
 NOISY_MARK = "†"
 UNIT_TITLES = {"images/s": "Vision workloads (images/s per GPU)",
+               "samples/s": "Scientific workloads (samples/s per GPU)",
                "tokens/s": "Language workloads (tokens/s per GPU)"}
 
 

@@ -18,6 +18,7 @@ from conftest import assert_valid_result
 from image_fixtures import IMAGE_BUILD_TIMEOUT_S
 from hpcai.launcher.images import store
 from hpcai.provenance import hpcai_commit
+from hpcai.workloads.catalog import family_workloads
 
 # The first test pays for the image build (about 10 minutes on 2 cores, more
 # when the machine is busy), which pytest-timeout counts as the test's time.
@@ -41,7 +42,7 @@ def test_build_labels_the_image_with_what_it_carries(built, apptainer_exe):
                          capture_output=True, text=True, check=True).stdout
     labels = store.hpcai_labels(json.loads(out)["data"]["attributes"]["labels"])
     assert labels["flavour"] == "cpu" and labels["family"] == "cv"
-    assert labels["workloads"] == "resnet50,vit-l16,sd2"
+    assert labels["workloads"] == ",".join(family_workloads("cv"))
     assert labels["base-image"] and labels["version"]
     if not os.environ.get("HPCAI_TEST_IMAGES_DIR"):  # a kept image may come from older code
         assert labels["commit"] == hpcai_commit()
@@ -89,3 +90,18 @@ def test_resnet50_runs_in_the_image_and_records_it(built, cpu_node, result_schem
     assert_valid_result(host_doc, result_schema)
     assert set(host_doc) == set(doc)
     assert host_doc["runtime"] == {"kind": "host", "image": None}
+
+
+def test_cosmoflow_runs_in_the_image(built, cpu_node, result_schema, tmp_path):
+    """CosmoFlow (issue 18 §6) in the cv image it is declared in: the image's torch
+    trains it, one process (see the ResNet-50 test), and the result is valid."""
+    results = tmp_path / "results"
+    proc = launch("cosmoflow", "--preset", "tiny", "--nproc", "1", "--runtime", "apptainer",
+                  "--site", str(built["site"]), "-o", str(results), cpu_env=cpu_node.env, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    (result_path,) = results.glob("*/result.json")
+    doc = json.loads(result_path.read_text())
+    assert_valid_result(doc, result_schema)
+    assert doc["status"] == "complete" and doc["runtime"]["kind"] == "apptainer"
+    assert doc["throughput"]["unit"] == "samples/s" and doc["throughput"]["node"] > 0
+    assert "cosmoflow" in doc["runtime"]["image"]["labels"]["org.hpcai.workloads"].split(",")

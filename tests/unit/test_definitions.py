@@ -3,6 +3,7 @@
 script, checked as text: no Apptainer, no GPU, no network."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import subprocess
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from hpcai.workloads import selfcheck
-from hpcai.workloads.catalog import IMAGE_FAMILIES, family_workloads
+from hpcai.workloads.catalog import IMAGE_FAMILIES, WORKLOADS, family_workloads
 
 DEFS = Path(__file__).resolve().parents[2] / "definitions"
 FLAVOURS = ("cuda", "rocm", "cpu")
@@ -110,7 +111,8 @@ def test_placeholders_are_declared_and_the_contract_is_used(definition):
     unused = {name for name in args if not re.search(r"{{\s*%s\s*}}" % name, outside)}
     assert not unused, f"{path.name}: {unused} declared but never used"
     assert args["PIP_CERT"] == "", "a CA bundle is a build-time setting, never a default"
-    assert args["HPCAI_WORKLOADS"] == ",".join(family_workloads(family))
+    # No definition lists workloads: the catalog's family does (the launcher's build passes it).
+    assert args["HPCAI_WORKLOADS"] == "all"
     assert "{{ HPCAI_SRC }} /opt/hpcai/src" in sections["files"]
 
 
@@ -193,7 +195,10 @@ def test_check_names_each_module_a_family_needs():
 
 
 def test_check_fails_with_one_line_when_a_framework_is_missing(capsys, monkeypatch):
-    monkeypatch.setitem(selfcheck._LIBRARIES, "llama3-8b-inference", ("no_such_module_hpcai",))
+    # The workload's declaration names the libraries it needs (Impl.libraries).
+    serve = WORKLOADS["llama3-8b-inference"]
+    impl = dataclasses.replace(serve.impls["sglang"], libraries=("no_such_module_hpcai",))
+    monkeypatch.setitem(WORKLOADS, serve.name, dataclasses.replace(serve, impls={"sglang": impl}))
     assert selfcheck.run("llm-serve") == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "cannot import" in err and "no_such_module_hpcai" in err
