@@ -59,8 +59,10 @@ def data():
 @click.option("--preset", help="whose sample shape (default: the workload's GPU default)")
 @click.option("--classes", type=click.IntRange(min=1), default=10, show_default=True,
               help="images: class folders (labels)")
+@click.option("--cube", type=click.IntRange(min=1),
+              help="volumes: the cube edge, as the run's --cube (default: the preset's)")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
-def data_make(workload, samples, output, preset, classes, seed):
+def data_make(workload, samples, output, preset, classes, cube, seed):
     """Write a dataset of WORKLOAD's shape, with a manifest (count, bytes, checksum).
 
     JPEG files in class folders for image models, NumPy shards for volumes.
@@ -74,7 +76,12 @@ def data_make(workload, samples, output, preset, classes, seed):
         from hpcai.workloads.catalog import get_workload
 
         w = get_workload(workload)
-        params = w.preset(preset or w.gpu_default_preset).params
+        params = dict(w.preset(preset or w.gpu_default_preset).params)
+        if cube is not None:
+            if w.data_format != "npy":
+                raise UsageError(f"--cube applies to volumes, not {w.name}'s images",
+                                 "drop --cube")
+            params["cube"] = cube
         if w.data_format == "jpeg" and classes > int(params.get("num_classes", 1000)):
             raise UsageError(f"--classes {classes} is more than the model's "
                              f"{params.get('num_classes')} classes", "use fewer --classes")

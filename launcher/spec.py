@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import socket
+from pathlib import Path
 from datetime import datetime, timezone
 
 from hpcai.errors import UsageError
@@ -64,6 +65,8 @@ def build_spec(
     if not 0.01 <= float(protocol["sample_interval_s"]) <= 10:
         raise UsageError("--sample-interval-ms must be between 10 and 10000",
                          "100 ms is the protocol's default")
+    if params.get("data") and workload.data_format == "npy":
+        _check_dataset_shape(workload, params)
     run_id = make_run_id(workload.name, preset.name, cap_w)
     comparability = assess(workload, preset, impl=impl, params=params,
                            preset_params=preset_params, protocol=protocol,
@@ -91,3 +94,18 @@ def build_spec(
         "output_dir": output_dir,
         "seed": seed,
     }
+
+
+def _check_dataset_shape(workload, params: dict) -> None:
+    """Volumes from storage must have the shape the model is built for (images are
+    cropped to any size; a cube of another edge would only fail inside the model)."""
+    from hpcai.workloads import datasets
+
+    manifest = datasets.load_manifest(Path(params["data"]), workload.name)
+    wanted = datasets.sample_shape(workload.data_format, params)
+    if list(manifest["sample_shape"]) != wanted:
+        have = "x".join(map(str, manifest["sample_shape"]))
+        raise UsageError(f"{params['data']} holds samples of shape {have}, this run needs "
+                         f"{'x'.join(map(str, wanted))}",
+                         f"make one of that shape (hpcai-launch data make {workload.name} "
+                         f"--preset/--cube) or run with the dataset's")

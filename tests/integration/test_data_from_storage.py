@@ -98,3 +98,28 @@ def test_an_unreadable_dataset_folder_is_refused_in_one_line(cpu_node, tmp_path)
     finally:
         data.chmod(0o755)
     one_line_error(done, "--data", str(data), "is not readable")
+
+
+def test_cosmoflow_reads_shards_of_cubes_and_refuses_a_cube_of_another_edge(cpu_node, tmp_path,
+                                                                           result_schema):
+    node, data = cpu_node, tmp_path / "cubes"
+    manifest = make_dataset(node, data, "cosmoflow", samples=8)
+    assert manifest["format"] == "npy" and manifest["sample_shape"] == [4, 32, 32, 32]
+    cosmo = ["cosmoflow", "--preset", "tiny", "--nproc", "1", "--device", "cpu",
+             "--runtime", "host"]
+    done = node.launch(*cosmo, "--data", str(data), "--data-workers", "0",
+                       "-o", str(node.results / "storage"))
+    assert done.returncode == 0, done.stderr
+    (path,) = (node.results / "storage").glob("*/result.json")
+    doc = json.loads(path.read_text())
+    assert_valid_result(doc, result_schema)
+    inp = doc["input"]
+    assert inp["format"] == "npy" and inp["workers"] == 0 and 0 < inp["data_wait_share"] < 1
+    # Every measured sample read its cube: 4 x 32^3 float32 values (the targets are not counted).
+    samples = sum(e["units"] for e in doc["epochs"] if not e["warmup"])
+    assert samples > 0 and inp["bytes_read_node"] == samples * 4 * 32 ** 3 * 4
+    # A cube of another edge fails before anything runs, not inside the model.
+    one_line_error(node.launch(*cosmo, "--cube", "64", "--data", str(data),
+                               "-o", str(node.results / "bad")),
+                   "holds samples of shape 4x32x32x32, this run needs 4x64x64x64")
+    assert not (node.results / "bad").exists()
