@@ -366,7 +366,7 @@ class SglangServe(EngineWorkload):
                                              else "client exit (no banner seen)")
         self.window = {"start": start, "end": end, "client_duration_s": duration, "source": source}
         self.steady = self._steady_state(num_prompts)
-        if self.steady["available"]:
+        if self.steady["measured"]:
             # The measured epoch is the steady state: its tokens over its time.
             ss = self.steady
             return Epoch(index, False, ss["completed_in_window"], round(ss["output_tokens"]),
@@ -383,14 +383,25 @@ class SglangServe(EngineWorkload):
             offset = float(recorded["wall_minus_perf_s"])
             requests = [{**r, "start": r["start"] + offset} for r in recorded["requests"]]
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            return {"available": False, "target_concurrency": target,
+            return {"available": False, "measured": False, "target_concurrency": target,
                     "reason": f"no per-request timestamps from the client ({type(exc).__name__}: {exc})",
                     "basis": "the client's whole load"}
         found = steady_state.analyse(requests, target)
         found["requests_file"] = CLIENT_REQUESTS
-        found["basis"] = ("steady state: requests in flight at the target concurrency until the "
-                          "first completion after the last request was sent"
-                          if found["available"] else "the client's whole load")
+        # One burst (no --max-concurrency: the seed paper's protocol) has no steady state
+        # worth the name: it ends at the first completion, which with output lengths from
+        # 0 comes at once. The headline stays the whole load, as the paper measured it;
+        # the window and the phases are recorded beside it.
+        found["measured"] = bool(found["available"] and self.concurrency is not None)
+        if found["measured"]:
+            found["basis"] = ("steady state: requests in flight at the target concurrency until "
+                              "the first completion after the last request was sent")
+        elif found["available"]:
+            found["basis"] = ("the client's whole load: every request sent at once (no "
+                              "--max-concurrency, the seed paper's protocol); the steady state "
+                              "is recorded beside it, not measured")
+        else:
+            found["basis"] = "the client's whole load"
         return found
 
     def phases(self) -> dict | None:

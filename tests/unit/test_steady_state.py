@@ -71,3 +71,22 @@ def test_the_serving_workload_reads_the_recorded_file_into_its_measured_epoch(tm
     (tmp_path / S.CLIENT_REQUESTS).unlink()
     missing = workload._steady_state(num_prompts=5)
     assert not missing["available"] and "no per-request timestamps" in missing["reason"]
+
+
+def test_one_burst_of_every_request_keeps_the_whole_load_as_its_measurement(tmp_path):
+    # The paper preset sends every request at once (no --max-concurrency): its
+    # "steady state" would end at the first completion, so the whole load stays
+    # the headline (the paper's basis) and the window is only recorded.
+    preset = LLAMA3_8B_INFERENCE.presets["paper"]
+    assert preset.params["batch_size"] == "unlimited"
+    spec = {"params": {**LLAMA3_8B_INFERENCE.presets["tiny"].params, "batch_size": "unlimited"},
+            "protocol": dict(preset.protocol), "devices": {"type": "cpu", "gpu_indices": None},
+            "output_dir": str(tmp_path), "seed": 1}
+    workload = S.build(spec, distributed.Context(0, 1, 0, 1, "cpu", None, None, 1, "host"))
+    shutil.copy(DATA, tmp_path / S.CLIENT_REQUESTS)
+    burst = workload._steady_state(num_prompts=2)
+    assert burst["available"] and not burst["measured"]
+    assert "every request sent at once" in burst["basis"]
+    bounded = S.build({**spec, "params": {**spec["params"], "batch_size": 2}},
+                      distributed.Context(0, 1, 0, 1, "cpu", None, None, 1, "host"))
+    assert bounded._steady_state(num_prompts=5)["measured"]
