@@ -242,3 +242,12 @@ def test_check_prints_each_results_table_and_evaluates_older_ones_now(tmp_path, 
     (row,) = [line for line in out.splitlines() if "temperature" in line and "GPU 1" in line
               and "FAIL" in line]
     assert "99 °C" in row and "<= 85 °C (fail above 95 °C)" in row
+
+
+def test_a_wide_spread_over_two_epochs_is_a_warning_not_a_failure():
+    doc = good_doc()
+    doc["throughput"]["stats_node"].update(cv=0.8, epochs=3)
+    assert verdict_of(doc, "throughput_cv") == "fail"
+    doc["throughput"]["stats_node"].update(epochs=2)
+    cv = next(c for c in validity.evaluate(doc)["checks"] if c["name"] == "throughput_cv")
+    assert cv["verdict"] == "warn" and "only 2 measured epochs" in cv["note"]
