@@ -9,6 +9,7 @@ import click
 
 import hpcai
 from hpcai.errors import HpcaiError, Interrupted
+from hpcai.workloads.adaptive import SWEEP_CI_TARGET
 from hpcai.workloads.catalog import WORKLOADS
 
 PRECISIONS = ("auto", "fp32", "tf32", "32-true", "bf16-mixed", "fp16-mixed", "bf16-true")
@@ -30,6 +31,24 @@ class Caps(click.ParamType):
             return parse_caps(value)
         except HpcaiError as exc:
             self.fail(exc.one_line(), param, ctx)
+
+
+class CiTarget(click.ParamType):
+    """A relative 95% confidence half-width strictly between 0 and 1, or "off"."""
+
+    name = "FRACTION|off"
+
+    def convert(self, value, param, ctx):
+        if value in ("off", None) or isinstance(value, float):
+            return value
+        try:
+            number = float(value)
+        except ValueError:
+            number = None
+        if number is None or not 0 < number < 1:
+            self.fail(f"{value!r} must lie between 0 and 1 (a share of the mean), or be 'off': "
+                      "e.g. --ci-target 0.01 for a 1% half-width", param, ctx)
+        return number
 
 
 def _run_guarded(fn, *args, **kwargs):
@@ -159,13 +178,21 @@ def _workload_command(workload):
                 gpus, nproc, batch_size, epochs, warmup_epochs, steps_per_epoch, precision,
                 channels_last, compile_, sample_interval_ms, no_telemetry, output, journal,
                 runtime, image, dry_run, slurm, nodes, partition, account, time_limit, array,
-                slurm_options, **extra):
+                slurm_options, in_run, ci_target, min_window_s, max_window_s, **extra):
+        from hpcai.launcher.inrun import check_request
         from hpcai.launcher.run import Options, launch
 
         # One cap and one repeat is a plain run, exactly as without sweeps.
         sweep = repeat > 1 or (caps is not None and len(caps) > 1)
         batch = _slurm_options(slurm, nodes, partition, account, time_limit, array,
                                slurm_options, gpus)
+        if in_run and batch is not None:
+            raise click.UsageError("--in-run does not run under --slurm yet: use --no-in-run")
+        if min_window_s is not None and max_window_s is not None and max_window_s < min_window_s:
+            raise click.UsageError(f"--max-window-s {max_window_s:g} is shorter than "
+                                   f"--min-window-s {min_window_s:g}: give a maximum at least "
+                                   "as long as the minimum")
+        _run_guarded(check_request, in_run, caps if caps else None)
         opts = Options(
             workload=workload.name, impl=impl, preset=preset,
             cap_w=caps[0] if caps and not sweep else None,
@@ -174,11 +201,14 @@ def _workload_command(workload):
             power_method=power_method, site=site, device=device, gpus=gpus, nproc=nproc,
             output=output, dry_run=dry_run, telemetry=not no_telemetry, journal=journal,
             runtime=runtime, image=image, slurm=batch,
+            in_run=False if batch is not None else in_run,
             params={"batch_size": batch_size, "precision": precision,
                     "channels_last": channels_last, "compile": compile_, **extra},
             protocol={"epochs": epochs, "warmup_epochs": warmup_epochs,
                       "steps_per_epoch": steps_per_epoch,
-                      "sample_interval_s": sample_interval_ms / 1000 if sample_interval_ms else None},
+                      "sample_interval_s": sample_interval_ms / 1000 if sample_interval_ms else None,
+                      "ci_target": ci_target, "min_window_s": min_window_s,
+                      "max_window_s": max_window_s},
         )
         return _run_guarded(launch, opts)
 
@@ -201,6 +231,21 @@ def _workload_command(workload):
         click.option("--idle-s", type=click.FloatRange(min=0, max=600), default=5.0,
                      show_default=True,
                      help="sweeps: seconds of idle power measured before the first run (0: skip)"),
+        click.option("--in-run/--no-in-run", "in_run", default=None,
+                     help="sweeps: one process measures every cap in turn (warm-up once, "
+                          "a settle phase after each cap change); the default for sweeps "
+                          "of PyTorch and TensorFlow training, which support it (others run "
+                          "one process per cap)"),
+        click.option("--ci-target", type=CiTarget(),
+                     help="adaptive window: measure in blocks until the 95% confidence "
+                          "half-width of throughput and energy per unit is within this share "
+                          f"of the mean (default: {SWEEP_CI_TARGET:g} for sweeps, off for single runs, "
+                          "which follow the preset's fixed epochs); 'off': fixed epochs"),
+        click.option("--min-window-s", type=click.FloatRange(min=0),
+                     help="adaptive window: measure at least this long (default: 30 s and "
+                          "30 power samples; less for the tiny and short presets)"),
+        click.option("--max-window-s", type=click.FloatRange(min=0, min_open=True),
+                     help="adaptive window: stop after this long, met or not (default: 600 s)"),
         click.option("--power-method", type=click.Choice(POWER_METHODS),
                      help="how caps are set (default: the site's)"),
         click.option("--site", help="site name or .toml path (default: matched by hostname)"),

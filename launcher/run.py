@@ -60,6 +60,7 @@ class Options:
     runtime: str = "auto"  # auto | host | apptainer
     image: str | None = None  # a SIF to run instead of the images folder's
     slurm: object = None  # SlurmOptions: submit as a batch job instead of running here
+    in_run: bool | None = None  # sweeps: one process for every cap (None: where supported)
 
     @property
     def is_sweep(self) -> bool:
@@ -201,6 +202,7 @@ def plan(opts: Options, placement: dict | None = None,
         output_dir=str(output), runtime=chosen,
         gpu_name=_gpu_name(node, gpu_indices) if device == "cuda" else None,
     )
+    spec["protocol"] = _window_protocol(spec)
     spec["node_power"] = site["node_power"]  # node sources the workload's sampler reads
     spec["facility"] = site["facility"]  # PUE, carbon and price, for the report
     # GPUs by identity: the workload is handed these ids, its sampler keeps these UUIDs.
@@ -214,6 +216,18 @@ def plan(opts: Options, placement: dict | None = None,
         spec["output_dir"] = str(output / spec["run_id"] / f"node-{placement['node_rank']}")
     command = runtime.command(spec, site, str(Path(spec["output_dir"]) / "spec.json"))
     return spec, command, site, node
+
+
+def _window_protocol(spec: dict) -> dict:
+    """Adaptive windows (--ci-target): their settings filled in and checked."""
+    from hpcai.workloads.adaptive import check_window_settings, resolve_protocol
+
+    protocol = resolve_protocol(spec["protocol"], spec["preset"])
+    problem = check_window_settings(protocol)
+    if problem is not None:
+        what, fix = problem.split(": ", 1)
+        raise UsageError(what, fix)
+    return protocol
 
 
 def _preset_gpus(preset, node: Node, requested: int | None) -> int | None:

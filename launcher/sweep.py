@@ -337,7 +337,14 @@ def run_sweep(opts) -> int:
     from hpcai.launcher import runtime
     from hpcai.workloads.catalog import get_workload
 
+    from hpcai.launcher import inrun
+    from hpcai.workloads.adaptive import SWEEP_CI_TARGET
+
     caps = list(opts.caps) if opts.caps else [None]
+    inrun.check_request(opts.in_run, caps)
+    if opts.protocol.get("ci_target") is None:  # sweeps measure adaptively by default
+        opts = dataclasses.replace(opts, protocol={**opts.protocol, "ci_target": SWEEP_CI_TARGET})
+    in_run = inrun.choose(opts, R.log)
     spec, _command, site, node = R.plan(dataclasses.replace(opts, cap_w=caps[0], caps=None))
     if caps[0] is not None and not node.gpus:  # only a dry run gets here (plan refuses)
         R.log(R.caps_unchecked_note(spec))
@@ -348,6 +355,8 @@ def run_sweep(opts) -> int:
             for cap in caps:  # every cap checked before the first one is set
                 R.check_cap(backend, cap, spec["devices"]["gpu_indices"], site)
     key = measurement_key(spec)
+    if in_run:  # its own sweep folder: comparable in one report, never mixed in one sweep
+        key["mode"] = "in-run"
     digest = key_hash(key)
     sweep_dir = Path(spec["output_dir"]).parent / sweep_id(spec, digest)
     summary_path = sweep_dir / SUMMARY_FILE
@@ -374,6 +383,7 @@ def run_sweep(opts) -> int:
         "kind": "hpcai.sweep", "sweep_version": SUMMARY_VERSION, "sweep_id": sweep_dir.name,
         "key": digest, "measurement": key, "workload": spec["workload"],
         "preset": spec["preset"], "caps_w": caps, "repeat": opts.repeat, "order": opts.order,
+        "in_run": in_run,
         "seed": seed, "created": previous.doc.get("created") if previous else _now_iso(),
         "idle_baseline": previous.doc.get("idle_baseline") if previous else None,
         "status": "running",
@@ -399,7 +409,9 @@ def run_sweep(opts) -> int:
                     float(spec["protocol"]["sample_interval_s"]), spec.get("node_power"))
                 _log_idle(summary.doc["idle_baseline"])
                 summary.write()
-            for i in todo:
+            if in_run and todo:
+                inrun.run(R, opts, slots, todo, digest, sweep_dir, seed, summary)
+            for i in [] if in_run else todo:
                 _run_slot(R, opts, slots[i], i, len(slots), digest, sweep_dir, seed, summary)
     except (Interrupted, KeyboardInterrupt) as exc:
         summary.doc["status"] = "interrupted"
