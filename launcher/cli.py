@@ -115,6 +115,9 @@ def main():
       hpcai-launch resnet50                   run on every GPU (or the CPU)
       hpcai-launch resnet50 --cap 300         the same under a 300 W cap per GPU
       hpcai-launch resnet50 --cap 200:700:100 --repeat 3   a cap sweep
+      hpcai-launch resnet50 --cap 200:700:100 --ci-target 0.01
+                                              a sweep in one process (in-run), each
+                                              window until its 95% CI is within 1%
       hpcai-launch resnet50 --preset tiny --dry-run
       hpcai-launch power show                 current power limits
       hpcai-launch power restore              undo a cap left by a killed run

@@ -37,7 +37,8 @@ def supported(workload_name: str, impl: str | None) -> str | None:
     if chosen.module in IN_RUN_MODULES:
         return None
     return (f"{workload_name} ({impl or workload.default_impl}) cannot measure in-run yet "
-            "(its engine runs its own loop): one run per cap")
+            "(its engine runs its own loop): one run per cap, each with the preset's fixed "
+            "epochs")
 
 
 def check_request(in_run: bool | None, caps: list | None) -> None:
@@ -75,7 +76,18 @@ class Segments:
         self.open: dict | None = None  # answered, result not yet filed
 
     def poll(self) -> None:
-        """Answer the next request, if the workload made it."""
+        """Answer the next request, if the workload made it; a full or read-only
+        disk is an OutputError (the sweep stops, the limits come back)."""
+        from hpcai.launcher.output_check import write_error
+
+        try:
+            self._poll()
+        except OSError as exc:
+            raise write_error(self.folder, exc, "the in-run control channel or a segment's "
+                              "result", "free space or make the folder writable, then run the "
+                              "same command again (complete segments are kept)") from None
+
+    def _poll(self) -> None:
         if control.read(control.request_path(self.folder, self.next)) is None:
             return
         k, self.next = self.next, self.next + 1
@@ -111,7 +123,7 @@ class Segments:
         enforced = {str(i): g["enforced_w"] if g["enforced_w"] is not None else g["applied_w"]
                     for i, g in self.session.gpus.items()}
         self.open = {"k": k, "position": position, "slot": slot, "spec": spec, "dir": run_dir,
-                     "limits": copy.deepcopy(self.session.gpus)}
+                     "limits": copy.deepcopy(self.session.gpus), "enforced": enforced}
         self.summary.set_run(position, status="running", run_id=spec["run_id"], skipped=False,
                              result=f"{spec['run_id']}/result.json", message=None)
         self.R.log(f"in-run segment {k + 1}/{len(self.plan)}: {slot.describe()}, enforced "
@@ -135,13 +147,25 @@ class Segments:
         except ResultError:
             doc = None
         if doc is None:
-            doc = results.load(result)
+            try:
+                doc = results.load(result)
+            except ResultError:
+                doc = None
+            if doc is None:  # nothing to mark (a full disk): the summary says it
+                self.summary.set_run(seg["position"], quiet=True, status="failed",
+                                     message="the segment left no result")
+                return
             if interrupted is not None:
                 results.mark_interrupted(doc, interrupted.one_line())
             else:
                 results.mark_crashed(doc, code if code is not None else -1)
         if doc["status"] == "running":
             results.mark_interrupted(doc, "the process stopped")
+        # Stopped before the workload opened it: the placeholder says which segment it was.
+        doc.setdefault("segment", {"index": seg["k"], "in_run": True,
+                                   "process_run_id": self.spec["run_id"],
+                                   "after_segment": seg["k"] - 1 if seg["k"] else None,
+                                   "cap_w": seg["slot"].cap_w, "enforced_w": seg["enforced"]})
         tolerance = float(seg["spec"]["power"]["cap_tolerance_frac"])
         results.apply_limits(doc, seg["limits"], seg["slot"].cap_w, tolerance)
         doc["launcher"] = {"command_exit_code": code,
@@ -257,8 +281,16 @@ def execute(R, spec: dict, command: list[str], site: dict, node, opts, make_segm
                 R._stop_child(child, signal.SIGTERM, already_sent=False, grace_s=grace_s)
         # The last segment's limits are read before the snapshot comes back.
         if segments.open is not None:
-            segments.file(child.returncode if child is not None else None, interrupted)
+            try:
+                segments.file(child.returncode if child is not None else None, interrupted)
+            except OSError as exc:
+                failure = failure or output_check.write_error(
+                    run_dir, exc, "the last segment's result",
+                    "free space or make the folder writable, then run the same command again")
     R.log("power limits restored")
+    code = child.returncode if child is not None else None
+    if interrupted is None and code not in (0, None):
+        R.log(f"the in-run process exited with code {code}; see {run_dir / 'workload.log'}")
     if interrupted is not None:
         raise interrupted
     if failure is not None:

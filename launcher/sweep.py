@@ -367,7 +367,7 @@ def run_sweep(opts) -> int:
     done = completed_slots(sweep_dir, digest) if sweep_dir.exists() else {}
     if opts.dry_run:
         print(json.dumps({"sweep_id": sweep_dir.name, "folder": str(sweep_dir), "seed": seed,
-                          "order": opts.order, "runs": [
+                          "order": opts.order, "in_run": in_run, "runs": [
                               {"cap_w": s.cap_w, "repeat": s.repeat,
                                "status": "complete" if s in done else "to run"} for s in slots]},
                          indent=2))

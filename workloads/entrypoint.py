@@ -242,8 +242,9 @@ class Run:
             spec = copy.deepcopy(self.spec)
             spec.pop("inrun", None)
             spec.update(answer["spec"])
-            log(f"segment {segment + 1}: cap {answer['cap_w']} W (enforced "
-                f"{answer.get('enforced_w')}), results in {spec['output_dir']}")
+            if self.ctx.rank == 0:
+                log(f"segment {segment + 1}: cap {answer['cap_w']:g} W (enforced "
+                    f"{answer.get('enforced_w')}), results in {spec['output_dir']}")
             self.segment = {"index": segment, "spec": spec, "first_epoch": len(self.progress.epochs),
                             "started": R.now_iso(), "t0": time.time(), "answer": answer}
             settle = measurer.settle()

@@ -59,9 +59,10 @@ class Watched:
 
 
 def measuring_segment(k: int):
-    """Segment k's measured blocks have begun (its cap is set, its window open)."""
+    """Segment k's measured blocks have begun (its cap is set, its window open),
+    as the workload's own log says (the launcher's lines may come before it)."""
     def check(text: str) -> bool:
-        marker = f"in-run segment {k}/"
+        marker = f"[hpcai] segment {k}:"
         return marker in text and "(measured)" in text.split(marker, 1)[1]
     return check
 
