@@ -260,6 +260,9 @@ def execute(R, spec: dict, command: list[str], site: dict, node, opts, make_segm
         env.update(lifeline.environment(container=spec["runtime"]["kind"] == "apptainer"))
         follower = LogFollower(run_dir)
         stack.callback(follower.stop)
+        if spec["runtime"]["kind"] == "apptainer":
+            image = spec["runtime"]["image"]
+            R.log(f"runtime: apptainer, image {image['path']} (sha256 {image['sha256'][:12]})")
         segments = make_segments(session, backend, indices)
         failure: BaseException | None = None
         try:

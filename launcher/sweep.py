@@ -333,12 +333,10 @@ def _now_iso() -> str:
 # ---- the sweep ----------------------------------------------------------------------
 def run_sweep(opts) -> int:
     """Check everything, then one execute() per slot; limits restored after each."""
+    from hpcai.launcher import inrun, runtime
     from hpcai.launcher import run as R
-    from hpcai.launcher import runtime
-    from hpcai.workloads.catalog import get_workload
-
-    from hpcai.launcher import inrun
     from hpcai.workloads.adaptive import SWEEP_CI_TARGET
+    from hpcai.workloads.catalog import get_workload
 
     caps = list(opts.caps) if opts.caps else [None]
     inrun.check_request(opts.in_run, caps)
