@@ -220,7 +220,7 @@ def plan(opts: Options, placement: dict | None = None,
 
 def _window_protocol(spec: dict) -> dict:
     """Adaptive windows (--ci-target): their settings filled in and checked. An
-    engine with its own loop (LitGPT, SGLang) measures the preset's fixed epochs:
+    engine that cannot (SGLang serving) measures the preset's fixed epochs:
     its spec says so (launcher/inrun.py tells the user once)."""
     from hpcai.launcher.inrun import supported
     from hpcai.workloads.adaptive import check_window_settings, resolve_protocol
@@ -290,7 +290,7 @@ def launch(opts: Options, placement: dict | None = None, run_id: str | None = No
     if opts.protocol.get("ci_target") not in (None, "off") and \
             spec["protocol"].get("ci_target") is None:
         log(f"note: {spec['workload']} runs its engine's own loop and measures the preset's "
-            "fixed epochs; --ci-target applies to the PyTorch and TensorFlow trainers")
+            "fixed epochs; --ci-target applies to the training workloads")
     if opts.cap_w is not None and not node.gpus:  # only a dry run gets here (plan refuses)
         log(caps_unchecked_note(spec))
     elif opts.cap_w is not None:

@@ -192,10 +192,13 @@ class Run:
         if self.in_run:
             self._measure_in_run(on_epoch)
         elif self.spec["protocol"].get("ci_target") is not None and \
-                not isinstance(self.workload, EngineWorkload):
+                getattr(self.workload, "runs_programs", True):
             measurer = self._measurer(on_epoch)
-            measurer.warm_up()
-            self.measurement = {"settle": measurer.settle(), "window": measurer.measure()}
+            program = self._adaptive_program(measurer)
+            if isinstance(self.workload, EngineWorkload):
+                self.workload.run(self.spec["protocol"], self.progress, on_epoch, program=program)
+            else:
+                measurer.drive(program)
         elif isinstance(self.workload, EngineWorkload):
             self.workload.run(self.spec["protocol"], self.progress, on_epoch)
         else:
@@ -214,7 +217,27 @@ class Run:
         return Measurer(self.workload, self.spec["protocol"], self.ctx, self.sampler,
                         self.progress, on_epoch, counted)
 
+    def _adaptive_program(self, measurer):
+        """A single run with --ci-target: warm-up, settle, adaptive window."""
+        yield from measurer.warm_up()
+        settle = yield from measurer.settle()
+        window = yield from measurer.measure()
+        self.measurement = {"settle": settle, "window": window}
+
     def _measure_in_run(self, on_epoch) -> None:
+        measurer = self._measurer(on_epoch)
+        program = self._in_run_program(measurer)
+        if isinstance(self.workload, EngineWorkload):
+            from hpcai.errors import WorkloadError
+
+            if not getattr(self.workload, "runs_programs", False):
+                raise WorkloadError(f"{self.spec['workload']} cannot measure in-run",
+                                    "run the sweep with --no-in-run (one run per cap)")
+            self.workload.run(self.spec["protocol"], self.progress, on_epoch, program=program)
+        else:
+            measurer.drive(program)
+
+    def _in_run_program(self, measurer):
         """Warm up once; then per segment: ask this node's launcher for its cap,
         settle, measure, write the segment's result for the launcher to check."""
         import copy
@@ -223,11 +246,7 @@ class Run:
         from hpcai.workloads.control import Channel
         from hpcai.workloads.inrun import rank0
 
-        if isinstance(self.workload, EngineWorkload):
-            raise WorkloadError(f"{self.spec['workload']} cannot measure in-run",
-                                "run the sweep with --no-in-run (one run per cap)")
-        measurer = self._measurer(on_epoch)
-        measurer.warm_up()
+        yield from measurer.warm_up()
         channel = Channel(Path(self.spec["output_dir"]) / self.spec["inrun"]["channel"])
         segment = 0
         while True:
@@ -247,8 +266,8 @@ class Run:
                     f"{answer.get('enforced_w')}), results in {spec['output_dir']}")
             self.segment = {"index": segment, "spec": spec, "first_epoch": len(self.progress.epochs),
                             "started": R.now_iso(), "t0": time.time(), "answer": answer}
-            settle = measurer.settle()
-            window = measurer.measure()
+            settle = yield from measurer.settle()
+            window = yield from measurer.measure()
             self._close_segment({"settle": settle, "window": window}, "complete", None)
             segment += 1
 

@@ -1,12 +1,14 @@
 """Settled, adaptive measurement windows for step-driven workloads, and the
 segments of an in-run sweep.
 
-A Measurer runs epochs of training steps as the seed paper's protocol does
-(device synchronised, telemetry marked at both ends), but decides their number
-as it goes: settle epochs (recorded as warm-up) until power and temperature
-stop drifting, then measured blocks until the confidence target is met
-(workloads/adaptive.py). Rank 0 decides; every rank follows its decision, so
-all ranks run the same epochs.
+A Measurer decides epochs of training steps as it goes: settle epochs
+(recorded as warm-up) until power and temperature stop drifting, then measured
+blocks until the confidence target is met (workloads/adaptive.py). Its phases
+are generators that yield (steps, warmup) for the next epoch and receive the
+Epoch back: `drive` runs them for a workload whose steps the harness calls
+(device synchronised, telemetry marked at both ends, as the seed paper's
+protocol); an engine with its own loop (LitGPT) feeds them from its step
+clock instead. Rank 0 decides; every rank follows, so all run the same epochs.
 """
 from __future__ import annotations
 
@@ -16,9 +18,10 @@ import time
 from hpcai.workloads import adaptive, distributed
 from hpcai.workloads.protocol import Epoch, synchronize
 
-# Workload modules whose steps the harness drives (StepWorkload): they measure
-# in-run. Engines with their own loop (LitGPT, SGLang) do not yet.
-IN_RUN_MODULES = ("resnet50", "vit_l16", "sd2", "resnet50_tf")
+# Workload modules that measure in-run: those whose steps the harness drives
+# (StepWorkload), and LitGPT, whose step clock feeds the same program. SGLang's
+# server loop does not yet.
+IN_RUN_MODULES = ("resnet50", "vit_l16", "sd2", "resnet50_tf", "llm_pretrain")
 
 
 def run_epoch(workload, ctx, sampler, steps: int, warmup: bool, progress, on_epoch=None,
@@ -65,15 +68,33 @@ class Measurer:
         self.counted = counted if counted is not None else (
             list(range(len(sampler.sources))) if sampler is not None else [])
         self.block_steps = int(protocol["steps_per_epoch"])
+        # An engine's epochs are not marked by run_epoch: the program marks them.
+        self.marks_epochs = bool(getattr(workload, "runs_programs", False))
 
-    def _epoch(self, steps: int, warmup: bool) -> Epoch:
-        return run_epoch(self.workload, self.ctx, self.sampler, steps, warmup, self.progress,
-                         self.on_epoch)
+    def _epoch(self, steps: int, warmup: bool):
+        """Ask for one epoch; with an engine, read the counters at its ends here."""
+        first = self.sampler.mark("epoch.start") if self.marks_epochs and self.sampler else None
+        epoch = yield (steps, warmup)
+        if first is not None:
+            epoch.marks = (first, self.sampler.mark("epoch.end"))
+        return epoch
 
-    def warm_up(self) -> None:
+    def drive(self, program) -> None:
+        """Run a program's epochs with the harness's own loop (a StepWorkload)."""
+        try:
+            request = next(program)
+            while True:
+                steps, warmup = request
+                epoch = run_epoch(self.workload, self.ctx, self.sampler, steps, warmup,
+                                  self.progress, self.on_epoch)
+                request = program.send(epoch)
+        except StopIteration:
+            return
+
+    def warm_up(self):
         """The protocol's warm-up epochs, once per process."""
         for _ in range(int(self.protocol["warmup_epochs"])):
-            self._epoch(int(self.protocol["steps_per_epoch"]), warmup=True)
+            yield from self._epoch(int(self.protocol["steps_per_epoch"]), True)
 
     def _calibrate(self, epoch: Epoch) -> None:
         """Steps per block so a block lasts at least block_s (one sensor update)."""
@@ -100,14 +121,14 @@ class Measurer:
                 temperature.append((t, max(temps)))
         return power, temperature
 
-    def settle(self) -> dict:
+    def settle(self):
         """Epochs (recorded as warm-up) until power and temperature stop drifting."""
         p = self.protocol
         window_s, max_s = float(p["settle_window_s"]), float(p["settle_max_s"])
         start = time.time()
         epochs, found, why = 0, {"temperature_c": None, "power_frac": None}, None
         while why is None:
-            epoch = self._epoch(self.block_steps, warmup=True)
+            epoch = yield from self._epoch(self.block_steps, True)
             epochs += 1
             if epochs == 1:
                 self._calibrate(epoch)
@@ -138,17 +159,18 @@ class Measurer:
 
         if self.sampler is None or not self.counted:
             return None
-        first, last = epoch.marks
+        first, last = getattr(epoch, "marks", (None, None))
         values = []
         for i in self.counted:
-            a, b = first.energy_j[i], last.energy_j[i]
+            a = first.energy_j[i] if first is not None else None
+            b = last.energy_j[i] if last is not None else None
             if a is not None and b is not None and b >= a:
                 values.append(b - a)
             else:  # no counter (or one that ran backwards): integrated power
                 values.append(source_energy(self.sampler, i, epoch.start, epoch.end)["value"])
         return sum(values) if all(v is not None for v in values) else None
 
-    def measure(self) -> dict:
+    def measure(self):
         """Fixed epochs (no ci_target) or adaptive blocks; the record of how it stopped."""
         p = self.protocol
         target = p.get("ci_target")
@@ -156,13 +178,13 @@ class Measurer:
                                  float(p["max_window_s"]))
         if target is None:
             for _ in range(int(p["epochs"])):
-                self._epoch(int(p["steps_per_epoch"]), warmup=False)
+                yield from self._epoch(int(p["steps_per_epoch"]), False)
             return {"mode": "fixed", "ci_target": None, "stopped": "fixed"}
         blocks: list[adaptive.Block] = []
         opened = time.time()
         why = None
         while why is None:
-            epoch = self._epoch(self.block_steps, warmup=False)
+            epoch = yield from self._epoch(self.block_steps, False)
             decision = None
             if self.ctx.rank == 0:
                 blocks.append(adaptive.Block(epoch.units, epoch.duration_s, self._energy(epoch)))

@@ -218,11 +218,35 @@ def test_bad_input_is_one_line_and_changes_nothing(fake_nvidia_node, extra, frag
 def test_a_workload_that_cannot_measure_in_run_says_so_and_runs_one_process_per_cap(
         fake_nvidia_node):
     node = fake_nvidia_node
-    done = node.launch("llama3-8b-pretrain", "--preset", "tiny", "--device", "cpu",
+    done = node.launch("llama3-8b-inference", "--preset", "tiny", "--device", "cpu",
                        "--cap", "200,300", "--dry-run", "-o", str(node.results))
     assert done.returncode == 0, done.stderr
     assert "cannot measure in-run yet" in done.stderr
-    assert "command of the first run" in done.stdout
+    plan = json.loads(done.stdout.split("\ncommand of the first run: ")[0])
+    assert plan["in_run"] is False
+
+
+def test_litgpt_pretraining_measures_in_run_from_inside_its_own_loop(fake_nvidia_node,
+                                                                     result_schema):
+    """LitGPT runs its own loop: the segments are driven from its step clock."""
+    node = fake_nvidia_node
+    done = node.launch("llama3-8b-pretrain", "--preset", "tiny", "--device", "cpu",
+                       "--cap", "200,300", "--order", "ascending", "--max-window-s", "2",
+                       "--idle-s", "0", "-o", str(node.results))
+    assert done.returncode == 0, done.stderr
+    assert set_log(node) == [200.0, 300.0, 700.0]
+    results = segment_results(node)
+    assert [r["spec"]["power"]["cap_w"] for r in results] == [200.0, 300.0]
+    for result in results:
+        assert_valid_result(result, result_schema)
+        assert result["status"] == "complete" and result["work"]["unit"] == "tokens"
+        assert result["power"]["mean_power_w"] == pytest.approx(
+            2 * result["spec"]["power"]["cap_w"], rel=0.02)
+        window = result["measurement"]["window"]
+        assert window["mode"] == "adaptive"
+        assert window["blocks"] == result["protocol"]["measured_epochs_completed"] >= 1
+        # The steps LitGPT logged inside this segment's window carry its epochs.
+        assert result["epochs"][0]["index"] > 0 and result["segment"]["in_run"] is True
 
 
 def test_tensorflow_resnet50_measures_in_run_too(fake_nvidia_node, result_schema):

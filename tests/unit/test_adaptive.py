@@ -110,3 +110,26 @@ def test_window_settings_and_their_checks():
     assert "shorter than" in adaptive.check_window_settings(
         {"min_window_s": 30.0, "max_window_s": 10.0})
     assert adaptive.check_window_settings(filled) is None
+
+
+def test_litgpts_step_clock_runs_a_program_of_epochs():
+    """LitGPT's loop calls the clock after every step; a program (what the
+    in-run sweep and adaptive windows run) decides each epoch's length."""
+    from hpcai.workloads.llm_pretrain import ProgramClock
+    from hpcai.workloads.protocol import Progress
+
+    seen = []
+
+    def program():
+        seen.append((yield (2, True)))
+        seen.append((yield (3, False)))
+
+    progress = Progress()
+    protocol = {"warmup_epochs": 1, "epochs": 2, "steps_per_epoch": 4}
+    clock = ProgramClock(protocol, 100, progress, None, program())
+    done = [clock.step(float(i), float(i), 0.5, 1.0) for i in range(1, 6)]
+    assert done == [False, False, False, False, True]  # the loop ends after the program's last
+    assert [(e.warmup, e.steps, e.units) for e in progress.epochs] == [(True, 2, 200),
+                                                                        (False, 3, 300)]
+    assert seen == progress.epochs
+    assert clock.total_steps == 12  # LitGPT's learning-rate warm-up: the fixed protocol's
