@@ -93,11 +93,13 @@ test: setup setup-system
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not system" $(ARGS)
 
-# The observer effect and start-up costs, and the input pipeline's cost (data from
-# storage against preloaded), reported as ratios from one run.
+# The observer effect and start-up costs, the input pipeline's cost (data from
+# storage against preloaded), and the wall time of an in-run cap sweep against
+# one run per cap (bench/inrun_sweep.py), each reported as ratios from one run.
 bench: setup
 	$(BIN)/python bench/observer_effect.py $(ARGS)
 	$(BIN)/python bench/input_pipeline.py
+	$(BIN)/python bench/inrun_sweep.py $(INRUN_ARGS)
 
 lint: setup
 	$(BIN)/python -m pip install --quiet ruff==0.17.6

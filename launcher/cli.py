@@ -9,6 +9,7 @@ import click
 
 import hpcai
 from hpcai.errors import HpcaiError, Interrupted
+from hpcai.workloads.adaptive import SWEEP_CI_TARGET
 from hpcai.workloads.catalog import WORKLOADS
 
 PRECISIONS = ("auto", "fp32", "tf32", "32-true", "bf16-mixed", "fp16-mixed", "bf16-true")
@@ -50,6 +51,22 @@ class Clocks(click.ParamType):
             return parse_clocks(value, self.flag)
         except HpcaiError as exc:
             self.fail(exc.one_line(), param, ctx)
+class CiTarget(click.ParamType):
+    """A relative 95% confidence half-width strictly between 0 and 1, or "off"."""
+
+    name = "FRACTION|off"
+
+    def convert(self, value, param, ctx):
+        if value in ("off", None) or isinstance(value, float):
+            return value
+        try:
+            number = float(value)
+        except ValueError:
+            number = None
+        if number is None or not 0 < number < 1:
+            self.fail(f"{value!r} must lie between 0 and 1 (a share of the mean), or be 'off': "
+                      "e.g. --ci-target 0.01 for a 1% half-width", param, ctx)
+        return number
 
 
 def _run_guarded(fn, *args, **kwargs):
@@ -117,6 +134,9 @@ def main():
       hpcai-launch resnet50 --cap 300         the same under a 300 W cap per GPU
       hpcai-launch resnet50 --cap 200:700:100 --repeat 3   a cap sweep
       hpcai-launch resnet50 --sm-clock 1005,1410,1980     a clock-cap sweep
+      hpcai-launch resnet50 --cap 200:700:100 --ci-target 0.01
+                                              a sweep in one process (in-run), each
+                                              window until its 95% CI is within 1%
       hpcai-launch resnet50 --preset tiny --dry-run
       hpcai-launch resnet50 --vary gpus=1,2,4 --vary batch_size=64,128   a grid sweep
       hpcai-launch data make resnet50 --samples 10000 -o imgs   a dataset on disk
@@ -208,8 +228,10 @@ def _workload_command(workload):
                 gpus, nproc, batch_size, epochs, warmup_epochs, steps_per_epoch, precision,
                 channels_last, compile_, sample_interval_ms, no_telemetry, output, journal,
                 runtime, image, dry_run, slurm, nodes, partition, account, time_limit, array,
-                slurm_options, vary, scaling, **extra):
+                slurm_options, vary, scaling, in_run, ci_target, min_window_s, max_window_s,
+                **extra):
         from hpcai.launcher.data_cli import resolve_data
+        from hpcai.launcher.inrun import check_request
         from hpcai.launcher.run import Options, launch
 
         _run_guarded(resolve_data, workload, extra)
@@ -222,6 +244,14 @@ def _workload_command(workload):
         if batch is not None and any(v is not None and len(v) > 1 for v in (sm_clocks, mem_clocks)):
             raise click.UsageError("clock sweeps are not submitted to Slurm yet: give one "
                                    "--sm-clock/--mem-clock per job")
+        if in_run and batch is not None:
+            raise click.UsageError("--in-run does not run under --slurm yet: use --no-in-run")
+        if min_window_s is not None and max_window_s is not None and max_window_s < min_window_s:
+            raise click.UsageError(f"--max-window-s {max_window_s:g} is shorter than "
+                                   f"--min-window-s {min_window_s:g}: give a maximum at least "
+                                   "as long as the minimum")
+        # (a sweep checks what else it varies when it starts: launcher/sweep.py)
+        _run_guarded(check_request, in_run, caps if caps else None)
         opts = Options(
             workload=workload.name, impl=impl, preset=preset,
             cap_w=caps[0] if caps and not sweep else None,
@@ -233,11 +263,14 @@ def _workload_command(workload):
             sm_clock_mhz=sm_clocks[0] if sm_clocks and len(sm_clocks) == 1 else None,
             mem_clock_mhz=mem_clocks[0] if mem_clocks and len(mem_clocks) == 1 else None,
             sm_clocks=sm_clocks if sweep else None, mem_clocks=mem_clocks if sweep else None,
+            in_run=False if batch is not None else in_run,
             params={"batch_size": batch_size, "precision": precision,
                     "channels_last": channels_last, "compile": compile_, **extra},
             protocol={"epochs": epochs, "warmup_epochs": warmup_epochs,
                       "steps_per_epoch": steps_per_epoch,
-                      "sample_interval_s": sample_interval_ms / 1000 if sample_interval_ms else None},
+                      "sample_interval_s": sample_interval_ms / 1000 if sample_interval_ms else None,
+                      "ci_target": ci_target, "min_window_s": min_window_s,
+                      "max_window_s": max_window_s},
         )
         if axes or scaling:
             from hpcai.launcher.grid import check
@@ -278,6 +311,21 @@ def _workload_command(workload):
         click.option("--idle-s", type=click.FloatRange(min=0, max=600), default=5.0,
                      show_default=True,
                      help="sweeps: seconds of idle power measured before the first run (0: skip)"),
+        click.option("--in-run/--no-in-run", "in_run", default=None,
+                     help="sweeps: one process measures every cap in turn (warm-up once, "
+                          "a settle phase after each cap change); the default for sweeps "
+                          "of the training workloads (PyTorch, TensorFlow, LitGPT), which "
+                          "support it; serving runs one process per cap"),
+        click.option("--ci-target", type=CiTarget(),
+                     help="adaptive window: measure in blocks until the 95% confidence "
+                          "half-width of throughput and energy per unit is within this share "
+                          f"of the mean (default: {SWEEP_CI_TARGET:g} for sweeps, off for single runs, "
+                          "which follow the preset's fixed epochs); 'off': fixed epochs"),
+        click.option("--min-window-s", type=click.FloatRange(min=0),
+                     help="adaptive window: measure at least this long (default: 30 s and "
+                          "30 power samples; less for the tiny and short presets)"),
+        click.option("--max-window-s", type=click.FloatRange(min=0, min_open=True),
+                     help="adaptive window: stop after this long, met or not (default: 600 s)"),
         click.option("--power-method", type=click.Choice(POWER_METHODS),
                      help="how caps are set (default: the site's)"),
         click.option("--site", help="site name or .toml path (default: matched by hostname)"),

@@ -69,6 +69,7 @@ class Options:
     # --vary: [(param, [values])], a grid sweep (launcher/grid.py); --scaling with nodes.
     vary: list | None = None
     scaling: str | None = None
+    in_run: bool | None = None  # sweeps: one process for every cap (None: where supported)
 
     @property
     def is_sweep(self) -> bool:
@@ -219,6 +220,7 @@ def plan(opts: Options, placement: dict | None = None,
         output_dir=str(output), runtime=chosen,
         gpu_name=_gpu_name(node, gpu_indices) if device == "cuda" else None,
     )
+    spec["protocol"] = _window_protocol(spec)
     spec["node_power"] = site["node_power"]  # node sources the workload's sampler reads
     if clocks:  # clock caps, MHz per GPU (launcher/power/clocks.py sets and restores them)
         spec["power"]["clocks"] = clocks
@@ -267,6 +269,22 @@ def check_clock_caps(spec: dict, node: Node, site: dict, sm_mhz: int | None,
             raise UsageError(f"clocks cannot be capped on a MIG slice: GPU {mig[0]} is in MIG mode",
                              "the clocks are the whole GPU's; drop --sm-clock/--mem-clock")
         check_clocks(controls_for(backend, indices), sm_mhz, mem_mhz)
+def _window_protocol(spec: dict) -> dict:
+    """Adaptive windows (--ci-target): their settings filled in and checked. An
+    engine that cannot (SGLang serving) measures the preset's fixed epochs:
+    its spec says so (launcher/inrun.py tells the user once)."""
+    from hpcai.launcher.inrun import supported
+    from hpcai.workloads.adaptive import check_window_settings, resolve_protocol
+
+    protocol = dict(spec["protocol"])
+    if supported(spec["workload"], spec["impl"]) is not None:
+        protocol["ci_target"] = None
+    protocol = resolve_protocol(protocol, spec["preset"])
+    problem = check_window_settings(protocol)
+    if problem is not None:
+        what, fix = problem.split(": ", 1)
+        raise UsageError(what, fix)
+    return protocol
 
 
 def _preset_gpus(preset, node: Node, requested: int | None) -> int | None:
@@ -322,6 +340,10 @@ def launch(opts: Options, placement: dict | None = None, run_id: str | None = No
 
         return run_sweep(opts)
     spec, command, site, node = plan(opts, placement, run_id)
+    if opts.protocol.get("ci_target") not in (None, "off") and \
+            spec["protocol"].get("ci_target") is None:
+        log(f"note: {spec['workload']} runs its engine's own loop and measures the preset's "
+            "fixed epochs; --ci-target applies to the training workloads")
     if opts.cap_w is not None and not node.gpus:  # only a dry run gets here (plan refuses)
         log(caps_unchecked_note(spec))
     elif opts.cap_w is not None:

@@ -418,13 +418,18 @@ def _now_iso() -> str:
 # ---- the sweep ----------------------------------------------------------------------
 def run_sweep(opts) -> int:
     """Check everything, then one execute() per slot; limits restored after each."""
+    from hpcai.launcher import inrun, runtime
     from hpcai.launcher import run as R
-    from hpcai.launcher import runtime
+    from hpcai.workloads.adaptive import SWEEP_CI_TARGET
     from hpcai.workloads.catalog import get_workload
 
     from hpcai.launcher import grid
 
     caps = list(opts.caps) if opts.caps else [None]
+    inrun.check_request(opts.in_run, caps, other_axes=_other_axes(opts))
+    if opts.protocol.get("ci_target") is None:  # sweeps measure adaptively by default
+        opts = dataclasses.replace(opts, protocol={**opts.protocol, "ci_target": SWEEP_CI_TARGET})
+    in_run = inrun.choose(opts, R.log, other_axes=_other_axes(opts))
     sm_clocks = list(opts.sm_clocks) if opts.sm_clocks else [None]
     mem_clocks = list(opts.mem_clocks) if opts.mem_clocks else [None]
     points = grid.points(opts.vary or [])
@@ -449,6 +454,8 @@ def run_sweep(opts) -> int:
     key = measurement_key(spec)
     if opts.vary:  # the first point's values are in the spec; the grid names them all
         key["vary"] = [[name, values] for name, values in opts.vary]
+    if in_run:  # its own sweep folder: comparable in one report, never mixed in one sweep
+        key["mode"] = "in-run"
     digest = key_hash(key)
     sweep_dir = Path(spec["output_dir"]).parent / sweep_id(spec, digest)
     summary_path = sweep_dir / SUMMARY_FILE
@@ -459,7 +466,7 @@ def run_sweep(opts) -> int:
     done = completed_slots(sweep_dir, digest) if sweep_dir.exists() else {}
     if opts.dry_run:
         print(json.dumps({"sweep_id": sweep_dir.name, "folder": str(sweep_dir), "seed": seed,
-                          "order": opts.order,
+                          "order": opts.order, "in_run": in_run,
                           **({"vary": dict(opts.vary)} if opts.vary else {}), "runs": [
                               {**({"point": dict(s.point)} if s.point else {}),
                                "cap_w": s.cap_w, **_clock_fields(s), "repeat": s.repeat,
@@ -491,7 +498,7 @@ def run_sweep(opts) -> int:
         "kind": "hpcai.sweep", "sweep_version": SUMMARY_VERSION, "sweep_id": sweep_dir.name,
         "key": digest, "measurement": key, "workload": spec["workload"],
         "preset": spec["preset"], "caps_w": caps, **_clock_axes(sm_clocks, mem_clocks),
-        "repeat": opts.repeat, "order": opts.order,
+        "repeat": opts.repeat, "order": opts.order, "in_run": in_run,
         **({"vary": [[name, values] for name, values in opts.vary]} if opts.vary else {}),
         "seed": seed, "created": previous.doc.get("created") if previous else _now_iso(),
         "idle_baseline": previous.doc.get("idle_baseline") if previous else None,
@@ -519,7 +526,9 @@ def run_sweep(opts) -> int:
                     float(spec["protocol"]["sample_interval_s"]), spec.get("node_power"))
                 _log_idle(summary.doc["idle_baseline"])
                 summary.write()
-            for i in todo:
+            if in_run and todo:
+                inrun.run(R, opts, slots, todo, digest, sweep_dir, seed, summary)
+            for i in [] if in_run else todo:
                 _run_slot(R, grid.apply(opts, slots[i].point, device), slots[i], i, len(slots),
                           digest, sweep_dir, seed, summary)
     except (Interrupted, KeyboardInterrupt) as exc:
@@ -581,6 +590,16 @@ def _clock_fields(slot: Slot) -> dict:
 def _clock_axes(sm_clocks: list, mem_clocks: list) -> dict:
     return {k: v for k, v in (("sm_clocks_mhz", sm_clocks), ("mem_clocks_mhz", mem_clocks))
             if v != [None]}
+
+
+def _other_axes(opts) -> str | None:
+    """What besides the cap this sweep varies or fixes (clock caps, a --vary grid):
+    in-run sweeps change only the cap, so these run one process per slot."""
+    if opts.vary:
+        return "a --vary grid"
+    if opts.sm_clocks or opts.mem_clocks or opts.sm_clock_mhz or opts.mem_clock_mhz:
+        return "clock caps"
+    return None
 
 
 def _result_status(path: Path) -> str:

@@ -8,6 +8,7 @@ import importlib
 import json
 import platform
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -101,6 +102,12 @@ class Run:
         self.sampler_written = True
         self.watcher = None
         self.node_power = None  # NodePowerSampler: the site's node sources, own threads
+        # In-run sweeps (spec "inrun"): the process writes process.json; each segment
+        # its own result, through the launcher (workloads/inrun.py, control.py).
+        self.in_run = bool(spec.get("inrun"))
+        self.result_file = "process.json" if self.in_run else RESULT_FILE
+        self.segment: dict | None = None  # the segment being measured
+        self.measurement: dict | None = None  # settle and adaptive window record
 
     # ---- the run --------------------------------------------------------
     def execute(self) -> int:
@@ -137,6 +144,12 @@ class Run:
                     self.sampler.stop()
                 if self.node_power is not None:
                     self.node_power.stop()
+                if self.segment is not None:  # a segment cut short: never complete
+                    try:
+                        self._close_segment(None, self.status if self.status != "complete"
+                                            else "failed", self.error)
+                    except Exception as exc:
+                        log(f"cannot write the open segment's result: {exc}")
                 self._finish()
             if watcher is not None:
                 watcher.stop()
@@ -176,11 +189,121 @@ class Run:
         if self.node_power is not None:
             self.node_power.start()
         on_epoch = self._report_epoch if self.ctx.rank == 0 else None
-        if isinstance(self.workload, EngineWorkload):
+        if self.in_run:
+            self._measure_in_run(on_epoch)
+        elif self.spec["protocol"].get("ci_target") is not None and \
+                getattr(self.workload, "runs_programs", True):
+            measurer = self._measurer(on_epoch)
+            program = self._adaptive_program(measurer)
+            if isinstance(self.workload, EngineWorkload):
+                self.workload.run(self.spec["protocol"], self.progress, on_epoch, program=program)
+            else:
+                measurer.drive(program)
+        elif isinstance(self.workload, EngineWorkload):
             self.workload.run(self.spec["protocol"], self.progress, on_epoch)
         else:
             run_epochs(self.workload, self.spec["protocol"], self.ctx, self.sampler, on_epoch,
                        self.progress)
+
+    # ---- in-run measurement (workloads/inrun.py) ---------------------------
+    def _measurer(self, on_epoch):
+        from hpcai.workloads.inrun import Measurer
+
+        counted = None
+        if self.discovery is not None and self.discovery.kind == "gpu":
+            used = self.spec["devices"].get("gpu_indices")
+            counted = [i for i, g in enumerate(self.discovery.gpus)
+                       if used is None or g.info().index in used]
+        return Measurer(self.workload, self.spec["protocol"], self.ctx, self.sampler,
+                        self.progress, on_epoch, counted)
+
+    def _adaptive_program(self, measurer):
+        """A single run with --ci-target: warm-up, settle, adaptive window."""
+        yield from measurer.warm_up()
+        settle = yield from measurer.settle()
+        window = yield from measurer.measure()
+        self.measurement = {"settle": settle, "window": window}
+
+    def _measure_in_run(self, on_epoch) -> None:
+        measurer = self._measurer(on_epoch)
+        program = self._in_run_program(measurer)
+        if isinstance(self.workload, EngineWorkload):
+            from hpcai.errors import WorkloadError
+
+            if not getattr(self.workload, "runs_programs", False):
+                raise WorkloadError(f"{self.spec['workload']} cannot measure in-run",
+                                    "run the sweep with --no-in-run (one run per cap)")
+            self.workload.run(self.spec["protocol"], self.progress, on_epoch, program=program)
+        else:
+            measurer.drive(program)
+
+    def _in_run_program(self, measurer):
+        """Warm up once; then per segment: ask this node's launcher for its cap,
+        settle, measure, write the segment's result for the launcher to check."""
+        import copy
+
+        from hpcai.errors import WorkloadError
+        from hpcai.workloads.control import Channel
+        from hpcai.workloads.inrun import rank0
+
+        yield from measurer.warm_up()
+        channel = Channel(Path(self.spec["output_dir"]) / self.spec["inrun"]["channel"])
+        segment = 0
+        while True:
+            mine = channel.ask(segment) if self.ctx.is_node_leader else None
+            first = rank0(self.ctx, mine)
+            if first.get("error"):
+                raise WorkloadError(f"the launcher could not start segment {segment}: "
+                                    f"{first['error']}", "see the launcher's output")
+            if first.get("done"):
+                return
+            answer = mine or first
+            spec = copy.deepcopy(self.spec)
+            spec.pop("inrun", None)
+            spec.update(answer["spec"])
+            if self.ctx.rank == 0:
+                log(f"segment {segment + 1}: cap {answer['cap_w']:g} W (enforced "
+                    f"{answer.get('enforced_w')}), results in {spec['output_dir']}")
+            self.segment = {"index": segment, "spec": spec, "first_epoch": len(self.progress.epochs),
+                            "started": R.now_iso(), "t0": time.time(), "answer": answer}
+            settle = yield from measurer.settle()
+            window = yield from measurer.measure()
+            self._close_segment({"settle": settle, "window": window}, "complete", None)
+            segment += 1
+
+    def _close_segment(self, measurement: dict | None, status: str, error: dict | None) -> None:
+        """The open segment's result, as `segment.json` in its folder (the launcher
+        checks it and turns it into result.json); every rank takes part when complete."""
+        seg, self.segment = self.segment, None
+        mine = self._rank_summary()
+        mine["epochs"] = mine["epochs"][seg["first_epoch"]:]
+        ranks = [mine]
+        if status == "complete" and self.ctx.distributed:
+            ranks = [r for r in distributed.gather(self.ctx, mine)
+                     if r["node_rank"] == self.ctx.node_rank]
+        if not self.ctx.is_node_leader:
+            return
+        folder = Path(seg["spec"]["output_dir"])
+        doc = self._document(ranks, spec=seg["spec"], status=status, error=error,
+                             started=seg["started"])
+        answer = seg["answer"]
+        doc["segment"] = {"index": seg["index"], "in_run": True,
+                          "process_run_id": self.spec["run_id"],
+                          "after_segment": seg["index"] - 1 if seg["index"] else None,
+                          "cap_w": answer["cap_w"], "enforced_w": answer.get("enforced_w")}
+        doc["measurement"] = measurement
+        if self.sampler is not None:
+            names = ([f"gpu{g.info().index}" for g in self.discovery.gpus]
+                     or [d.name for d in self.discovery.rapl])
+            try:
+                self.sampler.write_csv(folder / SAMPLES_FILE, names, seg["t0"], time.time())
+                doc["sidecar"]["samples"] = SAMPLES_FILE
+            except OSError as exc:
+                log(f"cannot write {folder / SAMPLES_FILE}: {exc}")
+                doc["sidecar"]["samples"] = None
+        if status == "complete":
+            doc["sidecar"].update(self._write_mllog(doc, folder))
+        R.write_json_atomic(folder / "segment.json", R.clean(doc))
 
     def _report_epoch(self, epoch, total: int) -> None:
         kind = "warm-up" if epoch.warmup else "measured"
@@ -271,27 +394,29 @@ class Run:
         self.status, self.error = "failed", {"type": "OutputError", "message": message}
         self.sampler_written = False
 
-    def _write_mllog(self, doc: dict) -> dict:
+    def _write_mllog(self, doc: dict, folder: Path | None = None) -> dict:
         """The MLPerf-format log, after the run (workloads/mlperf_log.py)."""
         from hpcai.workloads import mlperf_log
+
+        folder = self.out_dir if folder is None else folder
 
         stamps = doc["timestamps"]
         samples = []
         if self.sampler is not None and stamps.get("measured_start") is not None:
             samples = mlperf_log.power_samples(self.sampler, stamps["measured_start"], stamps["measured_end"])
         try:
-            reason = mlperf_log.write(self.out_dir / mlperf_log.MLLOG_FILE, doc, samples)
+            reason = mlperf_log.write(folder / mlperf_log.MLLOG_FILE, doc, samples)
         except Exception as exc:  # a side file: the result is still written
             reason = f"{type(exc).__name__}: {exc}"
             # No half-written log beside the result (a full disk, say).
-            (self.out_dir / mlperf_log.MLLOG_FILE).unlink(missing_ok=True)
+            (folder / mlperf_log.MLLOG_FILE).unlink(missing_ok=True)
         if reason:
             log(f"no {mlperf_log.MLLOG_FILE}: {reason}")
         return {"mllog": None if reason else mlperf_log.MLLOG_FILE, "mllog_reason": reason}
 
     def _write(self, doc: dict) -> None:
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        R.write_json_atomic(self.out_dir / RESULT_FILE, R.clean(doc))
+        R.write_json_atomic(self.out_dir / self.result_file, R.clean(doc))
 
     def _input_section(self, ranks: list[dict], seconds: float | None) -> dict:
         """`input`: the runtime split, where the data came from storage."""
@@ -300,8 +425,14 @@ class Run:
         section = input_section(ranks, _input_of(self.workload), seconds)
         return {"input": section} if section is not None else {}
 
-    def _document(self, ranks: list[dict] | None = None) -> dict:
-        spec, ctx = self.spec, self.ctx
+    def _document(self, ranks: list[dict] | None = None, spec: dict | None = None,
+                  status: str | None = None, error: dict | None = None,
+                  started: str | None = None) -> dict:
+        """spec, status, error, started: a segment's, where not the run's."""
+        ctx = self.ctx
+        spec = self.spec if spec is None else spec
+        if status is None:
+            status, error = self.status, self.error
         ranks = ranks or [self._rank_summary()]
         leader = ranks[0]
         epochs = leader["epochs"]
@@ -340,13 +471,13 @@ class Run:
         doc = {
             "schema_version": R.RESULT_SCHEMA_VERSION,
             "kind": "hpcai.result",
-            "status": self.status,
-            "error": self.error,
+            "status": status,
+            "error": error,
             "run_id": spec["run_id"],
             "workload": spec["workload"],
             "spec": spec,
-            "timestamps": {"started": self.started,
-                           "finished": None if self.status == "running" else R.now_iso(),
+            "timestamps": {"started": started or self.started,
+                           "finished": None if status == "running" else R.now_iso(),
                            "measured_start": window[0] if window else None,
                            "measured_end": window[1] if window else None},
             "host": provenance.host_info(),
@@ -389,9 +520,11 @@ class Run:
             "workload_metrics": metrics,
             **({"comparability": spec["comparability"]} if spec.get("comparability") else {}),
             **self._input_section(ranks, throughput["measured_seconds"]),
-            "sidecar": {"samples": SAMPLES_FILE if self.sampler and self.status != "running"
+            "sidecar": {"samples": SAMPLES_FILE if self.sampler and status != "running"
                         and self.sampler_written else None},
         }
+        if self.measurement is not None and spec is self.spec:
+            doc["measurement"] = self.measurement
         # Check by check, from the document alone; the launcher evaluates it again
         # once its own block (enforced limits, idle baseline) is in.
         doc["validity"] = validity.evaluate(doc, "workload")

@@ -100,6 +100,59 @@ class EpochClock:
         return [s for s in self.steps if not s["warmup"] and s["epoch"] < len(self.progress.epochs)]
 
 
+class ProgramClock(EpochClock):
+    """In-run sweeps and adaptive windows (workloads/inrun.py): a program decides
+    each epoch's steps as the epochs complete, from inside LitGPT's loop (every
+    rank is in the logger at the same step, so the program's collectives line up)."""
+
+    def __init__(self, protocol: dict, tokens_per_step: int, progress, on_epoch, program):
+        super().__init__(protocol, tokens_per_step, progress, on_epoch)
+        self.program = program
+        self.finished = False
+        self._request = self._next(None)
+
+    def _next(self, epoch):
+        try:
+            return next(self.program) if epoch is None else self.program.send(epoch)
+        except StopIteration:
+            self.finished = True
+            return None
+
+    # LitGPT's loop needs a length; the program ends it. The learning-rate warm-up
+    # keeps the fixed protocol's length (total_steps), as for one run per cap.
+    max_steps = 10**7
+
+    @property
+    def done(self) -> bool:
+        return self.finished
+
+    def step(self, wall: float, perf: float, iter_time_s: float, loss: float,
+             extra: dict | None = None, micro_steps: int = 1) -> bool:
+        if self.finished:
+            return True
+        if self._start_wall is None:
+            first = iter_time_s * micro_steps
+            self._start_wall, self._start_perf = wall - first, perf - first
+        steps, warmup = self._request
+        index = len(self.progress.epochs)
+        self.steps.append({"step": len(self.steps) + 1, "epoch": index, "warmup": warmup,
+                           "end": wall, "iter_time_s": iter_time_s, "loss": loss, **(extra or {})})
+        if self.progress.first_loss is None:
+            self.progress.first_loss = loss
+        self._in_epoch += 1
+        if self._in_epoch < steps:
+            return False
+        epoch = Epoch(index, warmup, steps, steps * self.tokens_per_step, self._start_wall, wall,
+                      perf - self._start_perf, loss)
+        self.progress.epochs.append(epoch)
+        if self.on_epoch is not None:
+            self.on_epoch(epoch, index + 1)
+        self._request = self._next(epoch)  # may ask the launcher, settle, write a segment
+        # The next epoch starts when the program gave it, not before its own work.
+        self._start_wall, self._start_perf, self._in_epoch = time.time(), time.perf_counter(), 0
+        return self.finished
+
+
 @contextlib.contextmanager
 def dynamo_disabled(disable: bool):
     """LitGPT's main() always calls torch.compile; this makes it a no-op."""
@@ -161,6 +214,7 @@ def train_work_per_token(config, seq_len: int) -> dict:
 
 class LitgptPretrain(EngineWorkload):
     unit = "tokens"
+    runs_programs = True  # run(program=...): in-run sweeps and adaptive windows
 
     def __init__(self, spec: dict, ctx):
         import torch
@@ -279,7 +333,7 @@ class LitgptPretrain(EngineWorkload):
         return fabric, nodes
 
     # ---- the run --------------------------------------------------------
-    def run(self, protocol: dict, progress, on_epoch=None) -> None:
+    def run(self, protocol: dict, progress, on_epoch=None, program=None) -> None:
         from litgpt import pretrain as litgpt_pretrain
         from litgpt.args import EvalArgs, TrainArgs
 
@@ -287,7 +341,11 @@ class LitgptPretrain(EngineWorkload):
 
         # A step is one optimizer step: `accumulation` micro-batches on each GPU.
         tokens_per_step = self.micro_batch * self.accumulation * self.seq_len
-        clock = self.clock = EpochClock(protocol, tokens_per_step, progress, on_epoch)
+        clock = self.clock = (EpochClock(protocol, tokens_per_step, progress, on_epoch)
+                              if program is None else
+                              ProgramClock(protocol, tokens_per_step, progress, on_epoch, program))
+        if clock.done:
+            return
 
         def on_step(wall, perf, metrics) -> bool:
             self._litgpt_items_per_sec = metrics.get("device/items_per_sec")
@@ -306,7 +364,8 @@ class LitgptPretrain(EngineWorkload):
             global_batch_size=self.micro_batch * self.accumulation * world,
             micro_batch_size=self.micro_batch,
             # Two spare steps: the clock, not LitGPT, ends the loop (before its final save).
-            max_tokens=(clock.total_steps + 2) * tokens_per_step * world,
+            max_tokens=(getattr(clock, "max_steps", clock.total_steps) + 2)
+            * tokens_per_step * world,
             max_seq_length=self.seq_len, max_norm=1.0, min_lr=self.min_lr,
             lr_warmup_steps=max(1, clock.total_steps // 4), tie_embeddings=False,
         )

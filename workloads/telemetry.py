@@ -151,12 +151,16 @@ class Sampler:
             if t0 <= t <= t1 and row[index] is not None
         ]
 
-    def write_csv(self, path, source_names: list[str]) -> int:
+    def write_csv(self, path, source_names: list[str], t0: float | None = None,
+                  t1: float | None = None) -> int:
+        """Every tick, or those in [t0, t1] (an in-run segment's)."""
         rows = 0
         with open(path, "w", newline="") as fh:
             writer = csv.writer(fh)
             writer.writerow(SAMPLE_COLUMNS)
-            for t, row in zip(self.times, self.readings):
+            for t, row in zip(list(self.times), list(self.readings)):
+                if (t0 is not None and t < t0) or (t1 is not None and t > t1):
+                    continue
                 for name, reading in zip(source_names, row):
                     if reading is None:
                         continue

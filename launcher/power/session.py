@@ -263,6 +263,25 @@ class CapSession:
             raise Interrupted(signum)
         return False
 
+    def change_cap(self, cap_w: float) -> None:
+        """In-run sweeps: hold another cap inside the same session. The snapshot
+        and the journal stay the session's first, so every exit (a signal
+        mid-sweep, a crash, `power restore` after SIGKILL) restores the limits
+        from before the sweep, never the previous segment's cap. A cap that does
+        not take effect raises CapNotAppliedError; the session's exit restores."""
+        if not self._active:
+            raise PowerError("no cap session is active", "this is a bug in hpcai")
+        cap_w = float(cap_w)
+        self._check_range_of(cap_w)
+        self.cap_w = cap_w
+        for i in self.indices:
+            self.backend.set_limit_w(i, cap_w)
+            self.gpus[i]["requested_w"] = cap_w
+        self._read_back()
+
+    def _check_range_of(self, cap_w: float) -> None:
+        check_cap_range(cap_w, {i: self.backend.limits(i) for i in self.indices})
+
     def to_dict(self) -> dict:
         """What the result record needs: method, cap, and per-GPU limits."""
         return {

@@ -32,8 +32,9 @@ def summary(node):
 def test_a_cap_sweep_restores_limits_between_runs_and_lists_every_run(fake_nvidia_node,
                                                                      result_schema, tmp_path):
     node = fake_nvidia_node
+    # One run per cap (in-run sweeps: test_inrun_sweep.py).
     done = node.launch(*TINY, *MEASURED, "--device", "cpu", "--cap", "200,300", "--seed", "3",
-                       "--idle-s", "0.5", "-o", str(node.results))
+                       "--idle-s", "0.5", "--no-in-run", "-o", str(node.results))
     assert done.returncode == 0, done.stderr
     doc = summary(node)
     order = [r["cap_w"] for r in doc["runs"]]
@@ -55,7 +56,7 @@ def test_a_cap_sweep_restores_limits_between_runs_and_lists_every_run(fake_nvidi
     assert "sweep" in done.stdout and "summary:" in done.stdout
     # The same command again finds every run complete and runs nothing.
     again = node.launch(*TINY, *MEASURED, "--device", "cpu", "--cap", "200,300", "--seed", "3",
-                        "--idle-s", "0.5", "-o", str(node.results))
+                        "--idle-s", "0.5", "--no-in-run", "-o", str(node.results))
     assert again.returncode == 0, again.stderr
     assert again.stdout.count("already complete, skipped") == 2
     assert all(len(d["set_log"]) == 4 for d in node.devices())

@@ -1,0 +1,177 @@
+"""Settled and adaptive measurement windows: the pure statistics, no I/O.
+
+Settle: after a cap change the GPU's temperature and power drift for a while
+(Zeus's "thermally stable profiling"; the seed paper sleeps 600 s instead).
+The window opens when the least-squares slope over the last `settle_window_s`
+of both is below a threshold, or after `settle_max_s` whatever the drift.
+
+Adaptive stopping: the window is measured in blocks, each at least one sensor
+update period long (NVML's power reading is a 1 s average on H100/H200), so
+block means are close to independent (the batch-means method). Measuring stops
+when the 95% confidence half-width of the mean block throughput and of the
+mean energy per unit, each relative to its mean, is within the target; never
+before the minimum window (seconds and power samples), never after the maximum.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+# The protocol's measurement settings, where a preset or the command line sets
+# none. 30 s and 30 samples: ML.ENERGY's validator asks for >= 30 s of steady
+# state; a 1 s block covers one update of NVML's 1 s power average.
+WINDOW_DEFAULTS = {
+    "ci_target": None,  # None: the fixed protocol (warm-up epochs, measured epochs)
+    "min_window_s": 30.0,
+    "min_window_samples": 30,
+    "max_window_s": 600.0,
+    "block_s": 1.0,
+    "settle_window_s": 10.0,
+    "settle_max_s": 120.0,
+    "settle_temperature_c": 0.5,  # slope over settle_window_s, degrees C
+    "settle_power_frac": 0.01,  # slope over settle_window_s, share of mean power
+}
+# CPU-sized windows for the test presets, so a sweep on fake GPUs takes seconds.
+PRESET_WINDOWS = {
+    "tiny": {"min_window_s": 1.0, "min_window_samples": 5, "max_window_s": 8.0,
+             "block_s": 0.2, "settle_window_s": 0.5, "settle_max_s": 3.0},
+    "short": {"min_window_s": 2.0, "min_window_samples": 10, "max_window_s": 15.0,
+              "block_s": 0.3, "settle_window_s": 1.0, "settle_max_s": 5.0},
+}
+SWEEP_CI_TARGET = 0.02  # sweeps measure adaptively unless told otherwise
+MIN_BLOCKS = 3  # a half-width from fewer blocks is no estimate
+
+
+def window_settings(protocol: dict, preset: str) -> dict:
+    """The protocol with every window setting filled: given ones, then the
+    preset's (tiny/short), then the defaults."""
+    return {**WINDOW_DEFAULTS, **PRESET_WINDOWS.get(preset, {}),
+            **{k: v for k, v in protocol.items() if v is not None}}
+
+
+def resolve_protocol(protocol: dict, preset: str, in_run: bool = False) -> dict:
+    """The run spec's protocol: window settings filled in where an adaptive window
+    (a ci_target) or an in-run sweep uses them; "off" becomes no ci_target. A
+    plain fixed-protocol run keeps its protocol as it was."""
+    out = dict(protocol)
+    if out.get("ci_target") == "off":
+        out["ci_target"] = None
+    if out.get("ci_target") is not None or in_run:
+        out = window_settings(out, preset)
+    else:
+        for key in WINDOW_DEFAULTS:
+            if out.get(key) is None:
+                out.pop(key, None)
+    return out
+
+
+def check_window_settings(protocol: dict) -> str | None:
+    """What is wrong with the window settings, as `what: what to do`, or None."""
+    target = protocol.get("ci_target")
+    if target is not None and not 0 < float(target) < 1:
+        return (f"--ci-target {target:g} must lie between 0 and 1 (a share of the mean): "
+                "e.g. --ci-target 0.01 for a 1% half-width")
+    lo, hi = protocol.get("min_window_s"), protocol.get("max_window_s")
+    if lo is not None and hi is not None and float(hi) < float(lo):
+        return (f"--max-window-s {hi:g} is shorter than --min-window-s {lo:g}: "
+                "give a maximum at least as long as the minimum")
+    return None
+
+
+def t95(dof: int) -> float:
+    """Two-sided 95% Student t quantile (table, then the normal limit)."""
+    table = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+             2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+             2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
+    return table[dof - 1] if dof <= len(table) else 1.96 + 2.4 / dof
+
+
+def relative_half_width(values: list[float]) -> float | None:
+    """95% confidence half-width of the mean, over the mean; None below 2 values."""
+    if len(values) < 2:
+        return None
+    mean = statistics.fmean(values)
+    if mean == 0:
+        return None
+    return t95(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values)) / abs(mean)
+
+
+@dataclass
+class Block:
+    units: float
+    seconds: float
+    energy_j: float | None  # over the block, every measured GPU; None: not measured
+
+    @property
+    def throughput(self) -> float:
+        return self.units / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass
+class StopRule:
+    target: float | None  # relative half-width; None: never stop on precision
+    min_s: float
+    min_samples: int
+    max_s: float
+
+    def half_widths(self, blocks: list[Block]) -> dict:
+        tp = relative_half_width([b.throughput for b in blocks])
+        energies = [b.energy_j / b.units for b in blocks if b.energy_j is not None and b.units]
+        epu = relative_half_width(energies) if len(energies) == len(blocks) else None
+        return {"throughput_frac": tp, "energy_per_unit_frac": epu}
+
+    def decide(self, blocks: list[Block], samples: int) -> str | None:
+        """Why to stop now ("target", "max_window"), or None to measure on."""
+        elapsed = sum(b.seconds for b in blocks)
+        if elapsed >= self.max_s:
+            return "max_window"
+        if self.target is None or elapsed < self.min_s or samples < self.min_samples \
+                or len(blocks) < MIN_BLOCKS:
+            return None
+        widths = self.half_widths(blocks)
+        energy_known = all(b.energy_j is not None for b in blocks)
+        if widths["throughput_frac"] is None or widths["throughput_frac"] > self.target:
+            return None
+        if energy_known and (widths["energy_per_unit_frac"] is None
+                             or widths["energy_per_unit_frac"] > self.target):
+            return None
+        return "target"
+
+
+def slope_over(points: list[tuple[float, float]], window_s: float) -> float | None:
+    """Least-squares slope of the points in the last window_s, times window_s
+    (the change over the window); None with fewer than 3 points."""
+    if not points:
+        return None
+    end = points[-1][0]
+    recent = [(t, v) for t, v in points if t >= end - window_s]
+    if len(recent) < 3:
+        return None
+    mt = statistics.fmean(t for t, _ in recent)
+    mv = statistics.fmean(v for _, v in recent)
+    den = sum((t - mt) ** 2 for t, _ in recent)
+    if den == 0:
+        return None
+    return sum((t - mt) * (v - mv) for t, v in recent) / den * window_s
+
+
+def drift(power: list[tuple[float, float]], temperature: list[tuple[float, float]],
+          window_s: float) -> dict:
+    """Drift over the last window: temperature in degrees C, power as a share of its mean."""
+    power_change = slope_over(power, window_s)
+    end = power[-1][0] if power else 0.0
+    recent = [v for t, v in power if t >= end - window_s]
+    mean = statistics.fmean(recent) if recent else None
+    return {"temperature_c": slope_over(temperature, window_s),
+            "power_frac": power_change / mean if power_change is not None and mean else None}
+
+
+def is_settled(found: dict, protocol: dict) -> bool:
+    """Both drifts known and below their thresholds (temperature may be unknown:
+    a source without a sensor)."""
+    power = found.get("power_frac")
+    if power is None or abs(power) > float(protocol["settle_power_frac"]):
+        return False
+    temp = found.get("temperature_c")
+    return temp is None or abs(temp) <= float(protocol["settle_temperature_c"])
