@@ -240,20 +240,11 @@ def execute(R, spec: dict, command: list[str], site: dict, node, opts, make_segm
     journal = R.journal_path(site, opts.journal)
     backend = make_backend(spec["power"]["method"], node.vendor, site["power"]["command"])
     env = runtime.environment(spec, site)
-    child, interrupted, forwarded = None, None, []
-    under_slurm = "slurm" in spec
-    grace_s = R.slurm_grace_s(spec["slurm"].get("kill_wait_s")) if under_slurm \
-        else R.CHILD_GRACE_S
-
-    def forward(signum: int) -> None:
-        if under_slurm:
-            forwarded.append(signum)
-        elif child is not None and child.poll() is None and not forwarded:
-            child.send_signal(signum)
-            forwarded.append(signum)
+    child, interrupted = None, None
+    signals = R.ChildSignals(spec)
 
     with contextlib.ExitStack() as stack:
-        stack.enter_context(install_signal_handlers(forward))
+        stack.enter_context(install_signal_handlers(signals.forward))
         stack.callback(backend.close)
         # Entered last, so it exits first: limits come back before anything else.
         session = stack.enter_context(
@@ -280,7 +271,7 @@ def execute(R, spec: dict, command: list[str], site: dict, node, opts, make_segm
         segments = make_segments(session, backend, indices)
         failure: BaseException | None = None
         try:
-            child = R._start(command, env, follower, run_dir)
+            child = signals.child = R._start(command, env, follower, run_dir)
             follower.start()
             record_workload(journal, child.pid, spec["run_id"])
             while child.poll() is None:
@@ -289,13 +280,10 @@ def execute(R, spec: dict, command: list[str], site: dict, node, opts, make_segm
             segments.poll()  # a last request, made just before the workload exited
         except (Interrupted, KeyboardInterrupt) as exc:
             interrupted = exc if isinstance(exc, Interrupted) else Interrupted(signal.SIGINT)
-            if child is not None:
-                R._stop_child(child, interrupted.signum, already_sent=bool(forwarded),
-                              grace_s=grace_s)
+            signals.stop(interrupted.signum)
         except BaseException as exc:  # a cap that did not take: stop, then restore
             failure = exc
-            if child is not None:
-                R._stop_child(child, signal.SIGTERM, already_sent=False, grace_s=grace_s)
+            signals.stop(signal.SIGTERM, already_sent=False)
         # The last segment's limits are read before the snapshot comes back.
         if segments.open is not None:
             try:

@@ -383,23 +383,10 @@ def execute(spec: dict, command: list[str], site: dict, node: Node, opts: Option
     limits: dict[int, dict] = {}
     end_limits: dict[int, float | None] = {}
 
-    forwarded: list[int] = []
-    # Slurm signals every process of the step itself (scancel, time limit):
-    # forwarding would make it a second signal, and torchrun then abandons its
-    # workers' clean-up.
-    under_slurm = "slurm" in spec
-    grace_s = slurm_grace_s(spec["slurm"].get("kill_wait_s")) if under_slurm else CHILD_GRACE_S
-
-    def forward(signum: int) -> None:
-        # Exactly once: torchrun abandons its workers' clean-up on a second signal.
-        if under_slurm:
-            forwarded.append(signum)
-        elif child is not None and child.poll() is None and not forwarded:
-            child.send_signal(signum)
-            forwarded.append(signum)
+    signals = ChildSignals(spec)
 
     with contextlib.ExitStack() as stack:
-        stack.enter_context(install_signal_handlers(forward))
+        stack.enter_context(install_signal_handlers(signals.forward))
         if backend is not None:
             stack.callback(backend.close)
             # Entered last, so it exits first: limits come back before anything else.
@@ -440,7 +427,7 @@ def execute(spec: dict, command: list[str], site: dict, node: Node, opts: Option
                 log(f"runtime: apptainer, image {image['path']} (sha256 {image['sha256'][:12]})")
             # Its own session: a terminal's Ctrl-C reaches the launcher alone, which
             # forwards it once, instead of hitting torchrun and its workers twice.
-            child = _start(command, env, follower, run_dir)
+            child = signals.child = _start(command, env, follower, run_dir)
             follower.start()
             if cap_w is not None:
                 from hpcai.launcher.power.journal import record_workload
@@ -453,9 +440,7 @@ def execute(spec: dict, command: list[str], site: dict, node: Node, opts: Option
             child.wait()
         except (Interrupted, KeyboardInterrupt) as exc:
             interrupted = exc if isinstance(exc, Interrupted) else Interrupted(signal.SIGINT)
-            if child is not None:
-                _stop_child(child, interrupted.signum, already_sent=bool(forwarded),
-                            grace_s=grace_s)
+            signals.stop(interrupted.signum)
         # Before the limits come back: what was in force when the workload ended.
         end_limits = limits_in_force(backend, indices)
     if cap_w is not None and backend is not None:
@@ -463,7 +448,7 @@ def execute(spec: dict, command: list[str], site: dict, node: Node, opts: Option
     if clock_session is not None:
         log("clocks restored")
     code = child.returncode if child is not None else None
-    if interrupted is not None and under_slurm:
+    if interrupted is not None and signals.under_slurm:
         _await_final_result(run_dir / "result.json", ORPHAN_WAIT_S)
     try:
         doc = _finish_result(run_dir, spec, code, limits, end_limits, interrupted,
@@ -508,6 +493,34 @@ def _start(command: list[str], env: dict, follower: LogFollower, run_dir: Path):
     except OSError as exc:
         raise output_check.write_error(run_dir, exc, "the workload's log",
                                        "free space or make the folder writable") from None
+
+
+class ChildSignals:
+    """A signal to the launcher while its workload runs: forwarded to the workload
+    exactly once (torchrun abandons its workers' clean-up on a second one), and
+    under Slurm only noted: Slurm signals every process of the step itself
+    (scancel, time limit), so forwarding would make it a second signal."""
+
+    def __init__(self, spec: dict):
+        self.under_slurm = "slurm" in spec
+        self.grace_s = slurm_grace_s(spec["slurm"].get("kill_wait_s")) if self.under_slurm \
+            else CHILD_GRACE_S
+        self.child: subprocess.Popen | None = None
+        self.forwarded: list[int] = []
+
+    def forward(self, signum: int) -> None:
+        if self.under_slurm:
+            self.forwarded.append(signum)
+        elif self.child is not None and self.child.poll() is None and not self.forwarded:
+            self.child.send_signal(signum)
+            self.forwarded.append(signum)
+
+    def stop(self, signum: int, already_sent: bool | None = None) -> None:
+        """Stop the workload (if started): the signal unless already sent, then,
+        after the grace time, SIGKILL to its whole process group."""
+        if self.child is not None:
+            _stop_child(self.child, signum, bool(self.forwarded) if already_sent is None
+                        else already_sent, grace_s=self.grace_s)
 
 
 def slurm_grace_s(kill_wait_s: int | None) -> float:

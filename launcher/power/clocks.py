@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import socket
 import time
 from pathlib import Path
@@ -26,13 +25,12 @@ from hpcai.errors import (
     CapOutOfRangeError,
     ConfigError,
     HpcaiError,
-    Interrupted,
     PowerError,
     StaleJournalError,
     UsageError,
 )
 from hpcai.gpu.clocks import DOMAIN_NAMES, DOMAINS, clock_control
-from hpcai.signals import deferred_signals
+from hpcai.launcher.power.restoring import RestoringSession, describe
 
 log = logging.getLogger(__name__)
 
@@ -54,30 +52,25 @@ def clock_journal_path(power_journal) -> Path:
 
 def write_clock_journal(path, method: str, gpus: list[dict]) -> dict:
     """gpus: [{"index", "uuid", "vendor", "domains": {"sm"|"mem": restore record}}]."""
-    from hpcai.launcher.power.journal import STATE_DIR_HINT, _write_record
+    from hpcai.launcher.power.journal import write_new_record
 
     record = {"format": FORMAT, "kind": KIND, "hostname": socket.gethostname(),
               "pid": os.getpid(), "method": method,
               "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "created_unix": time.time(),
               "gpus": gpus}
-    path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    except OSError as exc:
-        raise PowerError(f"cannot write the clock journal {path}: {exc}", STATE_DIR_HINT) from exc
-    _write_record(path, record)
+    write_new_record(path, record, "clock journal")
     return record
 
 
 def load_clock_journal(path) -> dict | None:
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise ConfigError(f"cannot read the clock journal {path}: {exc}") from exc
     import json
+
+    from hpcai.launcher.power.journal import read_record_text
+
+    path = Path(path)
+    text = read_record_text(path, "clock journal")
+    if text is None:
+        return None
 
     try:
         record = json.loads(text)
@@ -161,11 +154,13 @@ def check_clocks(controls: dict, sm_mhz: int | None, mem_mhz: int | None) -> Non
 
 
 # ---- the session ------------------------------------------------------------------------
-class ClockSession:
+class ClockSession(RestoringSession):
     """Context manager holding clock caps on some GPUs; see the module docstring.
 
     sm_mhz and mem_mhz None: nothing is set (no journal) and the record is empty.
     """
+
+    restoring_what, setting_what, restore_hint = "clocks", "the clock cap", RESTORE_HINT
 
     def __init__(self, backend, sm_mhz: int | None, mem_mhz: int | None,
                  gpu_indices: list[int], power_journal):
@@ -245,66 +240,22 @@ class ClockSession:
                 f"the clock cap did not take effect: {'; '.join(wrong)}",
                 "the driver or a site agent overrides clocks; ask the site admins")
 
-    def _roll_back(self, exc: BaseException) -> None:
-        from hpcai.launcher.power.journal import remove_journal
-        from hpcai.launcher.power.session import _describe
-
-        failures = self._restore_all()
-        if not failures:
-            remove_journal(self.journal_path)
-            return
-        error = PowerError(f"setting the clock cap failed ({_describe(exc)}) and restoring "
-                           f"failed: {'; '.join(failures)}", RESTORE_HINT)
-        if isinstance(exc, Exception):
-            raise error from exc
-        log.error(error.one_line())
-
-    def _restore_all(self) -> list[str]:
-        from hpcai.launcher.power.session import _describe
-
-        while True:
-            try:
-                with deferred_signals() as received:
-                    failures = []
-                    for i, domains in self._snapshot.items():
-                        for domain, record in domains.items():
-                            if (i, domain) not in self._changed:
-                                continue
-                            try:
-                                self._controls[i].restore(domain, record)
-                                self.gpus[i][domain]["restored"] = True
-                            except Exception as exc:
-                                self.gpus[i][domain]["restored"] = False
-                                failures.append(f"GPU {i} {DOMAIN_NAMES[domain]} clock: "
-                                                f"{_describe(exc)}")
-                self._received.extend(received)
-                return failures
-            except (Interrupted, KeyboardInterrupt) as exc:
-                self._received.append(getattr(exc, "signum", signal.SIGINT))
-
-    def __exit__(self, exc_type, exc, tb) -> bool:
-        from hpcai.launcher.power.journal import remove_journal
-
-        if not self._active:
-            return False
-        self._active = False
-        failures = self._restore_all()
-        if failures:
-            error = PowerError(f"could not restore clocks: {'; '.join(failures)}", RESTORE_HINT)
-            if exc is None or isinstance(exc, Exception):
-                raise error from exc
-            log.error(error.one_line())
-            return False
-        remove_journal(self.journal_path)
-        if exc is None and self._received:
-            signum = self._received[0]
-            if signum == signal.SIGINT:
-                raise KeyboardInterrupt
-            raise Interrupted(signum)
-        return False
+    def _restore_each(self) -> list[str]:
+        """Undo every clock set that succeeded; return one message per failure."""
+        failures = []
+        for i, domains in self._snapshot.items():
+            for domain, record in domains.items():
+                if (i, domain) not in self._changed:
+                    continue
+                try:
+                    self._controls[i].restore(domain, record)
+                    self.gpus[i][domain]["restored"] = True
+                except Exception as exc:
+                    self.gpus[i][domain]["restored"] = False
+                    failures.append(f"GPU {i} {DOMAIN_NAMES[domain]} clock: {describe(exc)}")
+        return failures
 
 
-# ---- power restore ------------------------------------------------------------------------
 def restore_clocks_from_journal(backend, power_journal, force: bool = False) -> dict:
     """Put back the clocks a killed run left capped; remove the journal when all are.
 

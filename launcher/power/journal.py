@@ -46,24 +46,37 @@ def write_journal(path, method: str, snapshot: dict[int, dict]) -> dict:
             for i, s in sorted(snapshot.items())
         ],
     }
+    write_new_record(path, record, "power journal")
+    return record
+
+
+def write_new_record(path, record: dict, what: str) -> None:
+    """A journal (`what`) written atomically in its state folder, made 0700."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError as exc:
-        raise PowerError(f"cannot write the power journal {path}: {exc}", STATE_DIR_HINT) from exc
+        raise PowerError(f"cannot write the {what} {path}: {exc}", STATE_DIR_HINT) from exc
     _write_record(path, record)
-    return record
+
+
+def read_record_text(path, what: str) -> str | None:
+    """A journal's text; None when there is none; ConfigError when unreadable."""
+    path = Path(path)
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ConfigError(f"cannot read the {what} {path}: {exc}") from exc
 
 
 def load_journal(path) -> dict | None:
     """The journal record, None when there is none; ConfigError when unreadable."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    text = read_record_text(path, "power journal")
+    if text is None:
         return None
-    except OSError as exc:
-        raise ConfigError(f"cannot read the power journal {path}: {exc}") from exc
     try:
         record = json.loads(text)
         gpus = record["gpus"]

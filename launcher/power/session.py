@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import signal
 import socket
 from pathlib import Path
 
@@ -21,26 +20,20 @@ from hpcai.errors import (
     CapOutOfRangeError,
     ConfigError,
     HpcaiError,
-    Interrupted,
     PowerError,
     StaleJournalError,
     UsageError,
 )
 from hpcai.launcher.power.backends import PowerBackend
+from hpcai.launcher.power.restoring import RestoringSession, describe
 from hpcai.launcher.power.journal import default_journal_path, load_journal, remove_journal, write_journal
-from hpcai.signals import deferred_signals, install_signal_handlers
+from hpcai.signals import install_signal_handlers
 
 log = logging.getLogger(__name__)
 
 RESTORE_HINT = "run `hpcai-launch power restore` (as root, or with the site's power command)"
 
 __all__ = ["CapSession", "check_cap_range", "install_signal_handlers", "restore_from_journal"]
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, HpcaiError):
-        return exc.one_line()
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 def _fmt(value: float | None) -> str:
@@ -99,11 +92,13 @@ def check_cap_range(cap_w: float, limits: dict) -> None:
             )
 
 
-class CapSession:
+class CapSession(RestoringSession):
     """Context manager holding a power cap on some GPUs; see the module docstring.
 
     cap_w None: only record the limits in force (no journal, nothing set).
     """
+
+    restoring_what, setting_what, restore_hint = "power limits", "the cap", RESTORE_HINT
 
     def __init__(
         self,
@@ -197,38 +192,16 @@ class CapSession:
                 "the driver or a site agent overrides power limits; ask the site admins",
             )
 
-    def _roll_back(self, exc: BaseException) -> None:
-        failures = self._restore_all()
-        if not failures:
-            remove_journal(self.journal_path)
-            return
-        error = PowerError(
-            f"setting the cap failed ({_describe(exc)}) and restoring failed: {'; '.join(failures)}",
-            RESTORE_HINT,
-        )
-        if isinstance(exc, Exception):
-            raise error from exc
-        log.error(error.one_line())  # keep KeyboardInterrupt as what propagates
-
     # -- restore --------------------------------------------------------------------
-    def _restore_all(self) -> list[str]:
+    def _restore_each(self) -> list[str]:
         """Put every GPU back to its snapshot; return one message per failure."""
-        while True:
+        failures = []
+        for i, want in self._snapshot.items():
             try:
-                # A second Ctrl-C or SIGTERM must not cut the restore short.
-                with deferred_signals() as received:
-                    failures = []
-                    for i, want in self._snapshot.items():
-                        try:
-                            self.gpus[i]["restored_w"] = self._restore_one(i, want)
-                        except Exception as exc:
-                            failures.append(f"GPU {i}: {_describe(exc)}")
-                self._received.extend(received)
-                return failures
-            except (Interrupted, KeyboardInterrupt) as exc:
-                # Arrived before the deferring handlers were in place: note it and
-                # start over (restoring is idempotent).
-                self._received.append(getattr(exc, "signum", signal.SIGINT))
+                self.gpus[i]["restored_w"] = self._restore_one(i, want)
+            except Exception as exc:
+                failures.append(f"GPU {i}: {describe(exc)}")
+        return failures
 
     def _restore_one(self, index: int, want: float) -> float:
         try:
@@ -242,26 +215,6 @@ class CapSession:
         if abs(got - want) > self.tolerance_w:
             raise PowerError(f"reads {got:g} W after restoring {want:g} W")
         return got
-
-    def __exit__(self, exc_type, exc, tb) -> bool:
-        if not self._active:
-            return False
-        self._active = False
-        failures = self._restore_all()
-        if failures:
-            error = PowerError(f"could not restore power limits: {'; '.join(failures)}", RESTORE_HINT)
-            if exc is None or isinstance(exc, Exception):
-                raise error from exc
-            log.error(error.one_line())
-            return False
-        remove_journal(self.journal_path)
-        if exc is None and self._received:
-            # A signal arrived while restoring: act on it now that GPUs are safe.
-            signum = self._received[0]
-            if signum == signal.SIGINT:
-                raise KeyboardInterrupt
-            raise Interrupted(signum)
-        return False
 
     def change_cap(self, cap_w: float) -> None:
         """In-run sweeps: hold another cap inside the same session. The snapshot

@@ -1,0 +1,80 @@
+"""What CapSession (session.py) and ClockSession (clocks.py) share: undoing
+every change on every exit, with signals held off while restoring, and the
+journal removed only when everything came back."""
+from __future__ import annotations
+
+import logging
+import signal
+
+from hpcai.errors import HpcaiError, Interrupted, PowerError
+from hpcai.signals import deferred_signals
+
+log = logging.getLogger(__name__)
+
+
+def describe(exc: BaseException) -> str:
+    if isinstance(exc, HpcaiError):
+        return exc.one_line()
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+class RestoringSession:
+    """A subclass sets `journal_path`, `_received` (a list), `_active`, the
+    labels below and `_restore_each()`: one pass over what it changed."""
+
+    restoring_what = "settings"  # "could not restore <this>"
+    setting_what = "the change"  # "<this> failed (...) and restoring failed"
+    restore_hint = "run `hpcai-launch power restore`"
+
+    def _restore_each(self) -> list[str]:
+        raise NotImplementedError
+
+    def _restore_all(self) -> list[str]:
+        """Undo every change; return one message per failure."""
+        while True:
+            try:
+                # A second Ctrl-C or SIGTERM must not cut the restore short.
+                with deferred_signals() as received:
+                    failures = self._restore_each()
+                self._received.extend(received)
+                return failures
+            except (Interrupted, KeyboardInterrupt) as exc:
+                # Arrived before the deferring handlers were in place: note it and
+                # start over (restoring is idempotent).
+                self._received.append(getattr(exc, "signum", signal.SIGINT))
+
+    def _roll_back(self, exc: BaseException) -> None:
+        from hpcai.launcher.power.journal import remove_journal
+
+        failures = self._restore_all()
+        if not failures:
+            remove_journal(self.journal_path)
+            return
+        error = PowerError(f"setting {self.setting_what} failed ({describe(exc)}) and "
+                           f"restoring failed: {'; '.join(failures)}", self.restore_hint)
+        if isinstance(exc, Exception):
+            raise error from exc
+        log.error(error.one_line())  # keep KeyboardInterrupt as what propagates
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        from hpcai.launcher.power.journal import remove_journal
+
+        if not self._active:
+            return False
+        self._active = False
+        failures = self._restore_all()
+        if failures:
+            error = PowerError(f"could not restore {self.restoring_what}: {'; '.join(failures)}",
+                               self.restore_hint)
+            if exc is None or isinstance(exc, Exception):
+                raise error from exc
+            log.error(error.one_line())
+            return False
+        remove_journal(self.journal_path)
+        if exc is None and self._received:
+            # A signal arrived while restoring: act on it now that the GPUs are safe.
+            signum = self._received[0]
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            raise Interrupted(signum)
+        return False
