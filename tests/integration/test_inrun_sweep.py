@@ -129,8 +129,10 @@ def test_one_process_measures_every_cap_and_each_segment_is_a_result(fake_nvidia
 def test_sigterm_mid_segment_restores_the_snapshot_and_resume_runs_only_the_rest(
         fake_nvidia_node):
     node = fake_nvidia_node
-    args = [*TINY, "--cap", "200,300,400", "--order", "ascending", *FAST,
-            "-o", str(node.results)]
+    # Windows of at least 6 s: the signal lands inside segment 2 even when a loaded
+    # machine delays this test's polling (with FAST's 1.5 s it once came after it).
+    args = [*TINY, "--cap", "200,300,400", "--order", "ascending", "--min-window-s", "6",
+            "--max-window-s", "8", "--idle-s", "0", "-o", str(node.results)]
     run = Watched(node, *args)
     run.wait_until(measuring_segment(2))
     run.proc.send_signal(signal.SIGTERM)
