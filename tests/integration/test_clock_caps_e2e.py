@@ -25,6 +25,10 @@ TESTS = Path(__file__).resolve().parents[1]
 CHILD = Path(__file__).with_name("clock_child.py")
 TINY = ["resnet50", "--preset", "tiny", "--device", "cpu", "--nproc", "1"]
 SHORT = ["--epochs", "1", "--warmup-epochs", "0"]
+# A sweep's runs for the report: the fixed protocol (sweeps measure adaptively by
+# default) and a window over 1 s, which the validity checks want before the report
+# counts a run with measured power.
+FIXED = ["--ci-target", "off", "--steps-per-epoch", "12"]
 
 
 class Child:
@@ -235,7 +239,7 @@ def test_no_permission_is_one_line_and_leaves_nothing_set(tmp_path):
 def test_a_cap_by_clock_sweep_gives_clocks_their_own_axis_in_the_report(tmp_path):
     node = FakeNode(tmp_path, fgs.make_devices(1, "nvidia"))
     try:
-        done = node.launch(*TINY, *SHORT, "--cap", "300", "--sm-clock", "1005,1980",
+        done = node.launch(*TINY, *SHORT, *FIXED, "--cap", "300", "--sm-clock", "1005,1980",
                            "--idle-s", "0", "--seed", "3", "-o", str(node.results))
         assert done.returncode == 0, done.stderr
         summary = json.loads(next(node.results.glob("sweep-*/sweep.json")).read_text())
@@ -244,7 +248,7 @@ def test_a_cap_by_clock_sweep_gives_clocks_their_own_axis_in_the_report(tmp_path
             (300.0, 1005), (300.0, 1980)]
         assert all(r["status"] == "complete" for r in summary["runs"])
         # The same command again finds both slots done (clocks are part of the slot).
-        again = node.launch(*TINY, *SHORT, "--cap", "300", "--sm-clock", "1005,1980",
+        again = node.launch(*TINY, *SHORT, *FIXED, "--cap", "300", "--sm-clock", "1005,1980",
                             "--idle-s", "0", "-o", str(node.results))
         assert again.returncode == 0 and again.stdout.count("already complete") == 2
         report = node.launch("report", str(node.results), "-o", str(tmp_path / "report"))
