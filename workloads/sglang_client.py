@@ -65,4 +65,9 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    # Run by its path, its own folder (hpcai's workloads/, which has a datasets.py)
+    # would come first on sys.path and shadow the client's imports (HuggingFace's
+    # `datasets`, imported by sglang.benchmark.datasets): it must not be searched.
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
     main()
