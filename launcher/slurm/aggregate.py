@@ -159,6 +159,8 @@ def write(job_dir: str, index: int) -> int:
     if errors:
         raise ResultError(f"the aggregate does not match its schema: {errors[0]}",
                           "this is a bug in hpcai; please report it with the node results")
+    # A step Slurm refused left no run folder: its aggregate still says so.
+    path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, doc)
     print(summary_line(doc) + f"; {path}", file=sys.stderr, flush=True)
     return 0 if doc["status"] == "complete" else 1

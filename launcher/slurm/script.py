@@ -59,8 +59,11 @@ def render(job: Job, python: str = sys.executable) -> str:
         "run() {",
         '  echo "hpcai: run $1 on %s node(s): $SLURM_JOB_NODELIST"' % (
             "${2:-$SLURM_JOB_NUM_NODES}" if any(r.nodes for r in runs) else "$SLURM_JOB_NUM_NODES"),
-        '  srun --nodes="%s" --ntasks-per-node=1 --kill-on-bad-exit=1 \\' % (
-            "${2:-$SLURM_JOB_NUM_NODES}" if any(r.nodes for r in runs) else "$SLURM_JOB_NUM_NODES"),
+        # --ntasks too: a step on fewer nodes than the job's would otherwise inherit
+        # the job's task count (SLURM_NTASKS) and be refused ("More processors
+        # requested than permitted").
+        '  srun --nodes="%s" --ntasks="%s" --ntasks-per-node=1 --kill-on-bad-exit=1 \\' % ((
+            "${2:-$SLURM_JOB_NUM_NODES}" if any(r.nodes for r in runs) else "$SLURM_JOB_NUM_NODES",) * 2),
         '    "${HPCAI[@]}" slurm-node "$JOB_DIR" --run "$1"',
         "  local rc=$?",
         '  "${HPCAI[@]}" slurm-aggregate "$JOB_DIR" --run "$1"',

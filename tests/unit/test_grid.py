@@ -75,7 +75,7 @@ def test_node_scaling_runs_each_count_as_its_own_step(tmp_path):
     assert "#SBATCH --nodes=4\n" in script  # the allocation: the most nodes
     steps = " ".join(str(r.nodes) for r in job.runs)
     assert f"STEP_NODES=({steps})" in script
-    assert 'srun --nodes="${2:-$SLURM_JOB_NUM_NODES}"' in script
+    assert 'srun --nodes="${2:-$SLURM_JOB_NUM_NODES}" --ntasks="${2:-$SLURM_JOB_NUM_NODES}"' in script
     assert 'run "$index" "${STEP_NODES[$index]}"' in script
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)
     # Weak: every run keeps the batch per process.
