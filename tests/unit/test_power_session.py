@@ -381,13 +381,19 @@ def test_journal_write_is_atomic_and_load_validates(tmp_path, monkeypatch):
 def test_sigterm_and_sighup_raise_interrupted_and_call_back():
     called = []
     before = signal.getsignal(signal.SIGTERM)
-    with install_signal_handlers(callback=called.append):
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            with pytest.raises(Interrupted) as info:
-                os.kill(os.getpid(), sig)
-            assert info.value.signum == sig and info.value.exit_code == 128 + sig
-        with pytest.raises(KeyboardInterrupt):
-            os.kill(os.getpid(), signal.SIGINT)
+    # A suite started under nohup inherits SIGHUP ignored, which the handlers rightly
+    # keep (next test): this one needs SIGHUP at its default to see it handled.
+    hup = signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    try:
+        with install_signal_handlers(callback=called.append):
+            for sig in (signal.SIGTERM, signal.SIGHUP):
+                with pytest.raises(Interrupted) as info:
+                    os.kill(os.getpid(), sig)
+                assert info.value.signum == sig and info.value.exit_code == 128 + sig
+            with pytest.raises(KeyboardInterrupt):
+                os.kill(os.getpid(), signal.SIGINT)
+    finally:
+        signal.signal(signal.SIGHUP, hup)
     assert called == [signal.SIGTERM, signal.SIGHUP, signal.SIGINT]
     assert signal.getsignal(signal.SIGTERM) is before
 
