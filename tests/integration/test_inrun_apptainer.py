@@ -24,11 +24,13 @@ def test_an_in_run_sweep_inside_the_image_gets_each_cap_from_the_host_launcher(
     node = fake_nvidia_node
     env = {k: v for k, v in node.env.items() if k != "HPCAI_IMAGES_DIR"}
     # One process (the image's torch lacks libuv for torchrun's store). The CPU image
-    # by --image: on a node with (fake) NVIDIA GPUs the launcher would pick the cuda one.
+    # by --image: on a node with (fake) NVIDIA GPUs the launcher would pick the cuda one;
+    # no telemetry: the CPU image has no nvidia-ml-py to read the GPUs the node reports
+    # (the caps are the launcher's, on the host, and are what this test is about).
     proc = subprocess.run(
         [*LAUNCHER, "resnet50", "--preset", "tiny", "--nproc", "1", "--device", "cpu",
          "--runtime", "apptainer", "--site", str(cpu_cv_image["site"]),
-         "--image", str(cpu_cv_image["image"]), "--in-run",
+         "--image", str(cpu_cv_image["image"]), "--no-telemetry", "--in-run",
          "--cap", "200,300", "--order", "ascending", "--max-window-s", "2", "--idle-s", "0",
          "-o", str(node.results)],
         capture_output=True, text=True, env=env, timeout=1800)
