@@ -60,7 +60,8 @@ def test_allocation_script_runs_every_slot_in_the_sweep_order(tmp_path):
     assert "#SBATCH --nodes=2\n" in script and "#SBATCH --gpus-per-node=4\n" in script
     assert "#SBATCH --partition=gpu\n" in script and "--array" not in script
     assert "for index in 0 1 2 3; do" in script
-    assert "srun --nodes=\"$SLURM_JOB_NUM_NODES\" --ntasks=\"$SLURM_JOB_NUM_NODES\" --ntasks-per-node=1 --kill-on-bad-exit=1" in script
+    assert ('srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" '
+            '--ntasks-per-node=1 --kill-on-bad-exit=1') in script
     assert "HPCAI=(/opt/py/bin/python -m hpcai.launcher.cli)" in script
     # It runs where it was submitted from, so relative paths keep their meaning.
     assert f"\ncd {os.getcwd()} || exit 1" in script
