@@ -366,6 +366,16 @@ def nvmlDeviceGetSupportedGraphicsClocks(handle, memoryClockMHz):
     return [int(v) for v in dev["supported_sm_clocks_mhz"]]
 
 
+def _modify(apply) -> None:
+    """A setter's state change: NVML_ERROR_UNINITIALIZED before nvmlInit, as the
+    real library; apply's return code raised as NVMLError, SUCCESS returns."""
+    if _init_count <= 0:
+        raise NVMLError(NVML_ERROR_UNINITIALIZED)
+    ret = _fgs.modify(_path(), apply)
+    if ret != NVML_SUCCESS:
+        raise NVMLError(ret)
+
+
 def _lock(handle, domain: str, low, high):
     _dev(handle, "clock_lock")  # index and NotSupported checks before touching the file
     index = handle.index
@@ -394,11 +404,7 @@ def _lock(handle, domain: str, low, high):
         entry["result"] = "ok"
         return NVML_SUCCESS
 
-    if _init_count <= 0:
-        raise NVMLError(NVML_ERROR_UNINITIALIZED)
-    ret = _fgs.modify(_path(), apply)
-    if ret != NVML_SUCCESS:
-        raise NVMLError(ret)
+    _modify(apply)
 
 
 def nvmlDeviceSetGpuLockedClocks(handle, minGpuClockMHz, maxGpuClockMHz):
@@ -494,11 +500,7 @@ def nvmlDeviceSetPowerManagementLimit(handle, limit):
         entry["result"] = "ok"
         return NVML_SUCCESS
 
-    if _init_count <= 0:
-        raise NVMLError(NVML_ERROR_UNINITIALIZED)
-    ret = _fgs.modify(_path(), apply)
-    if ret != NVML_SUCCESS:
-        raise NVMLError(ret)
+    _modify(apply)
 
 
 def _counted(name, fn):
