@@ -28,7 +28,7 @@ SHORT = ["--epochs", "1", "--warmup-epochs", "0"]
 # A sweep's runs for the report: the fixed protocol (sweeps measure adaptively by
 # default) and a window over 1 s, which the validity checks want before the report
 # counts a run with measured power.
-FIXED = ["--ci-target", "off", "--steps-per-epoch", "12"]
+FIXED = ["--ci-target", "off", "--steps-per-epoch", "30"]
 
 
 class Child:

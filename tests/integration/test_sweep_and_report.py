@@ -19,7 +19,7 @@ TINY = ["resnet50", "--preset", "tiny", "--nproc", "1"]
 # length (workloads/validity.py: a window under 1 s fails, and the report leaves it out),
 # and the fixed protocol (sweeps measure adaptively by default): one measured epoch has
 # no spread to fail on when a loaded machine makes tiny blocks uneven.
-MEASURED = ["--steps-per-epoch", "12", "--ci-target", "off"]
+MEASURED = ["--steps-per-epoch", "30", "--ci-target", "off"]
 
 
 def sweep_dir(node):
