@@ -84,8 +84,10 @@ def test_an_interrupted_sweep_resumes_with_only_the_missing_runs(cpu_node, tmp_p
     """On a node without GPUs: two uncapped repeats, the second interrupted,
     then the same command again; the report averages the two complete ones."""
     node = cpu_node
+    # The fixed protocol: adaptive blocks of a few steps on a loaded 2-core machine
+    # can spread over 50% and fail the throughput check, which is not this test's subject.
     args = [*TINY, "--repeat", "2", "--steps-per-epoch", "3", "--idle-s", "0",
-            "-o", str(node.results)]
+            "--ci-target", "off", "-o", str(node.results)]
     proc = node.popen(*args)
     lines = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
