@@ -146,6 +146,8 @@ def main():
       hpcai-launch report results/            tables, plots and the best cap
       hpcai-launch check results/RUN          the result's validity, check by check
       hpcai-launch resnet50 --slurm --nodes 2 a Slurm batch job across two nodes
+      hpcai-launch resnet50 --slurm --nodes 2 --cap 200,300 --in-run
+                                              an in-run sweep as one job step
       hpcai-launch jobs                       submitted jobs and their state
       hpcai-launch selftest                   does hpcai measure this node correctly?
     """
