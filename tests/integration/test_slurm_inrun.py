@@ -76,10 +76,13 @@ def node_docs(folder: Path, run_id: str) -> list[dict]:
 
 
 def test_every_node_sets_its_own_caps_per_segment_and_each_segment_is_a_result_per_node(
-        gpu_nodes, result_schema):
+        gpu_nodes, result_schema, tmp_path):
     env = gpu_nodes.env
+    # Windows over 1 s: the report's validity checks want that much (tests/integration/
+    # test_vary_sweeps.py); short ones, as the test is about the channel and the caps.
     job_id, folder = submit(env, *COMMON, "--cap", "250,300", "--in-run", "--seed", "3",
-                            "--max-window-s", "2", "-o", str(gpu_nodes.results))
+                            "--min-window-s", "1.5", "--max-window-s", "3",
+                            "-o", str(gpu_nodes.results))
     waited = hpcai(env, "jobs", "-o", str(gpu_nodes.results), "--wait", job_id)
     log = folder / f"slurm-{job_id}.out"
     assert waited.returncode == 0, waited.stderr + log.read_text()[-6000:]
@@ -133,6 +136,22 @@ def test_every_node_sets_its_own_caps_per_segment_and_each_segment_is_a_result_p
         assert aggregate["node_count"] == 2
         assert aggregate["throughput"]["total"] == pytest.approx(
             sum(d["throughput"]["node"] for d in docs))
+
+    # The report reads the segments as it reads a one-step-per-run job's node results.
+    report = hpcai(env, "report", str(folder), "-o", str(tmp_path / "report"))
+    # (on a loaded machine a segment's short blocks may spread too widely: then the
+    # report leaves it out, as it would any such run)
+    run_of = {r["cap_w"]: r["run_id"] for r in job["runs"]}
+    valid = sorted({d["spec"]["power"]["cap_w"] for r in job["runs"]
+                    for d in node_docs(folder, r["run_id"]) if d["validity"]["verdict"] != "fail"})
+    if not valid:
+        assert report.returncode != 0 and "no complete, valid result" in report.stderr
+        return
+    assert report.returncode == 0, report.stderr
+    cells = json.loads((tmp_path / "report" / "report.json").read_text())["cells"]
+    assert sorted(c["cap_w"] for c in cells) == valid
+    for cell in cells:
+        assert set(cell["run_ids"]) == {run_of[cell["cap_w"]]} and cell["enforced"] is True
 
 
 def test_scancel_mid_sweep_restores_each_nodes_snapshot(slurm_cluster, gpu_nodes):
