@@ -96,12 +96,6 @@ def expected_preset(opts, slurm: SlurmOptions) -> str:
     return "default"
 
 
-def _log(message: str) -> None:
-    from hpcai.launcher.run import log
-
-    log(message)
-
-
 def submit(opts, slurm: SlurmOptions, argv: list[str] | None = None) -> int:
     site = sites.load(opts.site)
     slurm = with_site_defaults(slurm, site, opts.device)
@@ -124,9 +118,10 @@ def submit(opts, slurm: SlurmOptions, argv: list[str] | None = None) -> int:
     command = ["hpcai-launch", *(argv if argv is not None else sys.argv[1:])]
     folder = results / f"slurm-{when}-{opts.workload}-{expected_preset(opts, slurm)}"
     job = Job(folder, new_job_doc(opts, slurm, runs, command, seed))
+    from hpcai.launcher.run import log as say
     from hpcai.launcher.slurm import inrun_node
 
-    if inrun_node.choose(opts, slurm, _log):  # one step measures every cap, a segment each
+    if inrun_node.choose(opts, slurm, say):  # one step measures every cap, a segment each
         job.doc["in_run"] = inrun_node.job_block(opts, runs, when, opts.preset or "auto",
                                                  slurm.nodes, job.doc["options"])
     from hpcai.launcher.slurm.script import render
