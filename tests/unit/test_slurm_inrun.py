@@ -14,6 +14,7 @@ from hpcai.launcher.slurm.job import Job, SlurmOptions, new_job_doc
 from hpcai.launcher.slurm.script import render
 from hpcai.launcher.slurm.submit import run_slots
 from hpcai.launcher.sweep import Slot
+from conftest import one_line_error
 
 
 def in_run_job(tmp_path, caps=(200.0, 300.0), repeat=1, nodes=2) -> Job:
@@ -115,3 +116,30 @@ def test_a_node_knows_which_segments_did_not_complete():
     record.set_run(0, quiet=True, status="complete", message=None)
     record.set_run(1, quiet=True, status="interrupted", message="SIGTERM")
     assert record.not_complete() == [(1, "interrupted", "SIGTERM"), (2, "not started", None)]
+
+
+def test_the_command_line_prints_the_one_step_script_and_writes_nothing(cpu_node):
+    done = cpu_node.launch("resnet50", "--preset", "tiny", "--slurm", "--nodes", "2",
+                           "--cap", "200,300", "--in-run", "--dry-run", "-o", str(cpu_node.results))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("srun ") == 1 and 'slurm-node "$JOB_DIR" --in-run' in done.stdout
+    assert not cpu_node.results.exists() or not any(cpu_node.results.iterdir())
+    # Without --in-run a Slurm sweep stays one step per run.
+    plain = cpu_node.launch("resnet50", "--preset", "tiny", "--slurm", "--cap", "200,300",
+                            "--dry-run", "-o", str(cpu_node.results))
+    assert plain.returncode == 0 and "--in-run" not in plain.stdout
+
+
+def test_slurm_node_takes_either_a_run_or_the_in_run_sweep(cpu_node, tmp_path):
+    job = in_run_job(tmp_path)
+    job.folder.mkdir()
+    job.write()
+    one_line_error(cpu_node.launch("slurm-node", str(job.folder)), "--run N or --in-run")
+    one_line_error(cpu_node.launch("slurm-node", str(job.folder), "--run", "0", "--in-run"),
+                   "--run N or --in-run")
+    # A job that is not in-run refuses --in-run (before anything is read from Slurm).
+    job.doc["in_run"] = None
+    job.write()
+    one_line_error(cpu_node.launch("slurm-node", str(job.folder), "--in-run"),
+                   "is not an in-run sweep")
+    assert sorted(p.name for p in job.folder.iterdir()) == ["job.json"]
