@@ -146,6 +146,8 @@ def main():
       hpcai-launch report results/            tables, plots and the best cap
       hpcai-launch check results/RUN          the result's validity, check by check
       hpcai-launch resnet50 --slurm --nodes 2 a Slurm batch job across two nodes
+      hpcai-launch resnet50 --slurm --nodes 2 --cap 200,300 --in-run
+                                              an in-run sweep as one job step
       hpcai-launch jobs                       submitted jobs and their state
       hpcai-launch selftest                   does hpcai measure this node correctly?
     """
@@ -244,8 +246,6 @@ def _workload_command(workload):
         if batch is not None and any(v is not None and len(v) > 1 for v in (sm_clocks, mem_clocks)):
             raise click.UsageError("clock sweeps are not submitted to Slurm yet: give one "
                                    "--sm-clock/--mem-clock per job")
-        if in_run and batch is not None:
-            raise click.UsageError("--in-run does not run under --slurm yet: use --no-in-run")
         if min_window_s is not None and max_window_s is not None and max_window_s < min_window_s:
             raise click.UsageError(f"--max-window-s {max_window_s:g} is shorter than "
                                    f"--min-window-s {min_window_s:g}: give a maximum at least "
@@ -263,7 +263,7 @@ def _workload_command(workload):
             sm_clock_mhz=sm_clocks[0] if sm_clocks and len(sm_clocks) == 1 else None,
             mem_clock_mhz=mem_clocks[0] if mem_clocks and len(mem_clocks) == 1 else None,
             sm_clocks=sm_clocks if sweep else None, mem_clocks=mem_clocks if sweep else None,
-            in_run=False if batch is not None else in_run,
+            in_run=in_run,
             params={"batch_size": batch_size, "precision": precision,
                     "channels_last": channels_last, "compile": compile_, **extra},
             protocol={"epochs": epochs, "warmup_epochs": warmup_epochs,
@@ -315,7 +315,9 @@ def _workload_command(workload):
                      help="sweeps: one process measures every cap in turn (warm-up once, "
                           "a settle phase after each cap change); the default for sweeps "
                           "of the training workloads (PyTorch, TensorFlow, LitGPT), which "
-                          "support it; serving runs one process per cap"),
+                          "support it; serving runs one process per cap; with --slurm only "
+                          "when given (one job step measures every cap, one launcher per "
+                          "node; not with --array)"),
         click.option("--ci-target", type=CiTarget(),
                      help="adaptive window: measure in blocks until the 95% confidence "
                           "half-width of throughput and energy per unit is within this share "
@@ -545,9 +547,18 @@ def jobs(job_ids, output, site, wait, timeout_s):
 
 @main.command(name="slurm-node", hidden=True)
 @click.argument("job_dir", type=click.Path(exists=True, file_okay=False))
-@click.option("--run", "run_index", type=click.IntRange(min=0), required=True)
-def slurm_node(job_dir, run_index):
-    """Inside a job (srun, one task per node): this node's part of one run."""
+@click.option("--run", "run_index", type=click.IntRange(min=0))
+@click.option("--in-run", "in_run", is_flag=True,
+              help="every run of an in-run job, a segment each, in one process")
+def slurm_node(job_dir, run_index, in_run):
+    """Inside a job (srun, one task per node): this node's part of one run
+    (--run N), or of every run of an in-run sweep (--in-run)."""
+    if (run_index is None) == (not in_run):
+        raise click.UsageError("give either --run N or --in-run")
+    if in_run:
+        from hpcai.launcher.slurm.inrun_node import run_node as run_in_run
+
+        return _run_guarded(run_in_run, job_dir)
     from hpcai.launcher.slurm.node import run_node
 
     return _run_guarded(run_node, job_dir, run_index)

@@ -73,11 +73,13 @@ def choose(opts, log, other_axes: str | None = None) -> bool:
 class Segments:
     """The launcher's end of the control channel, and the segments' results."""
 
-    def __init__(self, R, spec: dict, site: dict, plan: list, sweep_block: dict,
-                 sweep_dir: Path, summary, session, backend, indices: list[int]):
-        self.R, self.spec, self.site = R, spec, site
+    def __init__(self, R, spec: dict, plan: list, place, summary, session, backend,
+                 indices: list[int]):
+        self.R, self.spec = R, spec
         self.plan = plan  # [(position, Slot)] in the order the workload measures them
-        self.sweep_block, self.sweep_dir, self.summary = sweep_block, sweep_dir, summary
+        # place(spec, position, slot): a segment's run id, folder and spec.sweep
+        # (a sweep folder's run, or a Slurm job's run on this node: placements below).
+        self.place, self.summary = place, summary
         self.session, self.backend, self.indices = session, backend, indices
         self.folder = Path(spec["output_dir"]) / control.CONTROL_DIR
         self.next = 0
@@ -117,14 +119,11 @@ class Segments:
 
     def _start(self, k: int, position: int, slot) -> None:
         from hpcai.launcher import output_check
-        from hpcai.launcher.spec import make_run_id
 
         spec = copy.deepcopy(self.spec)
         spec.pop("inrun", None)
-        spec["run_id"] = make_run_id(spec["workload"], spec["preset"], slot.cap_w)
-        spec["output_dir"] = str(self.sweep_dir / spec["run_id"])
         spec["power"]["cap_w"] = slot.cap_w
-        spec["sweep"] = {**self.sweep_block, "position": position, "repeat": slot.repeat}
+        self.place(spec, position, slot)
         run_dir = Path(spec["output_dir"])
         # A `running` result first: any ending marks it, none leaves it counted.
         output_check.first_write(run_dir, spec, self.R.placeholder_result(spec, run_dir))
@@ -138,7 +137,8 @@ class Segments:
                    f"{', '.join(f'{w:g} W' for w in enforced.values() if w is not None)}")
         control.write_atomic(control.answer_path(self.folder, k), {
             "segment": k, "done": False, "cap_w": slot.cap_w, "enforced_w": enforced,
-            "spec": {key: spec[key] for key in ("run_id", "output_dir", "power", "sweep")}})
+            "spec": {key: spec[key] for key in ("run_id", "output_dir", "power", "sweep", "slurm")
+                     if key in spec}})
 
     def file(self, code: int | None, interrupted: Interrupted | None = None) -> None:
         """The open segment's result.json: the workload's segment.json with the
@@ -222,8 +222,19 @@ def run(R, opts, slots: list, todo: list[int], digest: str, sweep_dir: Path, see
     R.log(f"in-run sweep: one process measures {len(todo)} segment(s) in {spec['output_dir']}")
     execute(R, spec, command, site, node, opts,
             lambda session, backend, indices: Segments(
-                R, spec, site, [(i, slots[i]) for i in todo], block, sweep_dir, summary,
+                R, spec, [(i, slots[i]) for i in todo], sweep_place(sweep_dir, block), summary,
                 session, backend, indices))
+
+
+def sweep_place(sweep_dir: Path, block: dict):
+    """Each segment a run folder of the sweep, with a run id of its own."""
+    from hpcai.launcher.spec import make_run_id
+
+    def place(spec: dict, position: int, slot) -> None:
+        spec["run_id"] = make_run_id(spec["workload"], spec["preset"], slot.cap_w)
+        spec["output_dir"] = str(sweep_dir / spec["run_id"])
+        spec["sweep"] = {**block, "position": position, "repeat": slot.repeat}
+    return place
 
 
 def execute(R, spec: dict, command: list[str], site: dict, node, opts, make_segments) -> None:
@@ -285,6 +296,9 @@ def execute(R, spec: dict, command: list[str], site: dict, node, opts, make_segm
             failure = exc
             signals.stop(signal.SIGTERM, already_sent=False)
         # The last segment's limits are read before the snapshot comes back.
+        if segments.open is not None and interrupted is not None and signals.under_slurm:
+            # torchrun may die of srun's second SIGTERM while its workers still write.
+            _await_file(segments.open["dir"] / "segment.json", R.ORPHAN_WAIT_S)
         if segments.open is not None:
             try:
                 segments.file(child.returncode if child is not None else None, interrupted)
@@ -300,3 +314,9 @@ def execute(R, spec: dict, command: list[str], site: dict, node, opts, make_segm
         raise interrupted
     if failure is not None:
         raise failure
+
+
+def _await_file(path: Path, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(POLL_S)

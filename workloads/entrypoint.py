@@ -252,9 +252,11 @@ class Run:
         while True:
             mine = channel.ask(segment) if self.ctx.is_node_leader else None
             first = rank0(self.ctx, mine)
-            if first.get("error"):
+            # Rank 0's answer leads; this node's own launcher may have failed (Slurm).
+            failed = next((a for a in (first, mine) if a and a.get("error")), None)
+            if failed:
                 raise WorkloadError(f"the launcher could not start segment {segment}: "
-                                    f"{first['error']}", "see the launcher's output")
+                                    f"{failed['error']}", "see the launcher's output")
             if first.get("done"):
                 return
             answer = mine or first

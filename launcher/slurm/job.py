@@ -89,6 +89,11 @@ class Job:
         return bool(self.doc["slurm"]["array"])
 
     @property
+    def in_run(self) -> bool:
+        """One step measures every run, a segment each (launcher/slurm/inrun_node.py)."""
+        return bool(self.doc.get("in_run"))
+
+    @property
     def runs(self) -> list[RunSlot]:
         return [RunSlot(**r) for r in self.doc["runs"]]
 
@@ -145,7 +150,7 @@ def new_job_doc(opts, slurm: SlurmOptions, runs: list[RunSlot], argv: list[str],
                 seed: int | None) -> dict:
     stored = dataclasses.asdict(opts)
     # Each node runs one plain run: the sweep and Slurm parts live in this file.
-    stored.update(caps=None, cap_w=None, repeat=1, dry_run=False, slurm=None)
+    stored.update(caps=None, cap_w=None, repeat=1, dry_run=False, slurm=None, in_run=None)
     if stored.get("vary"):  # JSON keeps the grid as [[param, [values]], ...]
         stored["vary"] = [[name, list(values)] for name, values in stored["vary"]]
     return {
@@ -156,6 +161,8 @@ def new_job_doc(opts, slurm: SlurmOptions, runs: list[RunSlot], argv: list[str],
         "slurm": dataclasses.asdict(slurm), "seed": seed, "order": opts.order,
         "options": stored,
         "runs": [dataclasses.asdict(r) for r in runs],
+        # In-run sweeps (launcher/slurm/inrun_node.py): {"process_run_id", "key"}, else None.
+        "in_run": None,
     }
 
 

@@ -35,6 +35,14 @@ def sbatch_options(job: Job) -> list[str]:
     return options
 
 
+def how_runs_run(job: Job) -> str:
+    if job.is_array:
+        return "a job array, one run per task"
+    if job.in_run:
+        return "in-run: one step measures every run, a segment each"
+    return "one after another"
+
+
 def render(job: Job, python: str = sys.executable) -> str:
     runs = job.runs
     caps = sorted({r.cap_w for r in runs}, key=lambda c: (c is None, c or 0))
@@ -45,7 +53,7 @@ def render(job: Job, python: str = sys.executable) -> str:
     lines += [
         f"# hpcai {hpcai.__version__}, written {now_iso()} by: {shlex.join(job.doc['command'])}",
         f"# {job.doc['workload']}: {len(runs)} run(s) on {job.nodes} node(s) ({caps_text}),"
-        f" {'a job array, one run per task' if job.is_array else 'one after another'}.",
+        f" {how_runs_run(job)}.",
         "# Each run: one launcher per node (it caps that node's GPUs and restores them),",
         "# then the run's aggregate.json. Submit again with `sbatch job.sbatch` from here.",
         "set -u",
@@ -56,6 +64,12 @@ def render(job: Job, python: str = sys.executable) -> str:
         'stopped=""',
         "# scancel or the time limit: the launchers get SIGTERM from Slurm themselves.",
         "trap 'stopped=1' TERM INT",
+    ]
+    if job.in_run:
+        lines += in_run_body(job)
+        lines.append('exit "$status"')
+        return "\n".join(lines) + "\n"
+    lines += [
         "run() {",
         '  echo "hpcai: run $1 on %s node(s): $SLURM_JOB_NODELIST"' % (
             "${2:-$SLURM_JOB_NUM_NODES}" if any(r.nodes for r in runs) else "$SLURM_JOB_NUM_NODES"),
@@ -89,3 +103,24 @@ def render(job: Job, python: str = sys.executable) -> str:
                       "done"]
     lines.append('exit "$status"')
     return "\n".join(lines) + "\n"
+
+
+def in_run_body(job: Job) -> list[str]:
+    """An in-run sweep: one step (one launcher per node measures every run, a
+    segment each, in the job's order), then each run's aggregate, for the runs
+    that started (a cancelled step leaves the rest without a folder)."""
+    runs = job.runs
+    return [
+        'echo "hpcai: in-run sweep of %d run(s) in one step on $SLURM_JOB_NUM_NODES node(s): '
+        '$SLURM_JOB_NODELIST"' % len(runs),
+        'srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" '
+        "--ntasks-per-node=1 --kill-on-bad-exit=1 \\",
+        '  "${HPCAI[@]}" slurm-node "$JOB_DIR" --in-run',
+        "status=$?",
+        "RUN_IDS=(" + " ".join(shlex.quote(r.run_id) for r in runs) + ")",
+        f"for index in {' '.join(str(r.index) for r in runs)}; do",
+        '  [ -d "$JOB_DIR/${RUN_IDS[$index]}" ] || continue',
+        '  "${HPCAI[@]}" slurm-aggregate "$JOB_DIR" --run "$index" || '
+        '{ rc=$?; [ "$status" -ne 0 ] || status=$rc; }',
+        "done",
+    ]

@@ -118,6 +118,12 @@ def submit(opts, slurm: SlurmOptions, argv: list[str] | None = None) -> int:
     command = ["hpcai-launch", *(argv if argv is not None else sys.argv[1:])]
     folder = results / f"slurm-{when}-{opts.workload}-{expected_preset(opts, slurm)}"
     job = Job(folder, new_job_doc(opts, slurm, runs, command, seed))
+    from hpcai.launcher.run import log as say
+    from hpcai.launcher.slurm import inrun_node
+
+    if inrun_node.choose(opts, slurm, say):  # one step measures every cap, a segment each
+        job.doc["in_run"] = inrun_node.job_block(opts, runs, when, opts.preset or "auto",
+                                                 slurm.nodes, job.doc["options"])
     from hpcai.launcher.slurm.script import render
 
     script = render(job)
@@ -147,7 +153,8 @@ def submit(opts, slurm: SlurmOptions, argv: list[str] | None = None) -> int:
     job.write()
     log = log_path(folder, job_id, "0" if job.is_array else None)
     print(f"submitted job {job_id}: {opts.workload}, {len(runs)} run(s) on {slurm.nodes} "
-          f"node(s); job folder {folder}; log {log.name}; follow it with `hpcai-launch jobs`")
+          f"node(s){' in-run (one step)' if job.in_run else ''}; job folder {folder}; "
+          f"log {log.name}; follow it with `hpcai-launch jobs`")
     if slurm.gpus_per_node is None and opts.device != "cpu":
         print("note: the job asked Slurm for no GPUs (no --gpus, no [gpu] per_node in the "
               "site); where a partition hands out GPUs as resources, submit with --gpus N")

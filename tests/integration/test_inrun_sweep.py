@@ -210,7 +210,8 @@ def test_a_single_run_with_a_ci_target_settles_and_measures_adaptively(fake_nvid
 
 @pytest.mark.parametrize("extra, fragment", [
     (["--cap", "300", "--in-run"], "--in-run needs a sweep of two caps or more"),
-    (["--cap", "200,300", "--in-run", "--slurm"], "--in-run does not run under --slurm yet"),
+    (["--cap", "200,300", "--in-run", "--slurm", "--array"],
+     "--in-run measures every cap in one job step, and --array makes one task per run"),
     (["--cap", "200,300", "--ci-target", "0"], "must lie between 0 and 1"),
     (["--cap", "200,300", "--ci-target", "1.5"], "must lie between 0 and 1"),
     (["--cap", "200,300", "--min-window-s", "20", "--max-window-s", "10"], "shorter than"),

@@ -1,0 +1,145 @@
+"""In-run sweeps under Slurm: one job step measures every cap of the job.
+
+On each node `slurm-node JOB --in-run` starts one launcher, which holds its
+own CapSession for its own GPUs (snapshot, journal, restore: launcher/inrun.py's
+execute, exactly as a single-node in-run sweep) and serves its own node's
+control channel in `<process>/node-<K>/control/`. The workload starts once on
+all nodes (torchrun across them), warms up once, and measures one segment per
+run of the job, in job.json's order: every node takes the order from the job
+file, so all of them agree on the cap of segment K. Segment K of node K' is
+filed as `<run_id of run K>/node-<K'>/result.json`, where a one-step-per-run job
+puts it, so the per-run aggregates, `jobs` and `report` read it unchanged.
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from hpcai.errors import SlurmError, UsageError, WorkloadError
+
+IN_RUN_SUFFIX = "inrun"
+
+
+def job_block(opts, runs: list, when: str, preset: str, nodes: int, options: dict) -> dict:
+    """job.json's `in_run` part: the process's run id (the same on every node) and
+    the sweep key its segments' spec.sweep carries."""
+    from hpcai.launcher.sweep import key_hash
+
+    return {"process_run_id": f"{when}-{opts.workload}-{preset}-{nodes}n-{IN_RUN_SUFFIX}",
+            "key": key_hash({"options": options, "caps": [r.cap_w for r in runs],
+                             "mode": "in-run", "nodes": nodes})}
+
+
+def choose(opts, slurm, log) -> bool:
+    """Whether a Slurm sweep runs in-run: only when asked (--in-run; the default
+    under Slurm stays one step per run), in one allocation, where the workload can."""
+    from hpcai.launcher import inrun
+    from hpcai.launcher.sweep import _other_axes
+
+    if not opts.in_run:
+        return False
+    if slurm.array:
+        raise UsageError("--in-run measures every cap in one job step, and --array makes one "
+                         "task per run", "drop --array (one allocation), or use --no-in-run")
+    caps = list(opts.caps) if opts.caps else [opts.cap_w]
+    inrun.check_request(True, caps, other_axes=_other_axes(opts))
+    return inrun.choose(opts, log)
+
+
+def segment_place(job, node_rank: int, block: dict):
+    """Segment K is job run K on this node: its run id, node folder and spec.sweep."""
+    from hpcai.launcher.slurm.job import node_dir
+
+    def place(spec: dict, position: int, slot) -> None:
+        run = job.run(position)
+        spec["run_id"] = run.run_id
+        spec["output_dir"] = str(node_dir(job.folder, run.run_id, node_rank))
+        spec["sweep"] = {**block, "position": position, "repeat": slot.repeat}
+        spec["slurm"] = {**spec["slurm"], "run_index": position}
+    return place
+
+
+class NodeSegments:
+    """The sweep summary's stand-in on a node: each segment's status, for the
+    launcher's exit code (the job's record is job.json and the aggregates)."""
+
+    def __init__(self, total: int):
+        self.total = total
+        self.runs: dict[int, tuple[str, str | None]] = {}
+
+    def set_run(self, position: int, quiet: bool = False, **fields) -> None:
+        if "status" in fields:
+            self.runs[position] = (fields["status"], fields.get("message"))
+
+    def not_complete(self) -> list[tuple[int, str, str | None]]:
+        out = []
+        for position in range(self.total):
+            status, message = self.runs.get(position, ("not started", None))
+            if status != "complete":
+                out.append((position, status, message))
+        return out
+
+
+def run_node(job_dir: str) -> int:
+    """This node's launcher for every run of an in-run job (one srun step)."""
+    from hpcai.launcher import inrun, runtime
+    from hpcai.launcher import run as R
+    from hpcai.launcher.slurm.job import Job
+    from hpcai.launcher.slurm.node import Placement, slurm_entry
+    from hpcai.launcher.sweep import Slot
+    from hpcai.workloads import control
+    from hpcai.workloads.adaptive import SWEEP_CI_TARGET, resolve_protocol
+    from hpcai.workloads.catalog import get_workload
+
+    job = Job.load(job_dir)
+    block = job.doc.get("in_run")
+    if not block:
+        raise SlurmError(f"job {job.folder} is not an in-run sweep",
+                         "run slurm-node with --run N, as its batch script does")
+    placement = Placement.from_environ()
+    if placement.nodes != job.nodes:
+        raise SlurmError(f"this step has {placement.nodes} node(s), the job asked for "
+                         f"{job.nodes}", "run slurm-node through the job's batch script")
+    runs = job.runs
+    opts = job.options(runs[0].cap_w)
+    if opts.protocol.get("ci_target") is None:  # sweeps measure adaptively by default
+        opts = dataclasses.replace(opts, protocol={**opts.protocol, "ci_target": SWEEP_CI_TARGET})
+    workload = get_workload(opts.workload)
+    workload.refuse_unhonoured(opts.impl, opts.params)
+    entry = slurm_entry(placement, runs[0].index, "allocation")
+    spec, _command, site, node = R.plan(opts, entry, block["process_run_id"])
+    if node.gpus:  # every cap checked on this node's GPUs before the first is set
+        from hpcai.launcher.power import make_backend
+
+        with make_backend(spec["power"]["method"], node.vendor, site["power"]["command"]) as backend:
+            for run in runs:
+                R.check_cap(backend, run.cap_w, spec["devices"]["gpu_indices"], site)
+    # The process folder holds the spec, the log and the channel; process.json, no result.
+    spec["protocol"] = resolve_protocol(spec["protocol"], spec["preset"], in_run=True)
+    spec["inrun"] = {"channel": control.CONTROL_DIR, "segments": len(runs)}
+    command = runtime.command(spec, site, str(Path(spec["output_dir"]) / "spec.json"))
+    R.preflight(site, node, opts, Path(spec["output_dir"]).parent)
+    runtime.check_ready(spec, workload.impl(spec["impl"]).framework)
+    sweep_block = {"id": job.folder.name, "key": block["key"],
+                   "repeats": max(r.repeat for r in runs) + 1, "order": job.doc["order"],
+                   "in_run": True, "process_run_id": block["process_run_id"]}
+    if job.doc.get("seed") is not None:
+        sweep_block["seed"] = job.doc["seed"]
+    record = NodeSegments(len(runs))
+    R.log(f"in-run sweep on node {placement.node_rank}: one process measures {len(runs)} "
+          f"segment(s) in {spec['output_dir']}")
+    plan = [(r.index, Slot(r.cap_w, r.repeat)) for r in runs]
+    inrun.execute(R, spec, command, site, node, opts,
+                  lambda session, backend, indices: inrun.Segments(
+                      R, spec, plan, segment_place(job, placement.node_rank, sweep_block),
+                      record, session, backend, indices))
+    bad = record.not_complete()
+    if bad:
+        position, status, message = bad[0]
+        raise WorkloadError(
+            f"in-run sweep on node {placement.node_rank}: {len(bad)} of {len(runs)} segment(s) "
+            f"not complete (first: run {position}, "
+            f"{Slot(runs[position].cap_w, runs[position].repeat).describe()}, {status}"
+            + (f": {message}" if message else "") + ")",
+            f"see {Path(spec['output_dir']) / 'workload.log'}")
+    return 0
