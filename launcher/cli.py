@@ -146,7 +146,7 @@ def main():
       hpcai-launch report results/            tables, plots and the best cap
       hpcai-launch check results/RUN          the result's validity, check by check
       hpcai-launch resnet50 --slurm --nodes 2 a Slurm batch job across two nodes
-      hpcai-launch resnet50 --slurm --nodes 2 --cap 200,300 --in-run
+      hpcai-launch resnet50 --slurm --nodes 2 --cap 200,300
                                               an in-run sweep as one job step
       hpcai-launch jobs                       submitted jobs and their state
       hpcai-launch selftest                   does hpcai measure this node correctly?
@@ -315,9 +315,9 @@ def _workload_command(workload):
                      help="sweeps: one process measures every cap in turn (warm-up once, "
                           "a settle phase after each cap change); the default for sweeps "
                           "of the training workloads (PyTorch, TensorFlow, LitGPT), which "
-                          "support it; serving runs one process per cap; with --slurm only "
-                          "when given (one job step measures every cap, one launcher per "
-                          "node; not with --array)"),
+                          "support it; serving runs one process per cap; with --slurm "
+                          "one job step measures every cap, one launcher per node (an "
+                          "--array job keeps one task per run)"),
         click.option("--ci-target", type=CiTarget(),
                      help="adaptive window: measure in blocks until the 95% confidence "
                           "half-width of throughput and energy per unit is within this share "

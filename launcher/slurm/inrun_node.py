@@ -31,19 +31,22 @@ def job_block(opts, runs: list, when: str, preset: str, nodes: int, options: dic
 
 
 def choose(opts, slurm, log) -> bool:
-    """Whether a Slurm sweep runs in-run: only when asked (--in-run; the default
-    under Slurm stays one step per run), in one allocation, where the workload can."""
+    """Whether a Slurm sweep runs in-run: as without Slurm, the default for a cap
+    sweep of a workload that can (--no-in-run: one step per run), in one
+    allocation; an --array job is one task per run by its own request."""
     from hpcai.launcher import inrun
     from hpcai.launcher.sweep import _other_axes
 
-    if not opts.in_run:
+    if opts.in_run is False:
         return False
     if slurm.array:
-        raise UsageError("--in-run measures every cap in one job step, and --array makes one "
-                         "task per run", "drop --array (one allocation), or use --no-in-run")
+        if opts.in_run:
+            raise UsageError("--in-run measures every cap in one job step, and --array makes "
+                             "one task per run", "drop --array (one allocation), or use --no-in-run")
+        return False
     caps = list(opts.caps) if opts.caps else [opts.cap_w]
-    inrun.check_request(True, caps, other_axes=_other_axes(opts))
-    return inrun.choose(opts, log)
+    inrun.check_request(opts.in_run, caps, other_axes=_other_axes(opts))
+    return inrun.choose(opts, log, other_axes=_other_axes(opts))
 
 
 def segment_place(job, node_rank: int, block: dict):

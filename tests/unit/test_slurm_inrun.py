@@ -28,11 +28,20 @@ def in_run_job(tmp_path, caps=(200.0, 300.0), repeat=1, nodes=2) -> Job:
     return job
 
 
-def test_a_slurm_sweep_runs_in_run_only_when_asked_and_never_as_an_array():
+def test_a_slurm_sweep_runs_in_run_by_default_and_never_as_an_array():
     log = []
     sweep = Options("resnet50", preset="tiny", caps=[200.0, 300.0])
-    # The default under Slurm stays one step per run.
-    assert inrun_node.choose(sweep, SlurmOptions(nodes=2), log.append) is False
+    # As without Slurm: in-run is the default for a cap sweep of a workload that can.
+    assert inrun_node.choose(sweep, SlurmOptions(nodes=2), log.append) is True
+    # An --array job asked for one task per run: it keeps them, unless --in-run is given.
+    assert inrun_node.choose(sweep, SlurmOptions(array=True), log.append) is False
+    # One cap, or a grid: one step per run, said in one line for the grid.
+    assert inrun_node.choose(Options("resnet50", caps=[300.0], repeat=2), SlurmOptions(),
+                             log.append) is False
+    assert inrun_node.choose(Options("resnet50", caps=[200.0, 300.0],
+                                     vary=[("batch_size", [2, 4])]), SlurmOptions(),
+                             log.append) is False
+    assert "one process per slot" in log[-1]
     asked = Options("resnet50", preset="tiny", caps=[200.0, 300.0], in_run=True)
     assert inrun_node.choose(asked, SlurmOptions(nodes=2), log.append) is True
     with pytest.raises(UsageError, match="--array makes one task per run"):
@@ -124,9 +133,12 @@ def test_the_command_line_prints_the_one_step_script_and_writes_nothing(cpu_node
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("srun ") == 1 and 'slurm-node "$JOB_DIR" --in-run' in done.stdout
     assert not cpu_node.results.exists() or not any(cpu_node.results.iterdir())
-    # Without --in-run a Slurm sweep stays one step per run.
+    # The default is the same one step; --no-in-run runs one step per run.
+    default = cpu_node.launch("resnet50", "--preset", "tiny", "--slurm", "--cap", "200,300",
+                              "--dry-run", "-o", str(cpu_node.results))
+    assert default.returncode == 0 and default.stdout.count("srun ") == 1
     plain = cpu_node.launch("resnet50", "--preset", "tiny", "--slurm", "--cap", "200,300",
-                            "--dry-run", "-o", str(cpu_node.results))
+                            "--no-in-run", "--dry-run", "-o", str(cpu_node.results))
     assert plain.returncode == 0 and "--in-run" not in plain.stdout
 
 
