@@ -41,6 +41,18 @@ def supported(workload_name: str, impl: str | None) -> str | None:
             "epochs")
 
 
+def adaptive_supported(workload_name: str, impl: str | None) -> str | None:
+    """None when the workload can measure an adaptive window (--ci-target), else why
+    not: SGLang serving measures in-run too, but each window is one load wave."""
+    from hpcai.workloads.catalog import get_workload
+    from hpcai.workloads.inrun import WAVE_MODULES
+
+    why = supported(workload_name, impl)
+    if why is None and get_workload(workload_name).impl(impl).module in WAVE_MODULES:
+        return f"{workload_name} measures one load wave per window"
+    return why
+
+
 def check_request(in_run: bool | None, caps: list | None, other_axes: str | None = None) -> None:
     """--in-run needs two caps or more, and nothing else varied or fixed (clock caps,
     a --vary grid: one process per slot): a one-line error otherwise."""

@@ -271,13 +271,13 @@ def check_clock_caps(spec: dict, node: Node, site: dict, sm_mhz: int | None,
         check_clocks(controls_for(backend, indices), sm_mhz, mem_mhz)
 def _window_protocol(spec: dict) -> dict:
     """Adaptive windows (--ci-target): their settings filled in and checked. An
-    engine that cannot (SGLang serving) measures the preset's fixed epochs:
-    its spec says so (launcher/inrun.py tells the user once)."""
-    from hpcai.launcher.inrun import supported
+    engine that cannot (SGLang serving: one load wave per window) measures the
+    preset's fixed epochs: its spec says so."""
+    from hpcai.launcher.inrun import adaptive_supported
     from hpcai.workloads.adaptive import check_window_settings, resolve_protocol
 
     protocol = dict(spec["protocol"])
-    if supported(spec["workload"], spec["impl"]) is not None:
+    if adaptive_supported(spec["workload"], spec["impl"]) is not None:
         protocol["ci_target"] = None
     protocol = resolve_protocol(protocol, spec["preset"])
     problem = check_window_settings(protocol)

@@ -227,7 +227,7 @@ def test_bad_input_is_one_line_and_changes_nothing(fake_nvidia_node, extra, frag
 def test_a_workload_that_cannot_measure_in_run_says_so_and_runs_one_process_per_cap(
         fake_nvidia_node):
     node = fake_nvidia_node
-    done = node.launch("llama3-8b-inference", "--preset", "tiny", "--device", "cpu",
+    done = node.launch("cosmoflow", "--preset", "tiny", "--device", "cpu",
                        "--cap", "200,300", "--dry-run", "-o", str(node.results))
     assert done.returncode == 0, done.stderr
     assert "cannot measure in-run yet" in done.stderr
