@@ -157,6 +157,23 @@ class Measurer:
                                "power_frac": float(p["settle_power_frac"])}}
 
     # ---- the measured window -------------------------------------------------
+    def _energy(self, epoch: Epoch) -> float | None:
+        """The block's energy: the counters read at its marks, else the samples."""
+        from hpcai.workloads.result import source_energy
+
+        if self.sampler is None or not self.counted:
+            return None
+        first, last = getattr(epoch, "marks", (None, None))
+        values = []
+        for i in self.counted:
+            a = first.energy_j[i] if first is not None else None
+            b = last.energy_j[i] if last is not None else None
+            if a is not None and b is not None and b >= a:
+                values.append(b - a)
+            else:  # no counter (or one that ran backwards): integrated power
+                values.append(source_energy(self.sampler, i, epoch.start, epoch.end)["value"])
+        return sum(values) if all(v is not None for v in values) else None
+
     def one_wave(self):
         """Serving: the window is one load wave, the protocol's request count sent
         by the benchmark client (one epoch, not warm-up). One wave gives one
