@@ -36,9 +36,8 @@ def supported(workload_name: str, impl: str | None) -> str | None:
     chosen = workload.impl(impl)
     if chosen.module in IN_RUN_MODULES:
         return None
-    return (f"{workload_name} ({impl or workload.default_impl}) cannot measure in-run yet "
-            "(its engine runs its own loop): one run per cap, each with the preset's fixed "
-            "epochs")
+    return (f"{workload_name} ({impl or workload.default_impl}) cannot measure in-run yet: "
+            "one run per cap, each with the preset's fixed epochs")
 
 
 def adaptive_supported(workload_name: str, impl: str | None) -> str | None:

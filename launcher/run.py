@@ -342,8 +342,8 @@ def launch(opts: Options, placement: dict | None = None, run_id: str | None = No
     spec, command, site, node = plan(opts, placement, run_id)
     if opts.protocol.get("ci_target") not in (None, "off") and \
             spec["protocol"].get("ci_target") is None:
-        log(f"note: {spec['workload']} runs its engine's own loop and measures the preset's "
-            "fixed epochs; --ci-target applies to the training workloads")
+        log(f"note: {spec['workload']} measures the preset's fixed protocol (serving: one "
+            "load of --steps-per-epoch requests); --ci-target applies to the training workloads")
     if opts.cap_w is not None and not node.gpus:  # only a dry run gets here (plan refuses)
         log(caps_unchecked_note(spec))
     elif opts.cap_w is not None:
