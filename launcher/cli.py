@@ -314,10 +314,11 @@ def _workload_command(workload):
         click.option("--in-run/--no-in-run", "in_run", default=None,
                      help="sweeps: one process measures every cap in turn (warm-up once, "
                           "a settle phase after each cap change); the default for sweeps "
-                          "of the training workloads (PyTorch, TensorFlow, LitGPT), which "
-                          "support it; serving runs one process per cap; with --slurm "
-                          "one job step measures every cap, one launcher per node (an "
-                          "--array job keeps one task per run)"),
+                          "of the workloads that support it: the training workloads "
+                          "(PyTorch, TensorFlow, LitGPT), and SGLang serving, where one "
+                          "server runs and each cap's window is one load wave (one run of "
+                          "the benchmark client); with --slurm one job step measures every "
+                          "cap, one launcher per node (an --array job keeps one task per run)"),
         click.option("--ci-target", type=CiTarget(),
                      help="adaptive window: measure in blocks until the 95% confidence "
                           "half-width of throughput and energy per unit is within this share "

@@ -36,9 +36,20 @@ def supported(workload_name: str, impl: str | None) -> str | None:
     chosen = workload.impl(impl)
     if chosen.module in IN_RUN_MODULES:
         return None
-    return (f"{workload_name} ({impl or workload.default_impl}) cannot measure in-run yet "
-            "(its engine runs its own loop): one run per cap, each with the preset's fixed "
-            "epochs")
+    return (f"{workload_name} ({impl or workload.default_impl}) cannot measure in-run yet: "
+            "one run per cap, each with the preset's fixed epochs")
+
+
+def adaptive_supported(workload_name: str, impl: str | None) -> str | None:
+    """None when the workload can measure an adaptive window (--ci-target), else why
+    not: SGLang serving measures in-run too, but each window is one load wave."""
+    from hpcai.workloads.catalog import get_workload
+    from hpcai.workloads.inrun import WAVE_MODULES
+
+    why = supported(workload_name, impl)
+    if why is None and get_workload(workload_name).impl(impl).module in WAVE_MODULES:
+        return f"{workload_name} measures one load wave per window"
+    return why
 
 
 def check_request(in_run: bool | None, caps: list | None, other_axes: str | None = None) -> None:

@@ -271,13 +271,13 @@ def check_clock_caps(spec: dict, node: Node, site: dict, sm_mhz: int | None,
         check_clocks(controls_for(backend, indices), sm_mhz, mem_mhz)
 def _window_protocol(spec: dict) -> dict:
     """Adaptive windows (--ci-target): their settings filled in and checked. An
-    engine that cannot (SGLang serving) measures the preset's fixed epochs:
-    its spec says so (launcher/inrun.py tells the user once)."""
-    from hpcai.launcher.inrun import supported
+    engine that cannot (SGLang serving: one load wave per window) measures the
+    preset's fixed epochs: its spec says so."""
+    from hpcai.launcher.inrun import adaptive_supported
     from hpcai.workloads.adaptive import check_window_settings, resolve_protocol
 
     protocol = dict(spec["protocol"])
-    if supported(spec["workload"], spec["impl"]) is not None:
+    if adaptive_supported(spec["workload"], spec["impl"]) is not None:
         protocol["ci_target"] = None
     protocol = resolve_protocol(protocol, spec["preset"])
     problem = check_window_settings(protocol)
@@ -342,8 +342,8 @@ def launch(opts: Options, placement: dict | None = None, run_id: str | None = No
     spec, command, site, node = plan(opts, placement, run_id)
     if opts.protocol.get("ci_target") not in (None, "off") and \
             spec["protocol"].get("ci_target") is None:
-        log(f"note: {spec['workload']} runs its engine's own loop and measures the preset's "
-            "fixed epochs; --ci-target applies to the training workloads")
+        log(f"note: {spec['workload']} measures the preset's fixed protocol (serving: one "
+            "load of --steps-per-epoch requests); --ci-target applies to the training workloads")
     if opts.cap_w is not None and not node.gpus:  # only a dry run gets here (plan refuses)
         log(caps_unchecked_note(spec))
     elif opts.cap_w is not None:

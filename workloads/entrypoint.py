@@ -230,7 +230,8 @@ class Run:
         if isinstance(self.workload, EngineWorkload):
             from hpcai.errors import WorkloadError
 
-            if not getattr(self.workload, "runs_programs", False):
+            if not (getattr(self.workload, "runs_programs", False)
+                    or getattr(self.workload, "in_run_waves", False)):
                 raise WorkloadError(f"{self.spec['workload']} cannot measure in-run",
                                     "run the sweep with --no-in-run (one run per cap)")
             self.workload.run(self.spec["protocol"], self.progress, on_epoch, program=program)
@@ -246,7 +247,10 @@ class Run:
         from hpcai.workloads.control import Channel
         from hpcai.workloads.inrun import rank0
 
-        yield from measurer.warm_up()
+        # Serving: warm up as a single run does, then each window is one load wave.
+        waves = getattr(self.workload, "in_run_waves", False)
+        yield from measurer.warm_up(getattr(self.workload, "warmup_requests", None) if waves
+                                    else None)
         channel = Channel(Path(self.spec["output_dir"]) / self.spec["inrun"]["channel"])
         segment = 0
         while True:
@@ -268,8 +272,10 @@ class Run:
                     f"{answer.get('enforced_w')}), results in {spec['output_dir']}")
             self.segment = {"index": segment, "spec": spec, "first_epoch": len(self.progress.epochs),
                             "started": R.now_iso(), "t0": time.time(), "answer": answer}
+            if waves:  # the wave's client files go into the segment's folder
+                self.workload.wave_dir = Path(spec["output_dir"])
             settle = yield from measurer.settle()
-            window = yield from measurer.measure()
+            window = yield from (measurer.one_wave() if waves else measurer.measure())
             self._close_segment({"settle": settle, "window": window}, "complete", None)
             segment += 1
 

@@ -19,9 +19,13 @@ from hpcai.workloads import adaptive, distributed
 from hpcai.workloads.protocol import Epoch, synchronize
 
 # Workload modules that measure in-run: those whose steps the harness drives
-# (StepWorkload), and LitGPT, whose step clock feeds the same program. SGLang's
-# server loop does not yet.
-IN_RUN_MODULES = ("resnet50", "vit_l16", "sd2", "resnet50_tf", "llm_pretrain")
+# (StepWorkload), LitGPT, whose step clock feeds the same program, and SGLang
+# serving, whose segments are load waves against one running server.
+IN_RUN_MODULES = ("resnet50", "vit_l16", "sd2", "cosmoflow", "resnet50_tf", "llm_pretrain",
+                  "llm_serve")
+# In-run as load waves: a segment's window is one run of the benchmark client
+# (its request count), not adaptive blocks; --ci-target does not apply to them.
+WAVE_MODULES = ("llm_serve",)
 
 
 def run_epoch(workload, ctx, sampler, steps: int, warmup: bool, progress, on_epoch=None,
@@ -91,10 +95,11 @@ class Measurer:
         except StopIteration:
             return
 
-    def warm_up(self):
-        """The protocol's warm-up epochs, once per process."""
+    def warm_up(self, steps: int | None = None):
+        """The protocol's warm-up epochs, once per process (of `steps` each, else
+        the protocol's steps per epoch)."""
         for _ in range(int(self.protocol["warmup_epochs"])):
-            yield from self._epoch(int(self.protocol["steps_per_epoch"]), True)
+            yield from self._epoch(int(steps or self.protocol["steps_per_epoch"]), True)
 
     def _calibrate(self, epoch: Epoch) -> None:
         """Steps per block so a block lasts at least block_s (one sensor update)."""
@@ -169,6 +174,22 @@ class Measurer:
             else:  # no counter (or one that ran backwards): integrated power
                 values.append(source_energy(self.sampler, i, epoch.start, epoch.end)["value"])
         return sum(values) if all(v is not None for v in values) else None
+
+    def one_wave(self):
+        """Serving: the window is one load wave, the protocol's request count sent
+        by the benchmark client (one epoch, not warm-up). One wave gives one
+        throughput figure, so there is no confidence interval to stop on: the
+        record says so instead of a half-width. The client starts between the
+        settle phase and the window (the server idles meanwhile): that gap is
+        recorded too."""
+        requests = int(self.protocol["steps_per_epoch"])
+        settled_at = time.time()
+        epoch = yield from self._epoch(requests, False)
+        return {"mode": "load wave", "ci_target": None, "stopped": "one load wave",
+                "blocks": 1, "requests": requests,
+                "gap_after_settle_s": max(0.0, epoch.start - settled_at),
+                "note": "one run of the benchmark client per segment: adaptive stopping "
+                        "(--ci-target) needs repeated blocks and does not apply"}
 
     def measure(self):
         """Fixed epochs (no ci_target) or adaptive blocks; the record of how it stopped."""

@@ -46,6 +46,12 @@ client runs through workloads/sglang_client.py, which records them). Ramp-up
 and ramp-down get their own energy (workload_metrics.steady_state.phases).
 Where no steady state exists (a Poisson rate that never fills the target,
 say), the epoch stays the whole load and steady_state says why.
+
+In-run cap sweeps (workloads/inrun.py, run(program=...)): steps 1-2 and the
+warm-up run once; then per segment the program's settle epochs are hpcai's
+waves (at most `batch_size` in flight, at least that many requests) and its
+measured epoch is step 4, one load wave, its client files in the segment's
+folder (`wave_dir`). Step 5 runs once, when the program ends.
 """
 from __future__ import annotations
 
@@ -166,11 +172,18 @@ def latency_stats(bench: dict) -> dict:
 
 class SglangServe(EngineWorkload):
     unit = "tokens"
+    # In-run sweeps (workloads/inrun.py): run(program=...) serves the program's
+    # epochs against one server: warm-up and settle epochs are hpcai's own waves,
+    # each measured window one run of the benchmark client.
+    in_run_waves = True
 
     def __init__(self, spec: dict, ctx):
         params, devices = spec["params"], spec["devices"]
         self.spec, self.ctx = spec, ctx
         self.out_dir = Path(spec["output_dir"])
+        # Where the benchmark client's files go: the run folder, or in an in-run
+        # sweep the folder of the segment being measured (set by the entrypoint).
+        self.wave_dir = self.out_dir
         if params.get("batch_size") == "auto":
             raise UsageError("--batch-size auto has no meaning for serving",
                              "give the number of requests in flight, e.g. --batch-size 64")
@@ -249,7 +262,7 @@ class SglangServe(EngineWorkload):
         # With real weights the client would decode its random ids to text (and drop
         # a BOS), which the server re-encodes: send the ids themselves instead.
         exact = [] if self.dummy else ["--tokenize-prompt"]
-        return [sys.executable, "-m", CLIENT_WRAPPER, str(self.out_dir / CLIENT_REQUESTS),
+        return [sys.executable, "-m", CLIENT_WRAPPER, str(self.wave_dir / CLIENT_REQUESTS),
                 "--backend", "sglang",
                 "--host", self.host, "--port", str(self.port),
                 "--model", str(self.model_dir), "--tokenizer", str(self.model_dir),
@@ -261,10 +274,12 @@ class SglangServe(EngineWorkload):
                 "--request-rate", rate,
                 *(["--max-concurrency", str(self.concurrency)] if self.concurrency else []),
                 "--seed", str(self.seed), "--warmup-requests", "0",  # hpcai warmed up
-                "--output-file", str(self.out_dir / CLIENT_RESULT), "--disable-tqdm", *exact]
+                "--output-file", str(self.wave_dir / CLIENT_RESULT), "--disable-tqdm", *exact]
 
     # ---- the run --------------------------------------------------------
-    def run(self, protocol: dict, progress, on_epoch=None) -> None:
+    def run(self, protocol: dict, progress, on_epoch=None, program=None) -> None:
+        """The protocol (warm-up waves, one measured load), or with `program`
+        (an in-run sweep) the program's epochs, all against one server."""
         if int(protocol["epochs"]) != 1:
             raise UsageError("serving measures one continuous load per run (--epochs 1)",
                              "lengthen it with --steps-per-epoch (requests)")
@@ -285,6 +300,9 @@ class SglangServe(EngineWorkload):
                 self.server, f"{self.base_url}{READY_PATH}", self.server_timeout_s,
                 "the SGLang server", None if self.ctx.device_type == "cuda"
                 else "SGLang serves only on GPUs, and this run is on the CPU")
+            if program is not None:
+                self._serve_program(program, protocol, progress, on_epoch, env)
+                return
             for index in range(int(protocol["warmup_epochs"])):
                 epoch = self._warmup_epoch(index)
                 progress.epochs.append(epoch)
@@ -294,15 +312,41 @@ class SglangServe(EngineWorkload):
             progress.epochs.append(epoch)
             if on_epoch is not None:
                 on_epoch(epoch, total)
-            # The energy counter is read at the window's end from the samples
-            # around it: let the sampler tick past the end before returning.
-            time.sleep(max(0.0, epoch.end + 2 * float(protocol["sample_interval_s"]) - time.time()))
+            self._let_sampler_pass(epoch, protocol)
         finally:
             try:
                 if self.client is not None:
                     self.client.stop()
             finally:
                 self.server.stop()
+
+    @staticmethod
+    def _let_sampler_pass(epoch: Epoch, protocol: dict) -> None:
+        """The energy counter is read at the window's end from the samples
+        around it: let the sampler tick past the end before going on."""
+        time.sleep(max(0.0, epoch.end + 2 * float(protocol["sample_interval_s"]) - time.time()))
+
+    def _serve_program(self, program, protocol: dict, progress, on_epoch, env: dict) -> None:
+        """An in-run sweep's epochs (workloads/inrun.py): a warm-up or settle epoch
+        of n requests is one of hpcai's waves, at most --batch-size in flight and
+        never fewer requests than that (the server stays fully loaded while it
+        settles); a measured epoch is one run of the benchmark client, n requests."""
+        try:
+            request = next(program)
+            while True:
+                steps, warmup = request
+                index = len(progress.epochs)
+                if warmup:
+                    epoch = self._warmup_epoch(index, max(int(steps), self.warmup_requests))
+                else:
+                    epoch = self._measured_epoch(index, int(steps), env)
+                    self._let_sampler_pass(epoch, protocol)
+                progress.epochs.append(epoch)
+                if on_epoch is not None:
+                    on_epoch(epoch, index + 1)
+                request = program.send(epoch)
+        except StopIteration:
+            return
 
     def _generate(self, prompt_ids: list[int]) -> int:
         payload = {"input_ids": prompt_ids,
@@ -311,12 +355,15 @@ class SglangServe(EngineWorkload):
         answer = proc.post_json(f"{self.base_url}/generate", payload, self.server_timeout_s)
         return int(answer["meta_info"]["completion_tokens"])
 
-    def _warmup_epoch(self, index: int) -> Epoch:
-        """One wave of requests at the measured lengths, sent all at once."""
+    def _warmup_epoch(self, index: int, requests: int | None = None) -> Epoch:
+        """One wave of requests at the measured lengths: warmup_requests of them
+        sent all at once, or `requests` with at most warmup_requests in flight."""
+        requests = requests or self.warmup_requests
         rng = random.Random(self.seed * 7919 + index)
         prompts = [[rng.randrange(self.vocab_size) for _ in range(self.input_len)]
-                   for _ in range(self.warmup_requests)]
-        pool = ThreadPoolExecutor(max_workers=self.warmup_requests, thread_name_prefix="warmup")
+                   for _ in range(requests)]
+        pool = ThreadPoolExecutor(max_workers=min(requests, self.warmup_requests),
+                                  thread_name_prefix="warmup")
         start_wall, start = time.time(), time.perf_counter()
         try:
             futures = [pool.submit(self._generate, p) for p in prompts]
@@ -336,11 +383,12 @@ class SglangServe(EngineWorkload):
         return Epoch(index, True, len(prompts), tokens, start_wall, end_wall, duration, None)
 
     def _measured_epoch(self, index: int, num_prompts: int, env: dict) -> Epoch:
-        result_file = self.out_dir / CLIENT_RESULT
+        result_file = self.wave_dir / CLIENT_RESULT
         result_file.unlink(missing_ok=True)
-        (self.out_dir / CLIENT_REQUESTS).unlink(missing_ok=True)
+        (self.wave_dir / CLIENT_REQUESTS).unlink(missing_ok=True)
+        self.bench = self.window = self.steady = None  # this wave's, once parsed
         self.client = proc.GroupProcess("SGLang benchmark client", self.client_command(num_prompts),
-                                        self.out_dir / CLIENT_LOG, env, stop_grace_s=5)
+                                        self.wave_dir / CLIENT_LOG, env, stop_grace_s=5)
         self.client.start(watch=(START_LINE, BANNER))
         code = self.client.wait()
         exit_wall = time.time()
@@ -379,7 +427,7 @@ class SglangServe(EngineWorkload):
         in wall seconds; else why not, and the measured epoch stays the whole load."""
         target = min(self.concurrency or num_prompts, num_prompts)
         try:
-            recorded = json.loads((self.out_dir / CLIENT_REQUESTS).read_text())
+            recorded = json.loads((self.wave_dir / CLIENT_REQUESTS).read_text())
             offset = float(recorded["wall_minus_perf_s"])
             requests = [{**r, "start": r["start"] + offset} for r in recorded["requests"]]
         except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -437,8 +485,10 @@ class SglangServe(EngineWorkload):
         }
 
     def metrics(self) -> dict | None:
-        doc = {"server_log": SERVER_LOG, "client_log": CLIENT_LOG,
-               "server_model_info": self.model_info}
+        # Paths relative to the result's folder: an in-run segment's server log is
+        # the one server's, in the process folder.
+        doc = {"server_log": os.path.relpath(self.out_dir / SERVER_LOG, self.wave_dir),
+               "client_log": CLIENT_LOG, "server_model_info": self.model_info}
         if self.warmup_failures:
             doc["warmup_failures"] = self.warmup_failures[:5]
         bench = self.bench

@@ -225,15 +225,24 @@ def test_bad_input_is_one_line_and_changes_nothing(fake_nvidia_node, extra, frag
     assert set_log(node) == [] and not node.results.exists()
 
 
-def test_a_workload_that_cannot_measure_in_run_says_so_and_runs_one_process_per_cap(
-        fake_nvidia_node):
+def test_cosmoflow_measures_in_run_too(fake_nvidia_node, result_schema):
+    """Every training workload measures in-run; CosmoFlow's 3D cubes through the
+    same trainer. (The fallback of a workload that cannot: tests/unit/test_inrun_waves.py.)"""
     node = fake_nvidia_node
-    done = node.launch("llama3-8b-inference", "--preset", "tiny", "--device", "cpu",
-                       "--cap", "200,300", "--dry-run", "-o", str(node.results))
+    done = node.launch("cosmoflow", "--preset", "tiny", "--device", "cpu", "--nproc", "1",
+                       "--cap", "250,350", "--order", "ascending", *FAST,
+                       "-o", str(node.results))
     assert done.returncode == 0, done.stderr
-    assert "cannot measure in-run yet" in done.stderr
-    plan = json.loads(done.stdout.split("\ncommand of the first run: ")[0])
-    assert plan["in_run"] is False
+    assert "cannot measure in-run" not in done.stderr
+    assert set_log(node) == [250.0, 350.0, 700.0]
+    results = segment_results(node)
+    assert [r["spec"]["power"]["cap_w"] for r in results] == [250.0, 350.0]
+    assert len({r["segment"]["process_run_id"] for r in results}) == 1  # one process
+    for result in results:
+        assert_valid_result(result, result_schema)
+        assert result["status"] == "complete" and result["work"]["unit"] == "samples"
+        assert result["power"]["mean_power_w"] == pytest.approx(
+            2 * result["spec"]["power"]["cap_w"], rel=0.02)
 
 
 def test_litgpt_pretraining_measures_in_run_from_inside_its_own_loop(fake_nvidia_node,

@@ -28,7 +28,7 @@ def in_run_job(tmp_path, caps=(200.0, 300.0), repeat=1, nodes=2) -> Job:
     return job
 
 
-def test_a_slurm_sweep_runs_in_run_by_default_and_never_as_an_array():
+def test_a_slurm_sweep_runs_in_run_by_default_and_never_as_an_array(monkeypatch):
     log = []
     sweep = Options("resnet50", preset="tiny", caps=[200.0, 300.0])
     # As without Slurm: in-run is the default for a cap sweep of a workload that can.
@@ -52,8 +52,12 @@ def test_a_slurm_sweep_runs_in_run_by_default_and_never_as_an_array():
     with pytest.raises(UsageError, match="--vary grid"):
         inrun_node.choose(Options("resnet50", caps=[200.0, 300.0], vary=[("batch_size", [2, 4])],
                                   in_run=True), SlurmOptions(), log.append)
-    # A workload that cannot measure in-run says so and runs one step per run.
-    serve = Options("llama3-8b-inference", caps=[200.0, 300.0], in_run=True)
+    # Serving measures in-run too, one load wave per segment.
+    serve = Options("llama3-8b-inference", caps=[200.0, 300.0])
+    assert inrun_node.choose(serve, SlurmOptions(), log.append) is True
+    # A workload that cannot measure in-run (every one can today: one taken off the
+    # list) says so and runs one step per run.
+    monkeypatch.setattr("hpcai.launcher.inrun.IN_RUN_MODULES", ("resnet50",))
     assert inrun_node.choose(serve, SlurmOptions(), log.append) is False
     assert "cannot measure in-run yet" in log[-1]
     assert not inrun_node.choose(Options("resnet50", caps=[200.0, 300.0], in_run=False),
