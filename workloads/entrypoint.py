@@ -293,7 +293,7 @@ class Run:
             return
         folder = Path(seg["spec"]["output_dir"])
         doc = self._document(ranks, spec=seg["spec"], status=status, error=error,
-                             started=seg["started"])
+                             started=seg["started"], first_epoch=seg["first_epoch"])
         answer = seg["answer"]
         doc["segment"] = {"index": seg["index"], "in_run": True,
                           "process_run_id": self.spec["run_id"],
@@ -435,8 +435,8 @@ class Run:
 
     def _document(self, ranks: list[dict] | None = None, spec: dict | None = None,
                   status: str | None = None, error: dict | None = None,
-                  started: str | None = None) -> dict:
-        """spec, status, error, started: a segment's, where not the run's."""
+                  started: str | None = None, first_epoch: int | None = None) -> dict:
+        """spec, status, error, started, first_epoch: a segment's, where not the run's."""
         ctx = self.ctx
         spec = self.spec if spec is None else spec
         if status is None:
@@ -471,7 +471,7 @@ class Run:
         if self.discovery is not None and self.discovery.library is not None:
             software["gpu_library"] = self.discovery.library.versions()
         peaks = [r.get("peak_memory") for r in ranks if r.get("peak_memory")]
-        metrics = self.workload.metrics() if self.workload is not None else None
+        metrics = self._workload_metrics(first_epoch)
         phases = getattr(self.workload, "phases", lambda: None)() if self.workload is not None else None
         if phases and metrics is not None:
             # Serving: ramp-up, steady state and ramp-down, each with its own energy.
@@ -537,6 +537,17 @@ class Run:
         # once its own block (enforced limits, idle baseline) is in.
         doc["validity"] = validity.evaluate(doc, "workload")
         return doc
+
+
+    def _workload_metrics(self, first_epoch: int | None) -> dict | None:
+        """The workload's own figures; an in-run segment's from its first epoch on,
+        where the workload keeps them per step (LitGPT)."""
+        if self.workload is None:
+            return None
+        scoped = getattr(self.workload, "segment_metrics", None)
+        if first_epoch is not None and scoped is not None:
+            return scoped(first_epoch)
+        return self.workload.metrics()
 
 
 def _input_of(workload) -> dict | None:

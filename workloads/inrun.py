@@ -13,6 +13,7 @@ clock instead. Rank 0 decides; every rank follows, so all run the same epochs.
 from __future__ import annotations
 
 import math
+import statistics
 import time
 
 from hpcai.workloads import adaptive, distributed
@@ -101,11 +102,17 @@ class Measurer:
         for _ in range(int(self.protocol["warmup_epochs"])):
             yield from self._epoch(int(steps or self.protocol["steps_per_epoch"]), True)
 
-    def _calibrate(self, epoch: Epoch) -> None:
-        """Steps per block so a block lasts at least block_s (one sensor update)."""
-        step_s = epoch.duration_s / max(1, epoch.steps)
+    def _calibrate(self, step_times: list[float]) -> None:
+        """Steps per block so a block lasts at least block_s (one sensor update), at
+        the median step time of the settle epochs so far. The first settle epoch
+        alone (what this once used) is often a few slow steps just after the warm-up
+        or a cap change: the blocks then came out at half of block_s or less, shorter
+        than one update of the sensor they are meant to span (NVML's 1 s power
+        average on a GPU), so block energies correlated and the half-widths were
+        understated. In-run, each segment's first settle epoch is already a block."""
+        step_s = statistics.median(step_times)
         block_s = max(float(self.protocol["block_s"]), float(self.protocol["sample_interval_s"]))
-        steps = max(1, math.ceil(block_s / step_s)) if step_s > 0 else epoch.steps
+        steps = max(1, math.ceil(block_s / step_s)) if step_s > 0 else self.block_steps
         self.block_steps = int(rank0(self.ctx, steps))
 
     # ---- settle ------------------------------------------------------------
@@ -132,11 +139,12 @@ class Measurer:
         window_s, max_s = float(p["settle_window_s"]), float(p["settle_max_s"])
         start = time.time()
         epochs, found, why = 0, {"temperature_c": None, "power_frac": None}, None
+        step_times: list[float] = []
         while why is None:
             epoch = yield from self._epoch(self.block_steps, True)
             epochs += 1
-            if epochs == 1:
-                self._calibrate(epoch)
+            step_times.append(epoch.duration_s / max(1, epoch.steps))
+            self._calibrate(step_times)
             decision = None
             if self.ctx.rank == 0:
                 elapsed = time.time() - start

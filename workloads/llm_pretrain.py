@@ -469,16 +469,24 @@ class LitgptPretrain(EngineWorkload):
         }
 
     def metrics(self) -> dict | None:
+        return self.segment_metrics(0)
+
+    def segment_metrics(self, first_epoch: int) -> dict | None:
+        """The figures from epoch `first_epoch` on: an in-run segment's own steps.
+        A segment's result must not carry the steps of the caps measured before it
+        in the same process (its throughput cross-checks would mix caps, and the
+        step list, and with it every segment's result, would grow with each one)."""
         clock = self.clock
         if clock is None:
             return None
-        measured = clock.measured_steps()
-        epochs = [e for e in clock.progress.epochs if not e.warmup]
+        measured = [s for s in clock.measured_steps() if s["epoch"] >= first_epoch]
+        epochs = [e for e in clock.progress.epochs[first_epoch:] if not e.warmup]
         seconds = sum(e.duration_s for e in epochs)
         per_gpu = sum(e.units for e in epochs) / seconds if seconds > 0 else None
         iter_times = [s["iter_time_s"] for s in measured]
         return {
-            "steps": clock.steps,  # this rank's (local rank 0): loss and end time of every step
+            # This rank's (local rank 0): loss and end time of every step.
+            "steps": [s for s in clock.steps if s["epoch"] >= first_epoch],
             "tokens_per_s_rank0": per_gpu,
             # Cross-checks only (see docs): LitGPT's own figures, which leave out
             # data loading and logging, and its windowed throughput monitor.

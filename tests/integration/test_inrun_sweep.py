@@ -266,6 +266,9 @@ def test_litgpt_pretraining_measures_in_run_from_inside_its_own_loop(fake_nvidia
         assert window["blocks"] == result["protocol"]["measured_epochs_completed"] >= 1
         # The steps LitGPT logged inside this segment's window carry its epochs.
         assert result["epochs"][0]["index"] > 0 and result["segment"]["in_run"] is True
+        # Its workload metrics are its own steps, none from the warm-up or the cap before.
+        steps = result["workload_metrics"]["steps"]
+        assert steps and {s["epoch"] for s in steps} == {e["index"] for e in result["epochs"]}
 
 
 def test_tensorflow_resnet50_measures_in_run_too(fake_nvidia_node, result_schema):

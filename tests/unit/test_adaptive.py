@@ -133,3 +133,39 @@ def test_litgpts_step_clock_runs_a_program_of_epochs():
                                                                         (False, 3, 300)]
     assert seen == progress.epochs
     assert clock.total_steps == 12  # LitGPT's learning-rate warm-up: the fixed protocol's
+
+
+def test_blocks_are_calibrated_from_the_settle_s_typical_step_not_its_first():
+    """The first settle epoch is a few slow steps (just after the warm-up); the
+    blocks must still last at least block_s at the step time that follows, not
+    half of it (they are meant to span one sensor update)."""
+    import time
+    from types import SimpleNamespace
+
+    from hpcai.workloads.inrun import Measurer
+    from hpcai.workloads.protocol import Epoch, Progress
+
+    sampler = SimpleNamespace(times=[], readings=[], sources=[0])
+    protocol = {"steps_per_epoch": 3, "block_s": 0.2, "sample_interval_s": 0.1,
+                "settle_window_s": 0.05, "settle_max_s": 10.0,
+                "settle_temperature_c": 0.5, "settle_power_frac": 0.01}
+    measurer = Measurer(SimpleNamespace(), protocol, SimpleNamespace(rank=0, distributed=False),
+                        sampler, Progress(), counted=[0])
+    settle = measurer.settle()
+    steps = next(settle)
+    # Step times: 20 ms for the first 3 steps, then 9 ms (the power series flat).
+    for i, step_s in enumerate([0.020, 0.009, 0.009]):
+        if i == 2:
+            time.sleep(0.06)  # past settle_window_s, so this epoch ends the settle
+        now = time.time()
+        for k in range(5):
+            sampler.times.append(now + k * 1e-3)
+            sampler.readings.append([SimpleNamespace(power_w=400.0, temperature_c=50.0)])
+        epoch = Epoch(i, True, steps[0], steps[0], now, now, steps[0] * step_s, 1.0)
+        try:
+            steps = settle.send(epoch)
+        except StopIteration as stop:
+            record = stop.value
+            break
+    assert record["stopped"] == "settled" and record["epochs"] == 3
+    assert measurer.block_steps * 0.009 >= 0.2  # the first epoch alone gave 10 steps: 0.09 s

@@ -53,6 +53,34 @@ def test_an_unfinished_epoch_is_not_reported():
     assert not clock.done
 
 
+def test_an_in_run_segment_s_metrics_hold_only_its_own_steps(tmp_path):
+    """In-run, one LitGPT loop measures every cap: a segment's workload metrics
+    (its step list, LitGPT's iteration-time cross-check) are its own steps, not
+    those of the caps measured before it in the same process."""
+    import time
+
+    def program():
+        yield (2, True)  # warm-up, epoch 0
+        yield (2, False)  # segment A, epoch 1: LitGPT's iterations take 1 s
+        yield (3, False)  # segment B, epoch 2: 0.25 s
+
+    workload = P.build(spec(tmp_path), cpu_ctx())
+    progress = Progress()
+    clock = workload.clock = P.ProgramClock({"warmup_epochs": 1, "epochs": 2,
+                                             "steps_per_epoch": 2}, 128, progress, None, program())
+    for iter_time in [1.0, 1.0, 1.0, 1.0, 0.25, 0.25, 0.25]:
+        clock.step(time.time(), time.perf_counter(), iter_time, 5.0)
+    assert clock.done and len(progress.epochs) == 3
+    whole, segment_b = workload.metrics(), workload.segment_metrics(2)
+    assert len(whole["steps"]) == 7
+    assert [s["epoch"] for s in segment_b["steps"]] == [2, 2, 2]
+    assert segment_b["cross_check"]["tokens_per_s_from_litgpt_iter_time"] == pytest.approx(128 / 0.25)
+    assert whole["cross_check"]["tokens_per_s_from_litgpt_iter_time"] == pytest.approx(
+        5 * 128 / (2 * 1.0 + 3 * 0.25))
+    epoch_b = progress.epochs[2]
+    assert segment_b["tokens_per_s_rank0"] == pytest.approx(epoch_b.units / epoch_b.duration_s)
+
+
 def test_flops_per_token_match_the_analytic_count():
     """PyTorch's counter on LitGPT's model agrees with 6N + 12 L d T (N without
     the input embedding, which is a lookup)."""
