@@ -381,9 +381,11 @@ def test_journal_write_is_atomic_and_load_validates(tmp_path, monkeypatch):
 def test_sigterm_and_sighup_raise_interrupted_and_call_back():
     called = []
     before = signal.getsignal(signal.SIGTERM)
-    # A suite started under nohup inherits SIGHUP ignored, which the handlers rightly
-    # keep (next test): this one needs SIGHUP at its default to see it handled.
+    # A suite started under nohup inherits SIGHUP ignored, and one started in the
+    # background by a non-interactive shell SIGINT ignored, which the handlers rightly
+    # keep (next test): this one needs both at their defaults to see them handled.
     hup = signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    intr = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with install_signal_handlers(callback=called.append):
             for sig in (signal.SIGTERM, signal.SIGHUP):
@@ -394,6 +396,7 @@ def test_sigterm_and_sighup_raise_interrupted_and_call_back():
                 os.kill(os.getpid(), signal.SIGINT)
     finally:
         signal.signal(signal.SIGHUP, hup)
+        signal.signal(signal.SIGINT, intr)
     assert called == [signal.SIGTERM, signal.SIGHUP, signal.SIGINT]
     assert signal.getsignal(signal.SIGTERM) is before
 
