@@ -214,20 +214,12 @@ def run(R, opts, slots: list, todo: list[int], digest: str, sweep_dir: Path, see
     """One process for every slot still to do, in the sweep's order."""
     import dataclasses
 
-    from hpcai.workloads.adaptive import resolve_protocol
-
     first = slots[todo[0]]
     spec, command, site, node = R.plan(dataclasses.replace(
         opts, cap_w=first.cap_w, caps=None, output=str(sweep_dir)))
-    # The process folder holds the spec, the log and the control channel; its
-    # record is process.json, not a result (each segment writes one).
-    spec["protocol"] = resolve_protocol(spec["protocol"], spec["preset"], in_run=True)
-    spec["inrun"] = {"channel": control.CONTROL_DIR, "segments": len(todo)}
     spec["run_id"] = spec["run_id"] + "-inrun"
     spec["output_dir"] = str(sweep_dir / spec["run_id"])
-    from hpcai.launcher import runtime
-
-    command = runtime.command(spec, site, str(Path(spec["output_dir"]) / "spec.json"))
+    command = process_command(spec, site, len(todo))
     block = {"id": sweep_dir.name, "key": digest, "repeats": opts.repeat, "order": opts.order,
              "seed": seed, "in_run": True, "process_run_id": spec["run_id"]}
     R.log(f"in-run sweep: one process measures {len(todo)} segment(s) in {spec['output_dir']}")
@@ -235,6 +227,18 @@ def run(R, opts, slots: list, todo: list[int], digest: str, sweep_dir: Path, see
             lambda session, backend, indices: Segments(
                 R, spec, [(i, slots[i]) for i in todo], sweep_place(sweep_dir, block), summary,
                 session, backend, indices))
+
+
+def process_command(spec: dict, site: dict, segments: int) -> list[str]:
+    """The in-run process's spec (its protocol resolved for segments, its control
+    channel) and command. Its folder holds the spec, the log and the channel; its
+    record is process.json, not a result (each segment writes one)."""
+    from hpcai.launcher import runtime
+    from hpcai.workloads.adaptive import resolve_protocol
+
+    spec["protocol"] = resolve_protocol(spec["protocol"], spec["preset"], in_run=True)
+    spec["inrun"] = {"channel": control.CONTROL_DIR, "segments": segments}
+    return runtime.command(spec, site, str(Path(spec["output_dir"]) / "spec.json"))
 
 
 def sweep_place(sweep_dir: Path, block: dict):

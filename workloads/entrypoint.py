@@ -538,7 +538,6 @@ class Run:
         doc["validity"] = validity.evaluate(doc, "workload")
         return doc
 
-
     def _workload_metrics(self, first_epoch: int | None) -> dict | None:
         """The workload's own figures; an in-run segment's from its first epoch on,
         where the workload keeps them per step (LitGPT)."""

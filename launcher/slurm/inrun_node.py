@@ -90,8 +90,7 @@ def run_node(job_dir: str) -> int:
     from hpcai.launcher.slurm.job import Job
     from hpcai.launcher.slurm.node import Placement, slurm_entry
     from hpcai.launcher.sweep import Slot
-    from hpcai.workloads import control
-    from hpcai.workloads.adaptive import SWEEP_CI_TARGET, resolve_protocol
+    from hpcai.workloads.adaptive import SWEEP_CI_TARGET
     from hpcai.workloads.catalog import get_workload
 
     job = Job.load(job_dir)
@@ -117,10 +116,7 @@ def run_node(job_dir: str) -> int:
         with make_backend(spec["power"]["method"], node.vendor, site["power"]["command"]) as backend:
             for run in runs:
                 R.check_cap(backend, run.cap_w, spec["devices"]["gpu_indices"], site)
-    # The process folder holds the spec, the log and the channel; process.json, no result.
-    spec["protocol"] = resolve_protocol(spec["protocol"], spec["preset"], in_run=True)
-    spec["inrun"] = {"channel": control.CONTROL_DIR, "segments": len(runs)}
-    command = runtime.command(spec, site, str(Path(spec["output_dir"]) / "spec.json"))
+    command = inrun.process_command(spec, site, len(runs))
     R.preflight(site, node, opts, Path(spec["output_dir"]).parent)
     runtime.check_ready(spec, workload.impl(spec["impl"]).framework)
     sweep_block = {"id": job.folder.name, "key": block["key"],
