@@ -28,7 +28,10 @@ def test_a_run_on_one_gpu_of_four_reports_that_gpu_alone(tmp_path, result_schema
     assert doc["gpus"][0]["uuid"] == devices[3]["uuid"]
     assert doc["gpus"][0]["limits"]["enforced_w"] == 300.0
     assert doc["power"]["mean_power_w"] == pytest.approx(100.0, rel=0.1)
-    assert doc["power"]["quality"]["window_short"] is True  # the tiny preset runs for seconds
+    # The flag is what the run decides from the window it measured (a loaded machine
+    # stretches the tiny preset past 10 s), so hold it to that window, not to a speed.
+    quality = doc["power"]["quality"]
+    assert quality["window_short"] is (doc["power"]["window_s"] < quality["min_window_s"])
     rows = list(csv.DictReader((node.results / doc["run_id"] / "samples.csv").open()))
     assert {r["source"] for r in rows} == {"gpu3"}
     # The per-epoch console line sums the run's GPU only: 100 W, not 100 + 2 x 650.
