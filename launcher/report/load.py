@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hpcai.errors import UsageError
+from hpcai.launcher.report.points import RefPoint, workload_key  # noqa: F401 (their old home)
 from hpcai.workloads.efficiency import units_per_joule
 
 REFERENCE_FILE = "reference/seed-paper-throughput.csv"
@@ -38,11 +39,6 @@ def short_gpu_name(full: str) -> str:
     if not any(ch.isdigit() for ch in first) and len(words) > 1:
         return f"{first} {words[1]}"
     return first
-
-
-def workload_key(name: str) -> str:
-    """Names compared loosely: "vit-l16", "vit_l16" and "ViT-L16" are one workload."""
-    return re.sub(r"[^a-z0-9]", "", name.lower())
 
 
 @dataclass
@@ -151,27 +147,6 @@ def shown_text(text: str) -> str:
 class Sweep:
     path: Path
     doc: dict
-
-
-@dataclass(frozen=True)
-class RefPoint:
-    workload: str
-    gpu: str
-    cap_w: float
-    throughput: float  # as published
-    unit: str
-    enforced: bool
-    basis: str = "per_gpu"  # or node_4gpu: the published figure is a 4-GPU node's total
-    gpus: int = 1  # GPUs the published figure covers
-    precision: str = ""
-    batch: str = ""
-    request_mix: str = ""
-
-    @property
-    def per_gpu(self) -> float:
-        """The published figure on the report's basis: per GPU."""
-        return self.throughput / self.gpus
-    published: str = ""  # the figure as the paper prints it ("1426.0"), shown unrounded
 
 
 def find_files(paths: list[str | Path], allow_empty: bool = False) -> tuple[list[Path], list[Path]]:

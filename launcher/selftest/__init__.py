@@ -86,7 +86,7 @@ def run_selftest(site_selector: str | None = None, only=None, as_json: bool = Fa
                  power_method: str | None = None, journal: str | None = None,
                  workloads: str | None = None) -> int:
     from hpcai.launcher import sites
-    from hpcai.launcher.run import journal_path
+    from hpcai.launcher.plan import journal_path
     from hpcai.launcher.selftest import gpu_checks, workload_checks
     from hpcai.launcher.visibility import visible_gpus
     from hpcai.workloads.power_sources import find_rapl_domains

@@ -71,11 +71,12 @@ def check_options(opts, slurm: SlurmOptions, site: dict) -> None:
                          "drop --nodes, or use --nodes 1")
     if opts.preset:
         workload.preset(opts.preset)
-    allowed = site["power"].get("allowed_cap_range_w")
+    from hpcai.launcher.plan import outside_site_range
+
     for cap in (opts.caps or [opts.cap_w]):
-        if cap is not None and allowed and not allowed[0] <= cap <= allowed[1]:
-            raise UsageError(f"cap {cap:g} W is outside this site's allowed range "
-                             f"{allowed[0]:g}-{allowed[1]:g} W", "choose a cap inside it")
+        problem = None if cap is None else outside_site_range(cap, site)
+        if problem:
+            raise UsageError(problem, "choose a cap inside it")
     if slurm.array and not opts.is_sweep:
         raise UsageError("--array needs several runs", "give a cap list or range, or --repeat N")
     if opts.image and not Path(opts.image).is_file():
@@ -118,7 +119,7 @@ def submit(opts, slurm: SlurmOptions, argv: list[str] | None = None) -> int:
     command = ["hpcai-launch", *(argv if argv is not None else sys.argv[1:])]
     folder = results / f"slurm-{when}-{opts.workload}-{expected_preset(opts, slurm)}"
     job = Job(folder, new_job_doc(opts, slurm, runs, command, seed))
-    from hpcai.launcher.run import log as say
+    from hpcai.launcher.options import log as say
     from hpcai.launcher.slurm import inrun_node
 
     if inrun_node.choose(opts, slurm, say):  # one step measures every cap, a segment each
@@ -138,7 +139,7 @@ def submit(opts, slurm: SlurmOptions, argv: list[str] | None = None) -> int:
             raise SlurmError(f"unknown partition {slurm.partition!r} (this cluster has: "
                              f"{', '.join(known) or 'none'})",
                              "pick one with --partition or the site's [scheduler] partition")
-    from hpcai.launcher.run import check_output_dir
+    from hpcai.launcher.plan import check_output_dir
 
     check_output_dir(results)
     folder.mkdir(parents=True)
