@@ -42,13 +42,13 @@ class WorkloadProcess:
             proc.run()           # start, wait (interrupts noted in proc.interrupted)
     """
 
-    def __init__(self, run: RunPlan, cap_note: str = "; it is restored when the run ends"):
-        self.run, self.spec = run, run.spec
-        self.run_dir = Path(run.spec["output_dir"])
-        self.indices = run.indices
+    def __init__(self, plan: RunPlan, cap_note: str = "; it is restored when the run ends"):
+        self.plan, self.spec = plan, plan.spec
+        self.run_dir = Path(plan.spec["output_dir"])
+        self.indices = plan.indices
         self.cap_note = cap_note
-        self.env = runtime.environment(run.spec, run.site)
-        self.signals = ChildSignals(run.spec)
+        self.env = runtime.environment(plan.spec, plan.site)
+        self.signals = ChildSignals(plan.spec)
         self.backend = self.session = self.clock_session = None
         self.follower: LogFollower | None = None
         self.child: subprocess.Popen | None = None
@@ -60,7 +60,7 @@ class WorkloadProcess:
         self._stack.__enter__()
         try:
             self._stack.enter_context(install_signal_handlers(self.signals.forward))
-            if self.run.node.gpus:
+            if self.plan.node.gpus:
                 self._hold_limits()
         except BaseException:
             self._stack.close()
@@ -73,18 +73,18 @@ class WorkloadProcess:
 
         cap_w = self.spec["power"]["cap_w"]
         clocks = self.spec["power"].get("clocks") or {}
-        self.backend = self.run.backend()
+        self.backend = self.plan.backend()
         self._stack.callback(self.backend.close)
         # Entered last, so it exits first: limits come back before anything else.
         self.session = self._stack.enter_context(
-            CapSession(self.backend, cap_w, self.indices, self.run.journal))
+            CapSession(self.backend, cap_w, self.indices, self.plan.journal))
         gpus = ", ".join(map(str, self.indices))
         if cap_w is not None:
             log(f"power limit set to {cap_w:g} W on GPU(s) {gpus}{self.cap_note}")
         if clocks:  # entered after the cap, so restored before it
             self.clock_session = self._stack.enter_context(ClockSession(
                 self.backend, clocks.get("sm_mhz"), clocks.get("mem_mhz"), self.indices,
-                self.run.journal))
+                self.plan.journal))
             log(f"clocks capped ({clock_label(clocks.get('sm_mhz'), clocks.get('mem_mhz'))}) "
                 f"on GPU(s) {gpus}; restored when the run ends")
 
@@ -139,17 +139,17 @@ class WorkloadProcess:
     def start(self) -> None:
         # Its own session: a terminal's Ctrl-C reaches the launcher alone, which
         # forwards it once, instead of hitting torchrun and its workers twice.
-        self.child = self.signals.child = start_workload(self.run.command, self.env,
+        self.child = self.signals.child = start_workload(self.plan.command, self.env,
                                                          self.follower, self.run_dir)
         self.follower.start()
         if self.spec["power"]["cap_w"] is not None and self.session is not None:
             from hpcai.launcher.power.journal import record_workload
 
-            record_workload(self.run.journal, self.child.pid, self.spec["run_id"])
+            record_workload(self.plan.journal, self.child.pid, self.spec["run_id"])
         if self.clock_session is not None:
             from hpcai.launcher.power.clocks import record_clock_workload
 
-            record_clock_workload(self.run.journal, self.child.pid, self.spec["run_id"])
+            record_clock_workload(self.plan.journal, self.child.pid, self.spec["run_id"])
 
     def stop(self, signum: int, already_sent: bool | None = None) -> None:
         self.signals.stop(signum, already_sent)

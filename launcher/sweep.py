@@ -317,30 +317,13 @@ def measure_idle(vendor: str, gpu_indices: list[int] | None, seconds: float,
             sampler.stop()
             if node is not None:
                 node.stop()
-        devices = []
-        for i, who in enumerate(names):
-            stats = window_stats(sampler.series(i, start.t, end.t))
-            # Utilisation is read once a second (telemetry.FULL_READ_S), so a short
-            # baseline may hold no reading inside its marks: judge it on every one taken.
-            everything = window_stats(sampler.series(i, float("-inf"), float("inf")))
-            e0, e1 = start.energy_j[i], end.energy_j[i]
-            counter_w = (e1 - e0) / (end.t - start.t) if e0 is not None and e1 is not None else None
-            sampled = (stats["power_w"] or {}).get("mean")
-            devices.append({**who, "samples": stats["samples"], "power_w": stats["power_w"],
-                            "mean_power_w": counter_w if counter_w is not None else sampled,
-                            "utilization_pct_mean": everything.get("utilization_pct_mean")})
-        known = [d["mean_power_w"] for d in devices if d["mean_power_w"] is not None]
-        total = sum(known) if known and len(known) == len(devices) else None
-        busy = [f"GPU {d['index']} at {d['utilization_pct_mean']:.0f}%" for d in devices
-                if (d.get("utilization_pct_mean") or 0) > IDLE_BUSY_PCT]
-        reason = None if total is not None else "too few idle samples"
-        if busy:
-            reason = (f"the GPUs were not idle ({', '.join(busy)} utilisation, above "
-                      f"{IDLE_BUSY_PCT:g}%): measured again when the sweep resumes")
-        baseline = {"available": total is not None and not busy, "source": discovery.kind,
-                    "reason": reason,
-                    "seconds": end.t - start.t, "measured": _now_iso(),
-                    "total_power_w": total, "devices": devices}
+        devices = [_idle_device(sampler, i, who, start, end, window_stats)
+                   for i, who in enumerate(names)]
+        verdict = _idle_verdict(devices)
+        baseline = {"available": verdict["available"], "source": discovery.kind,
+                    "reason": verdict["reason"], "seconds": end.t - start.t,
+                    "measured": _now_iso(), "total_power_w": verdict["total_power_w"],
+                    "devices": devices}
         if node is not None:
             summary = node.summary((start.t, end.t))
             baseline["node_power"] = {"sources": summary["sources"], "reasons": summary["reasons"]}
@@ -350,6 +333,35 @@ def measure_idle(vendor: str, gpu_indices: list[int] | None, seconds: float,
 
 
 # ---- the summary file -------------------------------------------------------------
+def _idle_device(sampler, i: int, who: dict, start, end, window_stats) -> dict:
+    """One source's idle power: its energy counter's mean where it has one, else
+    the samples' mean; its utilisation, to tell an idle GPU from a busy one."""
+    stats = window_stats(sampler.series(i, start.t, end.t))
+    # Utilisation is read once a second (telemetry.FULL_READ_S), so a short
+    # baseline may hold no reading inside its marks: judge it on every one taken.
+    everything = window_stats(sampler.series(i, float("-inf"), float("inf")))
+    e0, e1 = start.energy_j[i], end.energy_j[i]
+    counter_w = (e1 - e0) / (end.t - start.t) if e0 is not None and e1 is not None else None
+    sampled = (stats["power_w"] or {}).get("mean")
+    return {**who, "samples": stats["samples"], "power_w": stats["power_w"],
+            "mean_power_w": counter_w if counter_w is not None else sampled,
+            "utilization_pct_mean": everything.get("utilization_pct_mean")}
+
+
+def _idle_verdict(devices: list[dict]) -> dict:
+    """The total idle power, and whether it counts (every source read, none busy)."""
+    known = [d["mean_power_w"] for d in devices if d["mean_power_w"] is not None]
+    total = sum(known) if known and len(known) == len(devices) else None
+    busy = [f"GPU {d['index']} at {d['utilization_pct_mean']:.0f}%" for d in devices
+            if (d.get("utilization_pct_mean") or 0) > IDLE_BUSY_PCT]
+    reason = None if total is not None else "too few idle samples"
+    if busy:
+        reason = (f"the GPUs were not idle ({', '.join(busy)} utilisation, above "
+                  f"{IDLE_BUSY_PCT:g}%): measured again when the sweep resumes")
+    return {"available": total is not None and not busy, "reason": reason,
+            "total_power_w": total}
+
+
 class Summary:
     """`sweep.json`: the plan, the order, the idle baseline and every run's status."""
 
