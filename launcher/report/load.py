@@ -266,6 +266,13 @@ def _fill(run: Run, path: Path, doc: dict) -> None:
     run.nodes = int((spec.get("slurm") or {}).get("nodes") or 1)
     job = (spec.get("slurm") or {}).get("job_id")
     run.slurm_job = str(job) if job is not None else None
+    _fill_limits(run, doc, spec, used)
+    _fill_figures(run, doc, spec, used)
+    _fill_context(run, path, doc, spec, used)
+
+
+def _fill_limits(run: Run, doc: dict, spec: dict, used: list) -> None:
+    """The cap and clocks asked for, whether the cap held, the GPUs' default limit."""
     run.cap_w = spec["power"]["cap_w"]
     run.cap_read = True
     clocks = spec["power"].get("clocks") or {}
@@ -274,6 +281,10 @@ def _fill(run: Run, path: Path, doc: dict) -> None:
     run.enforced = cap.get("enforced") if run.cap_w is not None else None
     defaults = [(g.get("limits") or {}).get("default_w") for g in used]
     run.default_limit_w = defaults[0] if defaults and defaults[0] is not None else None
+
+
+def _fill_figures(run: Run, doc: dict, spec: dict, used: list) -> None:
+    """Throughput, power and energy, as the result states them."""
     tp = doc["throughput"]
     run.per_gpu, run.node = tp.get("per_gpu"), tp.get("node")
     # Epochs per GPU in the same proportion as the result's own per-GPU figure.
@@ -292,6 +303,13 @@ def _fill(run: Run, path: Path, doc: dict) -> None:
     run.facility = dict(spec.get("facility") or {})
     run.power_doc = power
     run.units = (doc.get("work") or {}).get("measured_units")
+    run.achieved_tflops_node = tp.get("achieved_tflops_node")
+    run.fraction_of_peak = tp.get("fraction_of_peak")
+
+
+def _fill_context(run: Run, path: Path, doc: dict, spec: dict, used: list) -> None:
+    """Precision, work per unit, clocks seen, samples, the measured window, the sweep."""
+    config = doc.get("config") or {}
     run.precision = config.get("precision")
     run.flops_per_unit, run.bytes_per_unit = config.get("flops_per_unit"), config.get("bytes_per_unit")
     run.sm_clock_mhz = _mean([g.get("sm_clock_mhz_mean") for g in used])
@@ -304,8 +322,6 @@ def _fill(run: Run, path: Path, doc: dict) -> None:
     sweep = spec.get("sweep") or {}
     run.sweep_id, run.repeat = sweep.get("id"), sweep.get("repeat")
     run.point = {str(n): v for n, v in sweep.get("point") or (spec.get("slurm") or {}).get("point") or []}
-    run.achieved_tflops_node = tp.get("achieved_tflops_node")
-    run.fraction_of_peak = tp.get("fraction_of_peak")
     run.input = doc.get("input")
     run.scaling = (spec.get("slurm") or {}).get("scaling")
 
