@@ -8,7 +8,8 @@ import sys
 import click
 
 import hpcai
-from hpcai.errors import HpcaiError, Interrupted
+from hpcai.errors import HpcaiError
+from hpcai.launcher.guarded import run_guarded as _run_guarded
 from hpcai.workloads.adaptive import SWEEP_CI_TARGET
 from hpcai.workloads.catalog import WORKLOADS
 
@@ -67,21 +68,6 @@ class CiTarget(click.ParamType):
             self.fail(f"{value!r} must lie between 0 and 1 (a share of the mean), or be 'off': "
                       "e.g. --ci-target 0.01 for a 1% half-width", param, ctx)
         return number
-
-
-def _run_guarded(fn, *args, **kwargs):
-    """Turn hpcai errors into one line on stderr and a non-zero exit status."""
-    try:
-        return fn(*args, **kwargs)
-    except Interrupted as exc:
-        click.echo(f"hpcai-launch: {exc.one_line()}; power limits restored", err=True)
-        sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        click.echo("hpcai-launch: interrupted; power limits restored", err=True)
-        sys.exit(130)
-    except HpcaiError as exc:
-        click.echo(f"hpcai-launch: error: {exc.one_line()}", err=True)
-        sys.exit(exc.exit_code)
 
 
 class OneLineErrors(click.Group):

@@ -9,7 +9,7 @@ import sys
 import click
 
 from hpcai.launcher import sites
-from hpcai.launcher.run import Node, journal_path
+from hpcai.launcher.plan import Node, journal_path
 
 
 def _backend(site: dict, method: str | None, vendor: str | None):

@@ -14,79 +14,27 @@ run per cap.
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 import signal
-import time
 from pathlib import Path
 
-from hpcai.errors import HpcaiError, Interrupted, ResultError, UsageError
-from hpcai.signals import install_signal_handlers
+from hpcai.errors import HpcaiError, Interrupted, ResultError
+from hpcai.launcher.inrun_support import (  # noqa: F401 (imported from here too)
+    adaptive_supported, check_request, choose, supported)
+from hpcai.launcher.options import log
+from hpcai.launcher.plan import RunPlan, make_plan
+from hpcai.launcher.process import (ORPHAN_WAIT_S, WorkloadProcess, await_file, finish_result,
+                                    limits_in_force, placeholder_result)
 from hpcai.workloads import control
-from hpcai.workloads.inrun import IN_RUN_MODULES
-
-POLL_S = 0.05
-
-
-def supported(workload_name: str, impl: str | None) -> str | None:
-    """None when the workload measures in-run, else why not (one line)."""
-    from hpcai.workloads.catalog import get_workload
-
-    workload = get_workload(workload_name)
-    chosen = workload.impl(impl)
-    if chosen.module in IN_RUN_MODULES:
-        return None
-    return (f"{workload_name} ({impl or workload.default_impl}) cannot measure in-run yet: "
-            "one run per cap, each with the preset's fixed epochs")
-
-
-def adaptive_supported(workload_name: str, impl: str | None) -> str | None:
-    """None when the workload can measure an adaptive window (--ci-target), else why
-    not: SGLang serving measures in-run too, but each window is one load wave."""
-    from hpcai.workloads.catalog import get_workload
-    from hpcai.workloads.inrun import WAVE_MODULES
-
-    why = supported(workload_name, impl)
-    if why is None and get_workload(workload_name).impl(impl).module in WAVE_MODULES:
-        return f"{workload_name} measures one load wave per window"
-    return why
-
-
-def check_request(in_run: bool | None, caps: list | None, other_axes: str | None = None) -> None:
-    """--in-run needs two caps or more, and nothing else varied or fixed (clock caps,
-    a --vary grid: one process per slot): a one-line error otherwise."""
-    distinct = {c for c in (caps or []) if c is not None}
-    if in_run and len(distinct) < 2:
-        raise UsageError("--in-run needs a sweep of two caps or more",
-                         "give --cap LIST or START:STOP:STEP, or drop --in-run")
-    if in_run and other_axes:
-        raise UsageError(f"--in-run changes only the power cap, and this sweep has {other_axes}",
-                         "drop --in-run (each slot then runs as its own process)")
-
-
-def choose(opts, log, other_axes: str | None = None) -> bool:
-    """Whether this sweep runs in-run: the default where the workload can."""
-    distinct = {c for c in (opts.caps or []) if c is not None}
-    if opts.in_run is False or len(distinct) < 2:
-        return False
-    if other_axes:
-        log(f"this sweep has {other_axes}: one process per slot (in-run sweeps change only "
-            "the cap)")
-        return False
-    why = supported(opts.workload, opts.impl)
-    if why is not None:
-        log(why)
-        return False
-    return True
 
 
 # ---- the segments -------------------------------------------------------------
 class Segments:
     """The launcher's end of the control channel, and the segments' results."""
 
-    def __init__(self, R, spec: dict, plan: list, place, summary, session, backend,
+    def __init__(self, spec: dict, plan: list, place, summary, session, backend,
                  indices: list[int]):
-        self.R, self.spec = R, spec
+        self.spec = spec
         self.plan = plan  # [(position, Slot)] in the order the workload measures them
         # place(spec, position, slot): a segment's run id, folder and spec.sweep
         # (a sweep folder's run, or a Slurm job's run on this node: placements below).
@@ -137,15 +85,15 @@ class Segments:
         self.place(spec, position, slot)
         run_dir = Path(spec["output_dir"])
         # A `running` result first: any ending marks it, none leaves it counted.
-        output_check.first_write(run_dir, spec, self.R.placeholder_result(spec, run_dir))
+        output_check.first_write(run_dir, spec, placeholder_result(spec, run_dir))
         enforced = {str(i): g["enforced_w"] if g["enforced_w"] is not None else g["applied_w"]
                     for i, g in self.session.gpus.items()}
         self.open = {"k": k, "position": position, "slot": slot, "spec": spec, "dir": run_dir,
                      "limits": copy.deepcopy(self.session.gpus), "enforced": enforced}
         self.summary.set_run(position, status="running", run_id=spec["run_id"], skipped=False,
                              result=f"{spec['run_id']}/result.json", message=None)
-        self.R.log(f"in-run segment {k + 1}/{len(self.plan)}: {slot.describe()}, enforced "
-                   f"{', '.join(f'{w:g} W' for w in enforced.values() if w is not None)}")
+        log(f"in-run segment {k + 1}/{len(self.plan)}: {slot.describe()}, enforced "
+            f"{', '.join(f'{w:g} W' for w in enforced.values() if w is not None)}")
         control.write_atomic(control.answer_path(self.folder, k), {
             "segment": k, "done": False, "cap_w": slot.cap_w, "enforced_w": enforced,
             "spec": {key: spec[key] for key in ("run_id", "output_dir", "power", "sweep", "slurm")
@@ -156,11 +104,10 @@ class Segments:
         limits this launcher set and read, checked against the schema; a segment
         the workload did not finish is marked so, never complete."""
         from hpcai.launcher import results
-        from hpcai.workloads import validity
-        from hpcai.workloads.result import clean, write_json_atomic
+        from hpcai.workloads.result import write_json_atomic
 
         seg, self.open = self.open, None
-        end = self.R.limits_in_force(self.backend, self.indices)
+        end = limits_in_force(self.backend, self.indices)
         path, result = seg["dir"] / "segment.json", seg["dir"] / "result.json"
         try:
             doc = results.load(path)
@@ -186,16 +133,7 @@ class Segments:
                                    "process_run_id": self.spec["run_id"],
                                    "after_segment": seg["k"] - 1 if seg["k"] else None,
                                    "cap_w": seg["slot"].cap_w, "enforced_w": seg["enforced"]})
-        tolerance = float(seg["spec"]["power"]["cap_tolerance_frac"])
-        results.apply_limits(doc, seg["limits"], seg["slot"].cap_w, tolerance)
-        doc["launcher"] = {"command_exit_code": code,
-                           "gpu_limits": results.limits_record(seg["limits"], end)}
-        idle = results.sweep_idle_baseline(seg["dir"], seg["spec"])
-        if idle is not None:
-            doc["launcher"]["idle_baseline"] = idle
-        # Again, now that the enforced limits and the idle baseline are in (as for a run).
-        doc["validity"] = validity.evaluate(doc, "launcher")
-        doc = clean(doc)
+        doc = finish_result(doc, seg["dir"], seg["spec"], code, seg["limits"], end)
         status, message = doc["status"], (doc.get("error") or {}).get("message")
         errors = results.validation_errors(doc)
         if errors:
@@ -204,29 +142,29 @@ class Segments:
         write_json_atomic(result, doc)
         path.unlink(missing_ok=True)
         self.summary.set_run(seg["position"], quiet=True, status=status, message=message)
-        self.R.log(f"in-run segment {seg['k'] + 1}: {seg['slot'].describe()} {status}"
-                   + (f" ({message})" if message else ""))
+        log(f"in-run segment {seg['k'] + 1}: {seg['slot'].describe()} {status}"
+            + (f" ({message})" if message else ""))
 
 
 # ---- the process ----------------------------------------------------------------
-def run(R, opts, slots: list, todo: list[int], digest: str, sweep_dir: Path, seed: int,
+def run(opts, slots: list, todo: list[int], digest: str, sweep_dir: Path, seed: int,
         summary) -> None:
     """One process for every slot still to do, in the sweep's order."""
     import dataclasses
 
     first = slots[todo[0]]
-    spec, command, site, node = R.plan(dataclasses.replace(
-        opts, cap_w=first.cap_w, caps=None, output=str(sweep_dir)))
+    plan = make_plan(dataclasses.replace(opts, cap_w=first.cap_w, caps=None,
+                                         output=str(sweep_dir)))
+    spec = plan.spec
     spec["run_id"] = spec["run_id"] + "-inrun"
     spec["output_dir"] = str(sweep_dir / spec["run_id"])
-    command = process_command(spec, site, len(todo))
+    plan.command = process_command(spec, plan.site, len(todo))
     block = {"id": sweep_dir.name, "key": digest, "repeats": opts.repeat, "order": opts.order,
              "seed": seed, "in_run": True, "process_run_id": spec["run_id"]}
-    R.log(f"in-run sweep: one process measures {len(todo)} segment(s) in {spec['output_dir']}")
-    execute(R, spec, command, site, node, opts,
-            lambda session, backend, indices: Segments(
-                R, spec, [(i, slots[i]) for i in todo], sweep_place(sweep_dir, block), summary,
-                session, backend, indices))
+    log(f"in-run sweep: one process measures {len(todo)} segment(s) in {spec['output_dir']}")
+    execute(plan, lambda session, backend, indices: Segments(
+        spec, [(i, slots[i]) for i in todo], sweep_place(sweep_dir, block), summary,
+        session, backend, indices))
 
 
 def process_command(spec: dict, site: dict, segments: int) -> list[str]:
@@ -252,86 +190,57 @@ def sweep_place(sweep_dir: Path, block: dict):
     return place
 
 
-def execute(R, spec: dict, command: list[str], site: dict, node, opts, make_segments) -> None:
-    """run.execute's lifecycle (cap session, lifeline, signals, the workload's
-    log), with the control channel served while the workload runs."""
-    from hpcai.launcher import output_check, runtime
-    from hpcai.launcher.lifeline import Lifeline
-    from hpcai.launcher.power import CapSession, make_backend
-    from hpcai.launcher.power.journal import record_workload
-    from hpcai.launcher.workload_log import LogFollower
-
-    run_dir = Path(spec["output_dir"])
-    indices = spec["devices"]["gpu_indices"] or []
-    journal = R.journal_path(site, opts.journal)
-    backend = make_backend(spec["power"]["method"], node.vendor, site["power"]["command"])
-    env = runtime.environment(spec, site)
-    child, interrupted = None, None
-    signals = R.ChildSignals(spec)
-
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(install_signal_handlers(signals.forward))
-        stack.callback(backend.close)
-        # Entered last, so it exits first: limits come back before anything else.
-        session = stack.enter_context(
-            CapSession(backend, spec["power"]["cap_w"], indices, journal))
-        R.log(f"power limit set to {spec['power']['cap_w']:g} W on GPU(s) "
-              f"{', '.join(map(str, indices))} for the warm-up; the limits from before the "
-              "sweep are restored when it ends")
+def execute(plan: RunPlan, make_segments) -> None:
+    """One workload process (launcher/process.py) with the control channel served
+    while it runs; every segment's result filed before the limits come back."""
+    spec, run_dir = plan.spec, Path(plan.spec["output_dir"])
+    failure: BaseException | None = None
+    with WorkloadProcess(plan, cap_note=" for the warm-up; the limits from before the "
+                         "sweep are restored when it ends") as proc:
+        _make_folder(run_dir, spec)
+        proc.attach()
+        segments = make_segments(proc.session, proc.backend, proc.indices)
         try:
-            run_dir.mkdir(parents=True, exist_ok=False)
-        except OSError as exc:
-            raise output_check.write_error(run_dir.parent, exc, "the run folder",
-                                           "free space or make the folder writable") from None
-        output_check.write_new_json(run_dir / "spec.json", spec, "the run spec")
-        lifeline = stack.enter_context(Lifeline(run_dir, spec["run_id"]))
-        if lifeline.problem:
-            R.log(f"no lifeline for the workload ({lifeline.problem}); "
-                  "if this launcher is killed, stop the workload by hand")
-        env.update(lifeline.environment(container=spec["runtime"]["kind"] == "apptainer"))
-        follower = LogFollower(run_dir)
-        stack.callback(follower.stop)
-        if spec["runtime"]["kind"] == "apptainer":
-            image = spec["runtime"]["image"]
-            R.log(f"runtime: apptainer, image {image['path']} (sha256 {image['sha256'][:12]})")
-        segments = make_segments(session, backend, indices)
-        failure: BaseException | None = None
-        try:
-            child = signals.child = R._start(command, env, follower, run_dir)
-            follower.start()
-            record_workload(journal, child.pid, spec["run_id"])
-            while child.poll() is None:
-                segments.poll()
-                time.sleep(POLL_S)
-            segments.poll()  # a last request, made just before the workload exited
-        except (Interrupted, KeyboardInterrupt) as exc:
-            interrupted = exc if isinstance(exc, Interrupted) else Interrupted(signal.SIGINT)
-            signals.stop(interrupted.signum)
+            proc.run(poll=segments.poll)
         except BaseException as exc:  # a cap that did not take: stop, then restore
             failure = exc
-            signals.stop(signal.SIGTERM, already_sent=False)
-        # The last segment's limits are read before the snapshot comes back.
-        if segments.open is not None and interrupted is not None and signals.under_slurm:
-            # torchrun may die of srun's second SIGTERM while its workers still write.
-            _await_file(segments.open["dir"] / "segment.json", R.ORPHAN_WAIT_S)
-        if segments.open is not None:
-            try:
-                segments.file(child.returncode if child is not None else None, interrupted)
-            except OSError as exc:
-                failure = failure or output_check.write_error(
-                    run_dir, exc, "the last segment's result",
-                    "free space or make the folder writable, then run the same command again")
-    R.log("power limits restored")
-    code = child.returncode if child is not None else None
-    if interrupted is None and code not in (0, None):
-        R.log(f"the in-run process exited with code {code}; see {run_dir / 'workload.log'}")
-    if interrupted is not None:
-        raise interrupted
+            proc.stop(signal.SIGTERM, already_sent=False)
+        last = _file_last(proc, segments, run_dir)  # always, even after a failure
+        failure = failure or last
+    code = proc.code
+    if proc.interrupted is None and code not in (0, None):
+        log(f"the in-run process exited with code {code}; see {run_dir / 'workload.log'}")
+    if proc.interrupted is not None:
+        raise proc.interrupted
     if failure is not None:
         raise failure
 
 
-def _await_file(path: Path, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while not path.exists() and time.monotonic() < deadline:
-        time.sleep(POLL_S)
+def _make_folder(run_dir: Path, spec: dict) -> None:
+    from hpcai.launcher import output_check
+
+    try:
+        run_dir.mkdir(parents=True, exist_ok=False)
+    except OSError as exc:
+        raise output_check.write_error(run_dir.parent, exc, "the run folder",
+                                       "free space or make the folder writable") from None
+    output_check.write_new_json(run_dir / "spec.json", spec, "the run spec")
+
+
+def _file_last(proc: WorkloadProcess, segments: Segments, run_dir: Path):
+    """The last segment's result, its limits read before the snapshot comes back;
+    an OutputError to raise if it could not be written."""
+    from hpcai.launcher import output_check
+
+    if segments.open is None:
+        return None
+    if proc.interrupted is not None and proc.signals.under_slurm:
+        # torchrun may die of srun's second SIGTERM while its workers still write.
+        await_file(segments.open["dir"] / "segment.json", ORPHAN_WAIT_S)
+    try:
+        segments.file(proc.code, proc.interrupted)
+    except OSError as exc:
+        return output_check.write_error(
+            run_dir, exc, "the last segment's result",
+            "free space or make the folder writable, then run the same command again")
+    return None

@@ -14,7 +14,7 @@ SITE_OPTION_HELP = "site name or .toml path (default: $HPCAI_SITE, else matched 
 
 def _guarded(fn, *args):
     # Imported here, not at module level: cli.py imports this module while it loads.
-    from hpcai.launcher.cli import _run_guarded
+    from hpcai.launcher.guarded import run_guarded as _run_guarded
 
     return _run_guarded(fn, *args)
 

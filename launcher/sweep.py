@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpcai.errors import HpcaiError, Interrupted, ResultError, UsageError, WorkloadError
+from hpcai.launcher.options import log
+from hpcai.launcher.plan import clock_label  # noqa: F401 (the report imports it from here)
 from hpcai.signals import install_signal_handlers
 
 SUMMARY_FILE = "sweep.json"
@@ -133,13 +135,6 @@ class Slot:
         where = "".join(f"{name} {value}, " for name, value in self.point)
         clocks = clock_label(self.sm_clock_mhz, self.mem_clock_mhz)
         return f"{where}{cap}{', ' + clocks if clocks else ''}, repeat {self.repeat + 1}"
-
-
-def clock_label(sm_mhz: int | None, mem_mhz: int | None) -> str:
-    """"SM 1410 MHz, memory 2619 MHz"; "" without clock caps."""
-    parts = [f"{name} {mhz} MHz" for name, mhz in (("SM", sm_mhz), ("memory", mem_mhz))
-             if mhz is not None]
-    return ", ".join(parts)
 
 
 def point_of(sweep: dict) -> tuple:
@@ -322,30 +317,13 @@ def measure_idle(vendor: str, gpu_indices: list[int] | None, seconds: float,
             sampler.stop()
             if node is not None:
                 node.stop()
-        devices = []
-        for i, who in enumerate(names):
-            stats = window_stats(sampler.series(i, start.t, end.t))
-            # Utilisation is read once a second (telemetry.FULL_READ_S), so a short
-            # baseline may hold no reading inside its marks: judge it on every one taken.
-            everything = window_stats(sampler.series(i, float("-inf"), float("inf")))
-            e0, e1 = start.energy_j[i], end.energy_j[i]
-            counter_w = (e1 - e0) / (end.t - start.t) if e0 is not None and e1 is not None else None
-            sampled = (stats["power_w"] or {}).get("mean")
-            devices.append({**who, "samples": stats["samples"], "power_w": stats["power_w"],
-                            "mean_power_w": counter_w if counter_w is not None else sampled,
-                            "utilization_pct_mean": everything.get("utilization_pct_mean")})
-        known = [d["mean_power_w"] for d in devices if d["mean_power_w"] is not None]
-        total = sum(known) if known and len(known) == len(devices) else None
-        busy = [f"GPU {d['index']} at {d['utilization_pct_mean']:.0f}%" for d in devices
-                if (d.get("utilization_pct_mean") or 0) > IDLE_BUSY_PCT]
-        reason = None if total is not None else "too few idle samples"
-        if busy:
-            reason = (f"the GPUs were not idle ({', '.join(busy)} utilisation, above "
-                      f"{IDLE_BUSY_PCT:g}%): measured again when the sweep resumes")
-        baseline = {"available": total is not None and not busy, "source": discovery.kind,
-                    "reason": reason,
-                    "seconds": end.t - start.t, "measured": _now_iso(),
-                    "total_power_w": total, "devices": devices}
+        devices = [_idle_device(sampler, i, who, start, end, window_stats)
+                   for i, who in enumerate(names)]
+        verdict = _idle_verdict(devices)
+        baseline = {"available": verdict["available"], "source": discovery.kind,
+                    "reason": verdict["reason"], "seconds": end.t - start.t,
+                    "measured": _now_iso(), "total_power_w": verdict["total_power_w"],
+                    "devices": devices}
         if node is not None:
             summary = node.summary((start.t, end.t))
             baseline["node_power"] = {"sources": summary["sources"], "reasons": summary["reasons"]}
@@ -355,6 +333,35 @@ def measure_idle(vendor: str, gpu_indices: list[int] | None, seconds: float,
 
 
 # ---- the summary file -------------------------------------------------------------
+def _idle_device(sampler, i: int, who: dict, start, end, window_stats) -> dict:
+    """One source's idle power: its energy counter's mean where it has one, else
+    the samples' mean; its utilisation, to tell an idle GPU from a busy one."""
+    stats = window_stats(sampler.series(i, start.t, end.t))
+    # Utilisation is read once a second (telemetry.FULL_READ_S), so a short
+    # baseline may hold no reading inside its marks: judge it on every one taken.
+    everything = window_stats(sampler.series(i, float("-inf"), float("inf")))
+    e0, e1 = start.energy_j[i], end.energy_j[i]
+    counter_w = (e1 - e0) / (end.t - start.t) if e0 is not None and e1 is not None else None
+    sampled = (stats["power_w"] or {}).get("mean")
+    return {**who, "samples": stats["samples"], "power_w": stats["power_w"],
+            "mean_power_w": counter_w if counter_w is not None else sampled,
+            "utilization_pct_mean": everything.get("utilization_pct_mean")}
+
+
+def _idle_verdict(devices: list[dict]) -> dict:
+    """The total idle power, and whether it counts (every source read, none busy)."""
+    known = [d["mean_power_w"] for d in devices if d["mean_power_w"] is not None]
+    total = sum(known) if known and len(known) == len(devices) else None
+    busy = [f"GPU {d['index']} at {d['utilization_pct_mean']:.0f}%" for d in devices
+            if (d.get("utilization_pct_mean") or 0) > IDLE_BUSY_PCT]
+    reason = None if total is not None else "too few idle samples"
+    if busy:
+        reason = (f"the GPUs were not idle ({', '.join(busy)} utilisation, above "
+                  f"{IDLE_BUSY_PCT:g}%): measured again when the sweep resumes")
+    return {"available": total is not None and not busy, "reason": reason,
+            "total_power_w": total}
+
+
 class Summary:
     """`sweep.json`: the plan, the order, the idle baseline and every run's status."""
 
@@ -387,8 +394,6 @@ class Summary:
                                 "same command again")
             if not quiet:
                 raise error from None
-            from hpcai.launcher.run import log
-
             log(f"{error.message}; {self.path} keeps its last state")
 
     def refresh_attempts(self) -> None:
@@ -416,121 +421,55 @@ def _now_iso() -> str:
 
 
 # ---- the sweep ----------------------------------------------------------------------
+@dataclass
+class _Sweep:
+    """One sweep as planned: its axes, its first run's plan, its folder and slots."""
+
+    opts: object  # Options
+    caps: list
+    sm_clocks: list
+    mem_clocks: list
+    points: list
+    device: str | None  # a --vary grid's device (a CPU run's `gpus` are processes)
+    in_run: bool
+    plan: object = None  # RunPlan of the first slot
+    key: dict | None = None
+    digest: str = ""
+    folder: Path | None = None
+    seed: int = 0
+    slots: list | None = None
+    done: dict | None = None
+    previous: Summary | None = None
+
+    def slot_plan(self, point, slot: Slot, **changes):
+        from hpcai.launcher import grid
+        from hpcai.launcher.plan import make_plan
+
+        return make_plan(dataclasses.replace(
+            _slot_options(grid.apply(self.opts, point, self.device), slot), **changes))
+
+
 def run_sweep(opts) -> int:
-    """Check everything, then one execute() per slot; limits restored after each."""
-    from hpcai.launcher import inrun, runtime
-    from hpcai.launcher import run as R
-    from hpcai.workloads.adaptive import SWEEP_CI_TARGET
-    from hpcai.workloads.catalog import get_workload
+    """Check everything, then one process per slot (or one in-run process for
+    them all); the limits come back after each."""
+    from hpcai.launcher.plan import preflight
 
-    from hpcai.launcher import grid
-
-    caps = list(opts.caps) if opts.caps else [None]
-    inrun.check_request(opts.in_run, caps, other_axes=_other_axes(opts))
-    if opts.protocol.get("ci_target") is None:  # sweeps measure adaptively by default
-        opts = dataclasses.replace(opts, protocol={**opts.protocol, "ci_target": SWEEP_CI_TARGET})
-    in_run = inrun.choose(opts, R.log, other_axes=_other_axes(opts))
-    sm_clocks = list(opts.sm_clocks) if opts.sm_clocks else [None]
-    mem_clocks = list(opts.mem_clocks) if opts.mem_clocks else [None]
-    points = grid.points(opts.vary or [])
-    device = None
-    if opts.vary:  # a CPU run's `gpus` are its processes: the device decides
-        device = R.plan(dataclasses.replace(opts, cap_w=None, caps=None, sm_clocks=None,
-                                            mem_clocks=None))[0]["devices"]["type"]
-    spec, _command, site, node = R.plan(_slot_options(
-        grid.apply(opts, points[0], device), Slot(caps[0], 0, sm_clocks[0], mem_clocks[0])))
-    if caps[0] is not None and not node.gpus:  # only a dry run gets here (plan refuses)
-        R.log(R.caps_unchecked_note(spec))
-    elif caps[0] is not None:
-        from hpcai.launcher.power import make_backend
-
-        with make_backend(spec["power"]["method"], node.vendor, site["power"]["command"]) as backend:
-            for cap in caps:  # every cap checked before the first one is set
-                R.check_cap(backend, cap, spec["devices"]["gpu_indices"], site)
-    if node.gpus and (sm_clocks[0] is not None or mem_clocks[0] is not None):
-        for sm in sm_clocks:  # every clock, too
-            for mem in mem_clocks:
-                R.check_clock_caps(spec, node, site, sm, mem)
-    key = measurement_key(spec)
-    if opts.vary:  # the first point's values are in the spec; the grid names them all
-        key["vary"] = [[name, values] for name, values in opts.vary]
-    if in_run:  # its own sweep folder: comparable in one report, never mixed in one sweep
-        key["mode"] = "in-run"
-    digest = key_hash(key)
-    sweep_dir = Path(spec["output_dir"]).parent / sweep_id(spec, digest)
-    summary_path = sweep_dir / SUMMARY_FILE
-    previous = Summary.load(summary_path) if summary_path.exists() else None
-    seed = opts.seed if opts.seed is not None else (
-        previous.doc.get("seed") if previous else new_seed())
-    slots = schedule(caps, opts.repeat, opts.order, seed, sm_clocks, mem_clocks, points)
-    done = completed_slots(sweep_dir, digest) if sweep_dir.exists() else {}
+    sweep = _plan_sweep(opts)
     if opts.dry_run:
-        print(json.dumps({"sweep_id": sweep_dir.name, "folder": str(sweep_dir), "seed": seed,
-                          "order": opts.order, "in_run": in_run,
-                          **({"vary": dict(opts.vary)} if opts.vary else {}), "runs": [
-                              {**({"point": dict(s.point)} if s.point else {}),
-                               "cap_w": s.cap_w, **_clock_fields(s), "repeat": s.repeat,
-                               "status": "complete" if s in done else "to run"} for s in slots]},
-                         indent=2))
-        commands = [R.plan(dataclasses.replace(
-                        _slot_options(grid.apply(opts, point, device), slots[0]),
-                        output=str(sweep_dir)))[1]
-                    for point in points]  # every point planned: a bad one is refused now
-        first = commands[points.index(slots[0].point)]
-        print("command of the first run: " + " ".join(first))
-        return 0
+        return _dry_run(sweep)
     # Journal, free space, output: all before the idle baseline measures anything.
-    if opts.vary:  # every point planned before anything runs: a bad one is refused now
-        for point in points[1:]:
-            other = R.plan(_slot_options(grid.apply(opts, point, device),
-                                         Slot(caps[0], 0, sm_clocks[0], mem_clocks[0])))[0]
-            if caps[0] is not None and node.gpus:  # and every cap on every point's GPUs
-                from hpcai.launcher.power import make_backend
-
-                with make_backend(spec["power"]["method"], node.vendor,
-                                  site["power"]["command"]) as backend:
-                    for cap in caps:
-                        R.check_cap(backend, cap, other["devices"]["gpu_indices"], site)
-    R.preflight(site, node, opts, sweep_dir)
-    runtime.check_ready(spec, get_workload(spec["workload"]).impl(spec["impl"]).framework)
-    tried = attempts(sweep_dir, digest)
-    summary = Summary(summary_path, {
-        "kind": "hpcai.sweep", "sweep_version": SUMMARY_VERSION, "sweep_id": sweep_dir.name,
-        "key": digest, "measurement": key, "workload": spec["workload"],
-        "preset": spec["preset"], "caps_w": caps, **_clock_axes(sm_clocks, mem_clocks),
-        "repeat": opts.repeat, "order": opts.order, "in_run": in_run,
-        **({"vary": [[name, values] for name, values in opts.vary]} if opts.vary else {}),
-        "seed": seed, "created": previous.doc.get("created") if previous else _now_iso(),
-        "idle_baseline": previous.doc.get("idle_baseline") if previous else None,
-        "status": "running",
-        "runs": [{"position": i, **({"point": dict(s.point)} if s.point else {}),
-                  "cap_w": s.cap_w, **_clock_fields(s), "repeat": s.repeat,
-                  "status": "complete" if s in done else "pending",
-                  "run_id": done.get(s), "skipped": s in done,
-                  "result": f"{done[s]}/result.json" if s in done else None,
-                  "message": "already complete" if s in done else None,
-                  "attempts": tried.get(s, [])} for i, s in enumerate(slots)],
-    })
-    summary.doc["counts"] = _counts(summary.doc["runs"])
-    todo = [i for i, s in enumerate(slots) if s not in done]
-    R.log(f"sweep {sweep_dir.name}: {len(slots)} run(s), {len(slots) - len(todo)} already "
-          f"complete, order {opts.order} (seed {seed}); summary in {summary_path}")
+    _check_other_points(sweep)
+    preflight(sweep.plan, sweep.folder)
+    summary = _new_summary(sweep)
+    todo = [i for i, s in enumerate(sweep.slots) if s not in sweep.done]
+    log(f"sweep {sweep.folder.name}: {len(sweep.slots)} run(s), "
+        f"{len(sweep.slots) - len(todo)} already complete, order {opts.order} "
+        f"(seed {sweep.seed}); summary in {summary.path}")
     summary.write()
     try:
         # Signals between runs, too, end the sweep with an honest summary.
         with install_signal_handlers():
-            if todo and not (summary.doc["idle_baseline"] or {}).get("available"):
-                # Before the first run, while the GPUs are idle and at their own limits.
-                summary.doc["idle_baseline"] = measure_idle(
-                    spec["devices"]["vendor"], spec["devices"]["gpu_indices"], opts.idle_s,
-                    float(spec["protocol"]["sample_interval_s"]), spec.get("node_power"))
-                _log_idle(summary.doc["idle_baseline"])
-                summary.write()
-            if in_run and todo:
-                inrun.run(R, opts, slots, todo, digest, sweep_dir, seed, summary)
-            for i in [] if in_run else todo:
-                _run_slot(R, grid.apply(opts, slots[i].point, device), slots[i], i, len(slots),
-                          digest, sweep_dir, seed, summary)
+            _run_todo(sweep, summary, todo)
     except (Interrupted, KeyboardInterrupt) as exc:
         summary.doc["status"] = "interrupted"
         summary.refresh_attempts()
@@ -544,25 +483,149 @@ def run_sweep(opts) -> int:
     return _finish(summary)
 
 
-def _run_slot(R, opts, slot: Slot, position: int, total: int, digest: str, sweep_dir: Path,
+def _plan_sweep(opts) -> _Sweep:
+    """The sweep's axes and first plan, every cap and clock checked, its folder and
+    slots (those already complete found)."""
+    from hpcai.launcher import grid, inrun_support
+    from hpcai.launcher.plan import check_limits, make_plan
+    from hpcai.workloads.adaptive import SWEEP_CI_TARGET
+
+    caps = list(opts.caps) if opts.caps else [None]
+    inrun_support.check_request(opts.in_run, caps, other_axes=_other_axes(opts))
+    if opts.protocol.get("ci_target") is None:  # sweeps measure adaptively by default
+        opts = dataclasses.replace(opts, protocol={**opts.protocol, "ci_target": SWEEP_CI_TARGET})
+    in_run = inrun_support.choose(opts, log, other_axes=_other_axes(opts))
+    device = None
+    if opts.vary:  # a CPU run's `gpus` are its processes: the device decides
+        device = make_plan(dataclasses.replace(opts, cap_w=None, caps=None, sm_clocks=None,
+                                               mem_clocks=None)).spec["devices"]["type"]
+    sweep = _Sweep(opts, caps, list(opts.sm_clocks) if opts.sm_clocks else [None],
+                   list(opts.mem_clocks) if opts.mem_clocks else [None],
+                   grid.points(opts.vary or []), device, in_run)
+    sweep.plan = sweep.slot_plan(sweep.points[0], _first_slot(sweep))
+    # Every cap and clock checked before the first one is set.
+    check_limits(sweep.plan, caps, [(sm, mem) for sm in sweep.sm_clocks
+                                    for mem in sweep.mem_clocks])
+    _find_folder(sweep)
+    return sweep
+
+
+def _first_slot(sweep: _Sweep) -> Slot:
+    return Slot(sweep.caps[0], 0, sweep.sm_clocks[0], sweep.mem_clocks[0])
+
+
+def _find_folder(sweep: _Sweep) -> None:
+    """The sweep's id and folder from what it measures; its seed and done slots."""
+    opts, spec = sweep.opts, sweep.plan.spec
+    key = measurement_key(spec)
+    if opts.vary:  # the first point's values are in the spec; the grid names them all
+        key["vary"] = [[name, values] for name, values in opts.vary]
+    if sweep.in_run:  # its own sweep folder: comparable in one report, never mixed in one sweep
+        key["mode"] = "in-run"
+    sweep.key, sweep.digest = key, key_hash(key)
+    sweep.folder = Path(spec["output_dir"]).parent / sweep_id(spec, sweep.digest)
+    summary_path = sweep.folder / SUMMARY_FILE
+    sweep.previous = Summary.load(summary_path) if summary_path.exists() else None
+    sweep.seed = opts.seed if opts.seed is not None else (
+        sweep.previous.doc.get("seed") if sweep.previous else new_seed())
+    sweep.slots = schedule(sweep.caps, opts.repeat, opts.order, sweep.seed, sweep.sm_clocks,
+                           sweep.mem_clocks, sweep.points)
+    sweep.done = completed_slots(sweep.folder, sweep.digest) if sweep.folder.exists() else {}
+
+
+def _dry_run(sweep: _Sweep) -> int:
+    opts, slots, done = sweep.opts, sweep.slots, sweep.done
+    print(json.dumps({"sweep_id": sweep.folder.name, "folder": str(sweep.folder),
+                      "seed": sweep.seed, "order": opts.order, "in_run": sweep.in_run,
+                      **({"vary": dict(opts.vary)} if opts.vary else {}), "runs": [
+                          {**({"point": dict(s.point)} if s.point else {}),
+                           "cap_w": s.cap_w, **_clock_fields(s), "repeat": s.repeat,
+                           "status": "complete" if s in done else "to run"} for s in slots]},
+                     indent=2))
+    commands = [sweep.slot_plan(point, slots[0], output=str(sweep.folder)).command
+                for point in sweep.points]  # every point planned: a bad one is refused now
+    first = commands[sweep.points.index(slots[0].point)]
+    print("command of the first run: " + " ".join(first))
+    return 0
+
+
+def _check_other_points(sweep: _Sweep) -> None:
+    """Every point planned before anything runs (a bad one is refused now), and
+    every cap checked on every point's GPUs."""
+    from hpcai.launcher.plan import check_limits
+
+    for point in sweep.points[1:] if sweep.opts.vary else []:
+        other = sweep.slot_plan(point, _first_slot(sweep))
+        if sweep.caps[0] is not None and sweep.plan.node.gpus:
+            check_limits(other, sweep.caps)
+
+
+def _new_summary(sweep: _Sweep) -> Summary:
+    opts, spec, previous, done = sweep.opts, sweep.plan.spec, sweep.previous, sweep.done
+    tried = attempts(sweep.folder, sweep.digest)
+    summary = Summary(sweep.folder / SUMMARY_FILE, {
+        "kind": "hpcai.sweep", "sweep_version": SUMMARY_VERSION, "sweep_id": sweep.folder.name,
+        "key": sweep.digest, "measurement": sweep.key, "workload": spec["workload"],
+        "preset": spec["preset"], "caps_w": sweep.caps,
+        **_clock_axes(sweep.sm_clocks, sweep.mem_clocks),
+        "repeat": opts.repeat, "order": opts.order, "in_run": sweep.in_run,
+        **({"vary": [[name, values] for name, values in opts.vary]} if opts.vary else {}),
+        "seed": sweep.seed, "created": previous.doc.get("created") if previous else _now_iso(),
+        "idle_baseline": previous.doc.get("idle_baseline") if previous else None,
+        "status": "running",
+        "runs": [{"position": i, **({"point": dict(s.point)} if s.point else {}),
+                  "cap_w": s.cap_w, **_clock_fields(s), "repeat": s.repeat,
+                  "status": "complete" if s in done else "pending",
+                  "run_id": done.get(s), "skipped": s in done,
+                  "result": f"{done[s]}/result.json" if s in done else None,
+                  "message": "already complete" if s in done else None,
+                  "attempts": tried.get(s, [])} for i, s in enumerate(sweep.slots)],
+    })
+    summary.doc["counts"] = _counts(summary.doc["runs"])
+    return summary
+
+
+def _run_todo(sweep: _Sweep, summary: Summary, todo: list[int]) -> None:
+    """The idle baseline (once, before the first run), then the runs still to do."""
+    from hpcai.launcher import grid, inrun
+
+    opts, spec = sweep.opts, sweep.plan.spec
+    if todo and not (summary.doc["idle_baseline"] or {}).get("available"):
+        # Before the first run, while the GPUs are idle and at their own limits.
+        summary.doc["idle_baseline"] = measure_idle(
+            spec["devices"]["vendor"], spec["devices"]["gpu_indices"], opts.idle_s,
+            float(spec["protocol"]["sample_interval_s"]), spec.get("node_power"))
+        _log_idle(summary.doc["idle_baseline"])
+        summary.write()
+    if sweep.in_run and todo:
+        inrun.run(opts, sweep.slots, todo, sweep.digest, sweep.folder, sweep.seed, summary)
+    for i in [] if sweep.in_run else todo:
+        _run_slot(grid.apply(opts, sweep.slots[i].point, sweep.device), sweep.slots[i], i,
+                  len(sweep.slots), sweep.digest, sweep.folder, sweep.seed, summary)
+
+
+def _run_slot(opts, slot: Slot, position: int, total: int, digest: str, sweep_dir: Path,
               seed: int, summary: Summary) -> None:
-    spec, command, site, node = R.plan(dataclasses.replace(
-        _slot_options(opts, slot), output=str(sweep_dir)))
+    from hpcai.launcher.plan import make_plan
+    from hpcai.launcher.single import execute
+
+    plan = make_plan(dataclasses.replace(_slot_options(opts, slot), output=str(sweep_dir)))
+    spec = plan.spec
     spec["sweep"] = {"id": sweep_dir.name, "key": digest, "position": position,
                      "repeat": slot.repeat, "repeats": opts.repeat, "order": opts.order,
                      "seed": seed}
     if slot.point:
         spec["sweep"]["point"] = [[name, value] for name, value in slot.point]
-    R.log(f"sweep run {position + 1}/{total}: {slot.describe()}")
+    log(f"sweep run {position + 1}/{total}: {slot.describe()}")
     summary.set_run(position, status="running", run_id=spec["run_id"], skipped=False,
                     result=f"{spec['run_id']}/result.json", message=None)
     try:
-        R.execute(spec, command, site, node, opts)
+        execute(plan)
     except (WorkloadError, ResultError) as exc:
         # This run failed; the others may still work (another cap, a transient error).
         status = _result_status(sweep_dir / spec["run_id"] / "result.json")
         summary.set_run(position, status=status, message=exc.one_line())
-        R.log(f"sweep run {position + 1}/{total} {status}: {exc.one_line()}; continuing")
+        log(f"sweep run {position + 1}/{total} {status}: {exc.one_line()}; continuing")
         return
     except (Interrupted, KeyboardInterrupt) as exc:
         why = exc.one_line() if isinstance(exc, Interrupted) else "interrupted by SIGINT"
@@ -611,8 +674,6 @@ def _result_status(path: Path) -> str:
 
 
 def _log_idle(baseline: dict) -> None:
-    from hpcai.launcher.run import log
-
     if baseline.get("available"):
         log(f"idle baseline: {baseline['total_power_w']:.0f} W over {baseline['seconds']:.1f} s")
     else:

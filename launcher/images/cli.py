@@ -13,7 +13,7 @@ FAMILY_HELP = "image family (repeatable; default: all of " + ", ".join(IMAGE_FAM
 
 
 def _guarded(fn):
-    from hpcai.launcher.cli import _run_guarded
+    from hpcai.launcher.guarded import run_guarded as _run_guarded
 
     def wrapper(*args, **kwargs):
         return _run_guarded(fn, *args, **kwargs)

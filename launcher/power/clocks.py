@@ -101,7 +101,7 @@ def record_clock_workload(power_journal, pgid: int, tag: str) -> None:
 
 
 def refuse_stale_clock_journal(power_journal) -> None:
-    from hpcai.launcher.power.session import _pid_alive
+    from hpcai.launcher.power.stale import pid_alive as _pid_alive
 
     path = clock_journal_path(power_journal)
     if not path.exists():
@@ -263,7 +263,7 @@ def restore_clocks_from_journal(backend, power_journal, force: bool = False) -> 
     "error"}]}; PowerError (journal kept) when any could not be restored.
     """
     from hpcai.launcher.power.journal import remove_journal
-    from hpcai.launcher.power.session import _pid_alive, _stop_or_refuse
+    from hpcai.launcher.power.stale import pid_alive as _pid_alive, stop_or_refuse as _stop_or_refuse
 
     path = clock_journal_path(power_journal)
     record = load_clock_journal(path)

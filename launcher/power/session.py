@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import socket
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from hpcai.errors import (
 )
 from hpcai.launcher.power.backends import PowerBackend
 from hpcai.launcher.power.restoring import RestoringSession, describe
+from hpcai.launcher.power.stale import pid_alive as _pid_alive, stop_or_refuse as _stop_or_refuse
 from hpcai.launcher.power.journal import default_journal_path, load_journal, remove_journal, write_journal
 from hpcai.signals import install_signal_handlers
 
@@ -38,21 +38,6 @@ __all__ = ["CapSession", "check_cap_range", "install_signal_handlers", "restore_
 
 def _fmt(value: float | None) -> str:
     return "?" if value is None else f"{value:g}"
-
-
-def _pid_alive(pid) -> bool:
-    if not isinstance(pid, int) or pid <= 0 or pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # exists, owned by someone else
-    try:  # a killed launcher nobody reaped yet is a zombie: it holds nothing
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
 
 
 def refuse_stale_journal(path) -> None:
@@ -242,27 +227,6 @@ class CapSession(RestoringSession):
             "cap_w": self.cap_w,
             "gpus": {str(i): dict(g, index=i) for i, g in self.gpus.items()},
         }
-
-
-def _stop_or_refuse(workload: dict | None, path: Path, force: bool) -> None:
-    """A cap must not be lifted under a workload that still runs on it."""
-    from hpcai.launcher.power import workload_procs
-
-    pids = workload_procs.find(workload)
-    if not pids:
-        return
-    what = workload_procs.describe(workload, pids)
-    if not force:
-        raise PowerError(
-            f"the run that wrote {path} left {what} still running",
-            f"stop it with `kill -TERM -- -{workload.get('pgid')}` and `kill -TERM "
-            f"{' '.join(map(str, pids))}` (it writes an interrupted result), or pass --force "
-            "to stop it and restore")
-    log.warning("stopping %s", what)
-    left = workload_procs.stop(workload)
-    if left:
-        raise PowerError(f"could not stop {workload_procs.describe(workload, left)}",
-                         "stop them by hand (kill -KILL), then run `hpcai-launch power restore`")
 
 
 def restore_from_journal(backend: PowerBackend, journal_path=None, force: bool = False) -> dict:

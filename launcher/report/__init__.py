@@ -7,7 +7,7 @@ plots are drawn.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -54,12 +54,52 @@ def build_report(paths: list, opts: ReportOptions) -> int:
     return 0
 
 
+@dataclass
+class _Parts:
+    """What one report is made of, gathered step by step by make_report."""
+
+    runs: list
+    sweeps: list
+    reference: object
+    out: Path
+    cells: list = field(default_factory=list)
+    analyses: list = field(default_factory=list)
+    work: dict = field(default_factory=dict)
+    overhead: str = ""
+    objective_note: str = ""
+    named: dict = field(default_factory=dict)  # the tables by role
+    all_tables: list = field(default_factory=list)
+    plots: list = field(default_factory=list)
+    skipped: list = field(default_factory=list)
+    roof: tuple = ((), (), (), ())  # tables, plots, skipped, notes
+    study: tuple = ({}, {}, {})  # tables, plots, notes by section key
+    generated: str = ""
+    usable: int = 0
+
+
 def make_report(paths: list, opts: ReportOptions) -> dict:
-    from hpcai.launcher.report import html, outputs, tables
-    from hpcai.launcher.report.efficiency import DEFAULT_WORK, analyse
-    from hpcai.launcher.report.load import load_reference, load_results, shown_path
-    from hpcai.launcher.report.plots import make_plots
-    from hpcai.launcher.report.stats import aggregate
+    from hpcai.launcher.report.load import shown_path
+    from hpcai.launcher.report.tables import status_reason
+
+    parts = _load(paths, opts)
+    _analyse(parts, opts)
+    _tabulate(parts, opts)
+    _draw(parts, opts)
+    meta = _meta(parts, opts)
+    sections = _sections(parts)
+    md_path, html_path = _write_pages(parts.out, opts.title, meta, sections)
+    csv_paths, json_path = _write_data(parts, opts, paths)
+    runs = parts.runs
+    return {"markdown": md_path, "html": html_path, "json": json_path, "csv": csv_paths,
+            "plots": parts.plots, "skipped_plots": parts.skipped, "runs": len(runs),
+            "usable": parts.usable,
+            "excluded": [f"{shown_path(r.path)} ({r.status}): "
+                         f"{'; '.join(r.problems) or status_reason(r)}"
+                         for r in runs if not r.usable]}
+
+
+def _load(paths: list, opts: ReportOptions) -> _Parts:
+    from hpcai.launcher.report.load import load_reference, load_results
 
     runs, sweeps = load_results(paths, allow_empty=opts.reference)
     reference = load_reference(opts.reference_file) if opts.reference else None
@@ -72,60 +112,85 @@ def make_report(paths: list, opts: ReportOptions) -> dict:
     except OSError as exc:
         raise UsageError(f"cannot create report folder {out} ({exc.strerror})",
                          "choose another with --output") from None
-    cells = aggregate(runs, opts.node_overhead_w, opts.noisy_cv, opts.combine_runs)
-    analyses = analyse(cells, opts.max_slowdown)
-    work = {unit: opts.work or amount for unit, amount in DEFAULT_WORK.items()}
-    overhead = overhead_note(runs, opts.node_overhead_w)
+    return _Parts(runs, sweeps, reference, out)
+
+
+def _analyse(parts: _Parts, opts: ReportOptions) -> None:
+    from hpcai.launcher.report.efficiency import DEFAULT_WORK, analyse
+    from hpcai.launcher.report.facility import apply_objective
+    from hpcai.launcher.report.stats import aggregate
+
+    parts.cells = aggregate(parts.runs, opts.node_overhead_w, opts.noisy_cv, opts.combine_runs)
+    parts.analyses = analyse(parts.cells, opts.max_slowdown)
+    parts.work = {unit: opts.work or amount for unit, amount in DEFAULT_WORK.items()}
+    parts.overhead = overhead_note(parts.runs, opts.node_overhead_w)
+    parts.objective_note = apply_objective(parts.analyses, opts.objective, opts.max_slowdown)
+
+
+def _tabulate(parts: _Parts, opts: ReportOptions) -> None:
+    from hpcai.launcher.report import tables
     from hpcai.launcher.report.boundaries import boundaries_table
-    from hpcai.launcher.report.facility import apply_objective, facility_table
-
-    objective_note = apply_objective(analyses, opts.objective, opts.max_slowdown)
-
-    throughput = tables.throughput_tables(cells, analyses, reference, runs)
     from hpcai.launcher.report.clocks import clock_table
+    from hpcai.launcher.report.facility import facility_table
 
-    clocks = clock_table(cells)  # None unless a result capped clocks
-    efficiency = tables.efficiency_tables(cells, analyses, overhead, runs)
-    recommendations = tables.recommendation_table(analyses, opts.max_slowdown,
-                                                       opts.objective) if analyses else None
-    fixed = tables.fixed_work_table(analyses, work)
-    facility = facility_table(analyses, work)
-    boundaries = boundaries_table(runs)
-    statistics = tables.stats_table(cells) if cells else None
-    excluded = tables.excluded_table(runs)
-    sweeps_table = tables.idle_table(sweeps)
-    runs_table = tables.runs_table(runs)
-    all_tables = [t for t in (*throughput, clocks, *efficiency, recommendations, fixed, facility,
-                              boundaries, statistics, excluded, sweeps_table, runs_table)
-                  if t is not None]
+    cells, analyses, runs = parts.cells, parts.analyses, parts.runs
+    named = parts.named
+    named["throughput"] = tables.throughput_tables(cells, analyses, parts.reference, runs)
+    named["clocks"] = clock_table(cells)  # None unless a result capped clocks
+    named["efficiency"] = tables.efficiency_tables(cells, analyses, parts.overhead, runs)
+    named["recommendations"] = tables.recommendation_table(
+        analyses, opts.max_slowdown, opts.objective) if analyses else None
+    named["fixed"] = tables.fixed_work_table(analyses, parts.work)
+    named["facility"] = facility_table(analyses, parts.work)
+    named["boundaries"] = boundaries_table(runs)
+    named["statistics"] = tables.stats_table(cells) if cells else None
+    named["excluded"] = tables.excluded_table(runs)
+    named["sweeps"] = tables.idle_table(parts.sweeps)
+    named["runs"] = tables.runs_table(runs)
+    parts.all_tables = [t for t in (
+        *named["throughput"], named["clocks"], *named["efficiency"], named["recommendations"],
+        named["fixed"], named["facility"], named["boundaries"], named["statistics"],
+        named["excluded"], named["sweeps"], named["runs"]) if t is not None]
 
-    plots, skipped = make_plots(out / "plots", cells, analyses, runs, reference, opts.power_run)
-    from hpcai.launcher.report import roofline
 
-    roof_tables, roof_plots, roof_skipped, roof_notes = roofline.section(out / "plots", runs, reference)
-    all_tables += roof_tables
-    plots += roof_plots
-    skipped += roof_skipped
-    from hpcai.launcher.report import scaling
+def _draw(parts: _Parts, opts: ReportOptions) -> None:
+    """The plots, then the roofline and the scaling studies (tables and plots)."""
+    from hpcai.launcher.report import roofline, scaling
+    from hpcai.launcher.report.plots import make_plots
 
-    study_tables, study_plots, study_notes = scaling.section(out / "plots", runs, cells, work)
+    folder = parts.out / "plots"
+    parts.plots, parts.skipped = make_plots(folder, parts.cells, parts.analyses, parts.runs,
+                                            parts.reference, opts.power_run)
+    parts.roof = roofline.section(folder, parts.runs, parts.reference)
+    roof_tables, roof_plots, roof_skipped, _notes = parts.roof
+    parts.all_tables += roof_tables
+    parts.plots += roof_plots
+    parts.skipped += roof_skipped
+    parts.study = scaling.section(folder, parts.runs, parts.cells, parts.work)
+    study_tables, study_plots, _notes = parts.study
     for key in study_tables:
-        all_tables += study_tables[key]
-        plots += study_plots[key]
-    studied = [p for key in study_plots for p in study_plots[key]]
-    usable = sum(r.usable for r in runs)
-    generated = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    meta = [(f"Generated {generated} from {len(runs)} result file(s): {usable} complete and "
-            f"valid, {len(runs) - usable} listed but not included."),
-            overhead,
+        parts.all_tables += study_tables[key]
+        parts.plots += study_plots[key]
+
+
+def _meta(parts: _Parts, opts: ReportOptions) -> list[str]:
+    """The lines under the title: inputs, node overhead, repeats, the best-cap rule."""
+    from hpcai.launcher.report import tables
+
+    runs = parts.runs
+    usable = parts.usable = sum(r.usable for r in runs)
+    parts.generated = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    meta = [(f"Generated {parts.generated} from {len(runs)} result file(s): {usable} complete "
+             f"and valid, {len(runs) - usable} listed but not included."),
+            parts.overhead,
             ("Repeats: the runs of one sweep" + (", and independent runs of the same "
              "configuration (--combine-runs)." if opts.combine_runs else "; independent runs at "
              "a cap already measured form another row (run set 2, ...); --combine-runs takes "
              "them as repeats.")),
             (f"Recommended cap: least energy per unit of work within {opts.max_slowdown:.0%} of "
-            f"the fastest enforced cap; noisy: coefficient of variation above "
-            f"{opts.noisy_cv:.0%}." if opts.objective == "energy" else
-             f"{objective_note} Noisy: coefficient of variation above {opts.noisy_cv:.0%}."),
+             f"the fastest enforced cap; noisy: coefficient of variation above "
+             f"{opts.noisy_cv:.0%}." if opts.objective == "energy" else
+             f"{parts.objective_note} Noisy: coefficient of variation above {opts.noisy_cv:.0%}."),
             "Devices: " + "; ".join(sorted({f"{r.device} = {r.device_full}" for r in runs
                                             if r.usable})) if usable else "No usable runs."]
     unchecked = sum(1 for r in runs if r.usable and r.validity_verdict is None)
@@ -136,33 +201,49 @@ def make_report(paths: list, opts: ReportOptions) -> dict:
     if any(r.failed_checks for r in runs):
         meta.append("Results that failed a validity check are left out of every figure; "
                     f"{tables.FAILED_MARK} beside a cell names the check.")
-    if reference:
+    if parts.reference:
         meta.append("Reference: the seed paper's published throughput (Tables 3 and 4).")
-    if not cells:
+    if not parts.cells:
         meta.append("No complete, valid result: nothing to tabulate.")
+    return meta
 
-    sections = [("Best cap", [t for t in (recommendations,) if t]),
-                ("Throughput per GPU", throughput),
-                ("Clock caps", [t for t in (clocks,) if t]),
-                ("Energy efficiency", efficiency),
-                ("Energy and time for a fixed amount of work", [t for t in (fixed,) if t]),
-                ("Facility energy, cost and emissions", [t for t in (facility,) if t]),
-                ("Measurement boundaries", [t for t in (boundaries,) if t]),
-                ("Trends against problem size", [*study_tables["trends"], *study_plots["trends"]]),
-                ("Device parallelism", [*study_notes["parallelism"], *study_tables["parallelism"],
-                                        *study_plots["parallelism"]]),
-                ("Runtime split", [*study_tables["split"], *study_plots["split"]]),
-                ("Node scaling", [*study_tables["scaling"], *study_plots["scaling"]]),
-                ("Figures", [p for p in plots if p not in roof_plots and p not in studied]
-                 + [f"Not drawn: {s}." for s in skipped if s not in roof_skipped]),
-                ("Roofline and hardware correlation", [*roof_notes, *roof_tables, *roof_plots,
-                                                       *[f"Not drawn: {s}." for s in roof_skipped]]),
-                ("Statistics", [t for t in (statistics,) if t]),
-                ("Runs not included", [t for t in (excluded,) if t]),
-                ("Sweeps", [t for t in (sweeps_table,) if t]),
-                ("All runs", [runs_table])]
 
-    md = [f"# {opts.title}", "", *[f"{m}  " for m in meta], ""]
+def _sections(parts: _Parts) -> list[tuple[str, list]]:
+    named = parts.named
+    roof_tables, roof_plots, roof_skipped, roof_notes = parts.roof
+    study_tables, study_plots, study_notes = parts.study
+    studied = [p for key in study_plots for p in study_plots[key]]
+
+    def present(*tables):
+        return [t for t in tables if t]
+
+    return [("Best cap", present(named["recommendations"])),
+            ("Throughput per GPU", named["throughput"]),
+            ("Clock caps", present(named["clocks"])),
+            ("Energy efficiency", named["efficiency"]),
+            ("Energy and time for a fixed amount of work", present(named["fixed"])),
+            ("Facility energy, cost and emissions", present(named["facility"])),
+            ("Measurement boundaries", present(named["boundaries"])),
+            ("Trends against problem size", [*study_tables["trends"], *study_plots["trends"]]),
+            ("Device parallelism", [*study_notes["parallelism"], *study_tables["parallelism"],
+                                    *study_plots["parallelism"]]),
+            ("Runtime split", [*study_tables["split"], *study_plots["split"]]),
+            ("Node scaling", [*study_tables["scaling"], *study_plots["scaling"]]),
+            ("Figures", [p for p in parts.plots if p not in roof_plots and p not in studied]
+             + [f"Not drawn: {s}." for s in parts.skipped if s not in roof_skipped]),
+            ("Roofline and hardware correlation", [*roof_notes, *roof_tables, *roof_plots,
+                                                   *[f"Not drawn: {s}." for s in roof_skipped]]),
+            ("Statistics", present(named["statistics"])),
+            ("Runs not included", present(named["excluded"])),
+            ("Sweeps", present(named["sweeps"])),
+            ("All runs", [named["runs"]])]
+
+
+def _write_pages(out: Path, title: str, meta: list[str], sections: list) -> tuple[Path, Path]:
+    """report.md and report.html."""
+    from hpcai.launcher.report import html, outputs, tables
+
+    md = [f"# {title}", "", *[f"{m}  " for m in meta], ""]
     for heading, items in sections:
         if not items:
             continue
@@ -179,39 +260,44 @@ def make_report(paths: list, opts: ReportOptions) -> dict:
     # Text read from results may hold what UTF-8 cannot (lone surrogates): escaped, never fatal.
     md_path.write_text("\n".join(md), encoding="utf-8", errors="backslashreplace")
     html_path = out / "report.html"
-    html_path.write_text(html.page(opts.title, meta, sections), encoding="utf-8",
+    html_path.write_text(html.page(title, meta, sections), encoding="utf-8",
                          errors="backslashreplace")
-    csv_paths = [outputs.write_table_csv(t, out) for t in all_tables]
-    by_group = {a.group: a for a in analyses}
-    records = [outputs.cell_record(c, by_group.get(c.group)) for c in cells]
+    return md_path, html_path
+
+
+def _write_data(parts: _Parts, opts: ReportOptions, paths: list) -> tuple[list, Path]:
+    """One CSV per table, the cells' CSV, and report.json."""
+    from hpcai.launcher.report import outputs
+    from hpcai.launcher.report.load import shown_path
+
+    out, work, runs = parts.out, parts.work, parts.runs
+    csv_paths = [outputs.write_table_csv(t, out) for t in parts.all_tables]
+    by_group = {a.group: a for a in parts.analyses}
+    records = [outputs.cell_record(c, by_group.get(c.group)) for c in parts.cells]
     csv_paths.append(outputs.write_cells_csv(records, out))
     json_path = outputs.write_json({
-        "kind": "hpcai.report", "report_version": 1, "generated": generated,
+        "kind": "hpcai.report", "report_version": 1, "generated": parts.generated,
         "title": opts.title, "inputs": [shown_path(p) for p in paths],
         "options": {"node_overhead_w": opts.node_overhead_w, "max_slowdown": opts.max_slowdown,
                     "work": work, "noisy_cv": opts.noisy_cv, "reference": opts.reference,
                     "combine_runs": opts.combine_runs, "objective": opts.objective},
-        "node_overhead": overhead,
+        "node_overhead": parts.overhead,
         "cells": records,
-        "best_caps": [outputs.analysis_record(a, work) for a in analyses],
+        "best_caps": [outputs.analysis_record(a, work) for a in parts.analyses],
         "excluded_runs": [{"run_id": r.run_id, "status": r.status, "problems": r.problems,
                            "failed_checks": r.failed_checks,
                            "path": shown_path(r.path)} for r in runs if not r.usable],
         "sweeps": [{"path": shown_path(s.path), "sweep_id": s.doc.get("sweep_id"),
                     "status": s.doc.get("status"), "counts": s.doc.get("counts"),
-                    "idle_baseline": s.doc.get("idle_baseline")} for s in sweeps],
+                    "idle_baseline": s.doc.get("idle_baseline")} for s in parts.sweeps],
         "tables": {t.key: {"title": t.title, "header": t.header,
                            "rows": [[c.text for c in row] for row in t.rows], "notes": t.notes}
-                   for t in all_tables},
+                   for t in parts.all_tables},
         "plots": [{"name": p.name, "png": str(p.png.relative_to(out)),
-                   "svg": str(p.svg.relative_to(out))} for p in plots],
-        "plots_not_drawn": skipped,
+                   "svg": str(p.svg.relative_to(out))} for p in parts.plots],
+        "plots_not_drawn": parts.skipped,
     }, out)
-    return {"markdown": md_path, "html": html_path, "json": json_path, "csv": csv_paths,
-            "plots": plots, "skipped_plots": skipped, "runs": len(runs), "usable": usable,
-            "excluded": [f"{shown_path(r.path)} ({r.status}): "
-                         f"{'; '.join(r.problems) or tables.status_reason(r)}"
-                         for r in runs if not r.usable]}
+    return csv_paths, json_path
 
 
 def overhead_note(runs, override: float | None) -> str:

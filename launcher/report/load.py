@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hpcai.errors import UsageError
+from hpcai.launcher.report.points import RefPoint, workload_key  # noqa: F401 (their old home)
 from hpcai.workloads.efficiency import units_per_joule
 
 REFERENCE_FILE = "reference/seed-paper-throughput.csv"
@@ -38,11 +39,6 @@ def short_gpu_name(full: str) -> str:
     if not any(ch.isdigit() for ch in first) and len(words) > 1:
         return f"{first} {words[1]}"
     return first
-
-
-def workload_key(name: str) -> str:
-    """Names compared loosely: "vit-l16", "vit_l16" and "ViT-L16" are one workload."""
-    return re.sub(r"[^a-z0-9]", "", name.lower())
 
 
 @dataclass
@@ -151,27 +147,6 @@ def shown_text(text: str) -> str:
 class Sweep:
     path: Path
     doc: dict
-
-
-@dataclass(frozen=True)
-class RefPoint:
-    workload: str
-    gpu: str
-    cap_w: float
-    throughput: float  # as published
-    unit: str
-    enforced: bool
-    basis: str = "per_gpu"  # or node_4gpu: the published figure is a 4-GPU node's total
-    gpus: int = 1  # GPUs the published figure covers
-    precision: str = ""
-    batch: str = ""
-    request_mix: str = ""
-
-    @property
-    def per_gpu(self) -> float:
-        """The published figure on the report's basis: per GPU."""
-        return self.throughput / self.gpus
-    published: str = ""  # the figure as the paper prints it ("1426.0"), shown unrounded
 
 
 def find_files(paths: list[str | Path], allow_empty: bool = False) -> tuple[list[Path], list[Path]]:
@@ -291,6 +266,13 @@ def _fill(run: Run, path: Path, doc: dict) -> None:
     run.nodes = int((spec.get("slurm") or {}).get("nodes") or 1)
     job = (spec.get("slurm") or {}).get("job_id")
     run.slurm_job = str(job) if job is not None else None
+    _fill_limits(run, doc, spec, used)
+    _fill_figures(run, doc, spec, used)
+    _fill_context(run, path, doc, spec, used)
+
+
+def _fill_limits(run: Run, doc: dict, spec: dict, used: list) -> None:
+    """The cap and clocks asked for, whether the cap held, the GPUs' default limit."""
     run.cap_w = spec["power"]["cap_w"]
     run.cap_read = True
     clocks = spec["power"].get("clocks") or {}
@@ -299,6 +281,10 @@ def _fill(run: Run, path: Path, doc: dict) -> None:
     run.enforced = cap.get("enforced") if run.cap_w is not None else None
     defaults = [(g.get("limits") or {}).get("default_w") for g in used]
     run.default_limit_w = defaults[0] if defaults and defaults[0] is not None else None
+
+
+def _fill_figures(run: Run, doc: dict, spec: dict, used: list) -> None:
+    """Throughput, power and energy, as the result states them."""
     tp = doc["throughput"]
     run.per_gpu, run.node = tp.get("per_gpu"), tp.get("node")
     # Epochs per GPU in the same proportion as the result's own per-GPU figure.
@@ -317,6 +303,13 @@ def _fill(run: Run, path: Path, doc: dict) -> None:
     run.facility = dict(spec.get("facility") or {})
     run.power_doc = power
     run.units = (doc.get("work") or {}).get("measured_units")
+    run.achieved_tflops_node = tp.get("achieved_tflops_node")
+    run.fraction_of_peak = tp.get("fraction_of_peak")
+
+
+def _fill_context(run: Run, path: Path, doc: dict, spec: dict, used: list) -> None:
+    """Precision, work per unit, clocks seen, samples, the measured window, the sweep."""
+    config = doc.get("config") or {}
     run.precision = config.get("precision")
     run.flops_per_unit, run.bytes_per_unit = config.get("flops_per_unit"), config.get("bytes_per_unit")
     run.sm_clock_mhz = _mean([g.get("sm_clock_mhz_mean") for g in used])
@@ -329,8 +322,6 @@ def _fill(run: Run, path: Path, doc: dict) -> None:
     sweep = spec.get("sweep") or {}
     run.sweep_id, run.repeat = sweep.get("id"), sweep.get("repeat")
     run.point = {str(n): v for n, v in sweep.get("point") or (spec.get("slurm") or {}).get("point") or []}
-    run.achieved_tflops_node = tp.get("achieved_tflops_node")
-    run.fraction_of_peak = tp.get("fraction_of_peak")
     run.input = doc.get("input")
     run.scaling = (spec.get("slurm") or {}).get("scaling")
 

@@ -31,7 +31,7 @@ def read_reference(path: str | Path | None = None) -> list:
     """The packaged CSV (or another: the six base columns, or those plus
     basis, precision, batch and request_mix); '#' lines are comments. A file
     without `basis` is read as per GPU, as before."""
-    from hpcai.launcher.report.load import RefPoint
+    from hpcai.launcher.report.points import RefPoint
 
     if path is None:
         text = resources.files("hpcai").joinpath(REFERENCE_FILE).read_text()
@@ -94,7 +94,7 @@ def cell_comparability(cell) -> tuple[bool, str | None]:
 
 
 def matching_point(refs: list, workload_key: str, gpu: str, cap_w: float | None):
-    from hpcai.launcher.report.load import workload_key as key
+    from hpcai.launcher.report.points import workload_key as key
 
     for p in refs:
         if key(p.workload) == workload_key and p.gpu.upper() == (gpu or "").upper() \

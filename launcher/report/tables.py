@@ -137,33 +137,45 @@ def throughput_tables(cells: list[Cell], analyses: list[Analysis],
                 _beside_the_paper(row[2:], group, [by_cap.get(cap) for cap in caps], caps, refs,
                                   why_not)
             rows.append(row)
-        for (workload, gpu) in dict.fromkeys((p.workload, p.gpu) for p in refs):
-            by_cap = {p.cap_w: p for p in refs if p.workload == workload and p.gpu == gpu}
-            row = [_t(workload), _t(f"{gpu} (paper)")]
-            for cap in caps:
-                p = by_cap.get(cap)
-                # Per GPU, as our rows: the paper's node totals divided by their GPUs;
-                # a per-GPU figure is shown exactly as the paper prints it.
-                row.append(_value_cell(p.per_gpu, enforced=p.enforced, reference=True,
-                                       published=p.published if p.gpus == 1 else "")
-                           if p else _t("–"))
-            rows.append(row)
+        rows += _paper_rows(refs, caps)
         if not rows:
             continue
-        notes = [("Values in parentheses: the cap was not enforced (median power above the "
-                 "cap plus its tolerance), as the seed paper prints them."), BOLD_NOTE,
-                 PRECISION_NOTE,
-                 ("On CPU runs the throughput is per process and power was not measured unless "
-                 "RAPL was readable.")]
-        if mine_failed:
-            notes.append(FAILED_NOTE)
-        if any(c.noisy for c in mine):
-            notes.append(f"{NOISY_MARK}: noisy (coefficient of variation above the threshold; see the "
-                         "statistics table).")
-        notes += ref.notes(refs, with_ours=bool(mine)) + why_not
+        notes = _throughput_notes(mine, bool(mine_failed), refs, why_not)
         key = "throughput-" + unit.split("/")[0]
         tables.append(Table(key, UNIT_TITLES.get(unit, unit), header, rows, notes, flag_columns=True))
     return tables
+
+
+def _paper_rows(refs: list[RefPoint], caps: list) -> list[list]:
+    """The seed paper's rows of one unit's table, one per workload and GPU."""
+    rows = []
+    for (workload, gpu) in dict.fromkeys((p.workload, p.gpu) for p in refs):
+        by_cap = {p.cap_w: p for p in refs if p.workload == workload and p.gpu == gpu}
+        row = [_t(workload), _t(f"{gpu} (paper)")]
+        for cap in caps:
+            p = by_cap.get(cap)
+            # Per GPU, as our rows: the paper's node totals divided by their GPUs;
+            # a per-GPU figure is shown exactly as the paper prints it.
+            row.append(_value_cell(p.per_gpu, enforced=p.enforced, reference=True,
+                                   published=p.published if p.gpus == 1 else "")
+                       if p else _t("–"))
+        rows.append(row)
+    return rows
+
+
+def _throughput_notes(mine: list[Cell], any_failed: bool, refs: list[RefPoint],
+                      why_not: list[str]) -> list[str]:
+    notes = [("Values in parentheses: the cap was not enforced (median power above the "
+             "cap plus its tolerance), as the seed paper prints them."), BOLD_NOTE,
+             PRECISION_NOTE,
+             ("On CPU runs the throughput is per process and power was not measured unless "
+             "RAPL was readable.")]
+    if any_failed:
+        notes.append(FAILED_NOTE)
+    if any(c.noisy for c in mine):
+        notes.append(f"{NOISY_MARK}: noisy (coefficient of variation above the threshold; see the "
+                     "statistics table).")
+    return notes + ref.notes(refs, with_ours=bool(mine)) + why_not
 
 
 def _beside_the_paper(tcells: list[TCell], group, cells: list, caps: list,

@@ -86,8 +86,7 @@ def run_selftest(site_selector: str | None = None, only=None, as_json: bool = Fa
                  power_method: str | None = None, journal: str | None = None,
                  workloads: str | None = None) -> int:
     from hpcai.launcher import sites
-    from hpcai.launcher.run import journal_path
-    from hpcai.launcher.selftest import gpu_checks, workload_checks
+    from hpcai.launcher.plan import journal_path
     from hpcai.launcher.visibility import visible_gpus
     from hpcai.workloads.power_sources import find_rapl_domains
 
@@ -120,24 +119,7 @@ def run_selftest(site_selector: str | None = None, only=None, as_json: bool = Fa
         if not gpus:
             ctx.rapl, _ = find_rapl_domains()
         started = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        rows: list[Check] = []
-        runners = {"library": gpu_checks.check_library, "gpus": gpu_checks.check_gpus,
-                   "power": gpu_checks.check_power, "caps": gpu_checks.check_caps,
-                   "sampler": gpu_checks.check_sampler,
-                   "workloads": lambda c: workload_checks.check_workloads(
-                       c, [w for w in (workloads or "").split(",") if w])}
-        for name in selected:
-            if name == "library" and library_failed:
-                rows.append(Check("library", "GPU library", "FAIL", "; ".join(reasons)))
-                continue
-            if name == "power" and not gpus:
-                rows.extend(_cpu_power_rows(ctx))
-                continue
-            try:
-                rows.extend(runners[name](ctx))
-            except Exception as exc:  # one check failing must not hide the others' rows
-                message = exc.one_line() if hasattr(exc, "one_line") else f"{type(exc).__name__}: {exc}"
-                rows.append(Check(name, name, "FAIL", message))
+        rows = _run_checks(ctx, selected, library_failed, reasons, workloads)
     finally:
         if library is not None:
             library.close()
@@ -151,6 +133,32 @@ def run_selftest(site_selector: str | None = None, only=None, as_json: bool = Fa
         counts = ", ".join(f"{doc['summary'][s]} {s}" for s in STATUSES)
         click.echo(f"\n{counts}; JSON: {path}")
     return 1 if doc["summary"]["FAIL"] else 0
+
+
+def _run_checks(ctx: Context, selected, library_failed: bool, reasons: list,
+                workloads: str | None) -> list[Check]:
+    """Each selected check's rows; one check failing must not hide the others'."""
+    from hpcai.launcher.selftest import gpu_checks, workload_checks
+
+    rows: list[Check] = []
+    runners = {"library": gpu_checks.check_library, "gpus": gpu_checks.check_gpus,
+               "power": gpu_checks.check_power, "caps": gpu_checks.check_caps,
+               "sampler": gpu_checks.check_sampler,
+               "workloads": lambda c: workload_checks.check_workloads(
+                   c, [w for w in (workloads or "").split(",") if w])}
+    for name in selected:
+        if name == "library" and library_failed:
+            rows.append(Check("library", "GPU library", "FAIL", "; ".join(reasons)))
+            continue
+        if name == "power" and not ctx.gpus:
+            rows.extend(_cpu_power_rows(ctx))
+            continue
+        try:
+            rows.extend(runners[name](ctx))
+        except Exception as exc:  # one check failing must not hide the others' rows
+            message = exc.one_line() if hasattr(exc, "one_line") else f"{type(exc).__name__}: {exc}"
+            rows.append(Check(name, name, "FAIL", message))
+    return rows
 
 
 def _cpu_power_rows(ctx: Context) -> list[Check]:

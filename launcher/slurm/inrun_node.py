@@ -85,8 +85,9 @@ class NodeSegments:
 
 def run_node(job_dir: str) -> int:
     """This node's launcher for every run of an in-run job (one srun step)."""
-    from hpcai.launcher import inrun, runtime
-    from hpcai.launcher import run as R
+    from hpcai.launcher import inrun
+    from hpcai.launcher.options import log
+    from hpcai.launcher.plan import check_limits, make_plan, preflight
     from hpcai.launcher.slurm.job import Job
     from hpcai.launcher.slurm.node import Placement, slurm_entry
     from hpcai.launcher.sweep import Slot
@@ -109,29 +110,24 @@ def run_node(job_dir: str) -> int:
     workload = get_workload(opts.workload)
     workload.refuse_unhonoured(opts.impl, opts.params)
     entry = slurm_entry(placement, runs[0].index, "allocation")
-    spec, _command, site, node = R.plan(opts, entry, block["process_run_id"])
-    if node.gpus:  # every cap checked on this node's GPUs before the first is set
-        from hpcai.launcher.power import make_backend
-
-        with make_backend(spec["power"]["method"], node.vendor, site["power"]["command"]) as backend:
-            for run in runs:
-                R.check_cap(backend, run.cap_w, spec["devices"]["gpu_indices"], site)
-    command = inrun.process_command(spec, site, len(runs))
-    R.preflight(site, node, opts, Path(spec["output_dir"]).parent)
-    runtime.check_ready(spec, workload.impl(spec["impl"]).framework)
+    plan = make_plan(opts, entry, block["process_run_id"])
+    spec = plan.spec
+    # Every cap checked on this node's GPUs before the first is set.
+    check_limits(plan, [run.cap_w for run in runs])
+    plan.command = inrun.process_command(spec, plan.site, len(runs))
+    preflight(plan, Path(spec["output_dir"]).parent)
     sweep_block = {"id": job.folder.name, "key": block["key"],
                    "repeats": max(r.repeat for r in runs) + 1, "order": job.doc["order"],
                    "in_run": True, "process_run_id": block["process_run_id"]}
     if job.doc.get("seed") is not None:
         sweep_block["seed"] = job.doc["seed"]
     record = NodeSegments(len(runs))
-    R.log(f"in-run sweep on node {placement.node_rank}: one process measures {len(runs)} "
-          f"segment(s) in {spec['output_dir']}")
-    plan = [(r.index, Slot(r.cap_w, r.repeat)) for r in runs]
-    inrun.execute(R, spec, command, site, node, opts,
-                  lambda session, backend, indices: inrun.Segments(
-                      R, spec, plan, segment_place(job, placement.node_rank, sweep_block),
-                      record, session, backend, indices))
+    log(f"in-run sweep on node {placement.node_rank}: one process measures {len(runs)} "
+        f"segment(s) in {spec['output_dir']}")
+    order = [(r.index, Slot(r.cap_w, r.repeat)) for r in runs]
+    inrun.execute(plan, lambda session, backend, indices: inrun.Segments(
+        spec, order, segment_place(job, placement.node_rank, sweep_block),
+        record, session, backend, indices))
     bad = record.not_complete()
     if bad:
         position, status, message = bad[0]

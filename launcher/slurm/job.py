@@ -106,7 +106,7 @@ class Job:
 
     def options(self, cap_w: float | None):
         """The launcher options of one run on one node."""
-        from hpcai.launcher.run import Options
+        from hpcai.launcher.options import Options
 
         return dataclasses.replace(Options(**self.doc["options"]), cap_w=cap_w, caps=None,
                                    repeat=1, output=str(self.folder))

@@ -71,11 +71,12 @@ def check_options(opts, slurm: SlurmOptions, site: dict) -> None:
                          "drop --nodes, or use --nodes 1")
     if opts.preset:
         workload.preset(opts.preset)
-    allowed = site["power"].get("allowed_cap_range_w")
+    from hpcai.launcher.plan import outside_site_range
+
     for cap in (opts.caps or [opts.cap_w]):
-        if cap is not None and allowed and not allowed[0] <= cap <= allowed[1]:
-            raise UsageError(f"cap {cap:g} W is outside this site's allowed range "
-                             f"{allowed[0]:g}-{allowed[1]:g} W", "choose a cap inside it")
+        problem = None if cap is None else outside_site_range(cap, site)
+        if problem:
+            raise UsageError(problem, "choose a cap inside it")
     if slurm.array and not opts.is_sweep:
         raise UsageError("--array needs several runs", "give a cap list or range, or --repeat N")
     if opts.image and not Path(opts.image).is_file():
@@ -98,19 +99,7 @@ def expected_preset(opts, slurm: SlurmOptions) -> str:
 
 def submit(opts, slurm: SlurmOptions, argv: list[str] | None = None) -> int:
     site = sites.load(opts.site)
-    slurm = with_site_defaults(slurm, site, opts.device)
-    batches = None
-    from hpcai.launcher.slurm.scaling import node_counts, strong_batches
-
-    if node_counts(opts):  # node scaling: one allocation of the most nodes, a step each
-        import dataclasses
-
-        slurm = dataclasses.replace(slurm, nodes=max(node_counts(opts)))
-        if opts.scaling == "strong":
-            workload = get_workload(opts.workload)
-            preset = opts.preset or (workload.cpu_default_preset if opts.device == "cpu"
-                                     else workload.gpu_default_preset)
-            batches = strong_batches(opts, slurm, workload.preset(preset).params)
+    slurm, batches = _allocation(opts, with_site_defaults(slurm, site, opts.device))
     check_options(opts, slurm, site)
     results = Path(opts.output or site["paths"]["results"]).absolute()
     when = stamp()
@@ -118,7 +107,7 @@ def submit(opts, slurm: SlurmOptions, argv: list[str] | None = None) -> int:
     command = ["hpcai-launch", *(argv if argv is not None else sys.argv[1:])]
     folder = results / f"slurm-{when}-{opts.workload}-{expected_preset(opts, slurm)}"
     job = Job(folder, new_job_doc(opts, slurm, runs, command, seed))
-    from hpcai.launcher.run import log as say
+    from hpcai.launcher.options import log as say
     from hpcai.launcher.slurm import inrun_node
 
     if inrun_node.choose(opts, slurm, say):  # one step measures every cap, a segment each
@@ -131,26 +120,7 @@ def submit(opts, slurm: SlurmOptions, argv: list[str] | None = None) -> int:
         print(script, end="")
         print(f"hpcai: --dry-run: not submitted; the job folder would be {folder}", file=sys.stderr)
         return 0
-    commands.require("sbatch")
-    if slurm.partition:
-        known = commands.partitions()
-        if slurm.partition not in known:
-            raise SlurmError(f"unknown partition {slurm.partition!r} (this cluster has: "
-                             f"{', '.join(known) or 'none'})",
-                             "pick one with --partition or the site's [scheduler] partition")
-    from hpcai.launcher.run import check_output_dir
-
-    check_output_dir(results)
-    folder.mkdir(parents=True)
-    try:
-        (folder / SCRIPT_FILE).write_text(script)
-        job.write()
-        job_id = commands.submit(folder / SCRIPT_FILE)
-    except (HpcaiError, OSError, KeyboardInterrupt):
-        shutil.rmtree(folder, ignore_errors=True)  # a refused job leaves nothing behind
-        raise
-    job.doc.update(job_id=job_id, submitted=now_iso())
-    job.write()
+    job_id = _write_and_submit(job, script, slurm, results)
     log = log_path(folder, job_id, "0" if job.is_array else None)
     print(f"submitted job {job_id}: {opts.workload}, {len(runs)} run(s) on {slurm.nodes} "
           f"node(s){' in-run (one step)' if job.in_run else ''}; job folder {folder}; "
@@ -159,3 +129,46 @@ def submit(opts, slurm: SlurmOptions, argv: list[str] | None = None) -> int:
         print("note: the job asked Slurm for no GPUs (no --gpus, no [gpu] per_node in the "
               "site); where a partition hands out GPUs as resources, submit with --gpus N")
     return 0
+
+
+def _allocation(opts, slurm: SlurmOptions):
+    """Node scaling: one allocation of the most nodes, a step each (and, strong
+    scaling, each step's batch); otherwise the options as given."""
+    from hpcai.launcher.slurm.scaling import node_counts, strong_batches
+
+    if not node_counts(opts):
+        return slurm, None
+    import dataclasses
+
+    slurm = dataclasses.replace(slurm, nodes=max(node_counts(opts)))
+    if opts.scaling != "strong":
+        return slurm, None
+    workload = get_workload(opts.workload)
+    preset = opts.preset or (workload.cpu_default_preset if opts.device == "cpu"
+                             else workload.gpu_default_preset)
+    return slurm, strong_batches(opts, slurm, workload.preset(preset).params)
+
+
+def _write_and_submit(job: Job, script: str, slurm: SlurmOptions, results: Path) -> str:
+    """The job folder written and sbatch'ed; a refused job leaves nothing behind."""
+    from hpcai.launcher.plan import check_output_dir
+
+    commands.require("sbatch")
+    if slurm.partition:
+        known = commands.partitions()
+        if slurm.partition not in known:
+            raise SlurmError(f"unknown partition {slurm.partition!r} (this cluster has: "
+                             f"{', '.join(known) or 'none'})",
+                             "pick one with --partition or the site's [scheduler] partition")
+    check_output_dir(results)
+    job.folder.mkdir(parents=True)
+    try:
+        (job.folder / SCRIPT_FILE).write_text(script)
+        job.write()
+        job_id = commands.submit(job.folder / SCRIPT_FILE)
+    except (HpcaiError, OSError, KeyboardInterrupt):
+        shutil.rmtree(job.folder, ignore_errors=True)
+        raise
+    job.doc.update(job_id=job_id, submitted=now_iso())
+    job.write()
+    return job_id

@@ -12,7 +12,7 @@ from fakes import fake_gpu_state as fgs
 from hpcai.gpu import open_library
 from hpcai.gpu.base import GpuInfo, GpuReading
 from hpcai.launcher import runtime
-from hpcai.launcher.run import Node, select_gpus
+from hpcai.launcher.plan import Node, select_gpus
 from hpcai.launcher.visibility import visible_gpus
 from hpcai.workloads import power_sources
 from hpcai.workloads import result as R

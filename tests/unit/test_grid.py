@@ -6,7 +6,7 @@ import pytest
 
 from hpcai.errors import UsageError
 from hpcai.launcher import grid
-from hpcai.launcher.run import Options
+from hpcai.launcher.options import Options
 from hpcai.launcher.slurm.job import Job, SlurmOptions, new_job_doc
 from hpcai.launcher.slurm.scaling import strong_batches
 from hpcai.launcher.slurm.script import render

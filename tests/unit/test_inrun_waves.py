@@ -3,7 +3,7 @@ benchmark client run per segment), which --ci-target cannot stop early."""
 from __future__ import annotations
 
 from hpcai.launcher.inrun import adaptive_supported, supported
-from hpcai.launcher.run import _window_protocol
+from hpcai.launcher.plan import _window_protocol
 from hpcai.workloads import distributed
 from hpcai.workloads.inrun import Measurer
 from hpcai.workloads.protocol import Epoch, Progress
@@ -17,7 +17,7 @@ def test_serving_measures_in_run_but_not_adaptively(monkeypatch):
     assert supported("resnet50", "tensorflow") is None
     # A workload that cannot measure in-run (every one can today: one taken off
     # the list) cannot measure adaptively either.
-    monkeypatch.setattr("hpcai.launcher.inrun.IN_RUN_MODULES", ("resnet50",))
+    monkeypatch.setattr("hpcai.launcher.inrun_support.IN_RUN_MODULES", ("resnet50",))
     assert "cannot measure in-run" in supported("cosmoflow", None)
     assert adaptive_supported("cosmoflow", None) == supported("cosmoflow", None)
 

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from hpcai.errors import UsageError
-from hpcai.launcher.run import Options
+from hpcai.launcher.options import Options
 from hpcai.launcher.slurm import inrun_node
 from hpcai.launcher.slurm.job import Job, SlurmOptions, new_job_doc
 from hpcai.launcher.slurm.script import render
@@ -57,7 +57,7 @@ def test_a_slurm_sweep_runs_in_run_by_default_and_never_as_an_array(monkeypatch)
     assert inrun_node.choose(serve, SlurmOptions(), log.append) is True
     # A workload that cannot measure in-run (every one can today: one taken off the
     # list) says so and runs one step per run.
-    monkeypatch.setattr("hpcai.launcher.inrun.IN_RUN_MODULES", ("resnet50",))
+    monkeypatch.setattr("hpcai.launcher.inrun_support.IN_RUN_MODULES", ("resnet50",))
     assert inrun_node.choose(serve, SlurmOptions(), log.append) is False
     assert "cannot measure in-run yet" in log[-1]
     assert not inrun_node.choose(Options("resnet50", caps=[200.0, 300.0], in_run=False),

@@ -11,7 +11,8 @@ import pytest
 
 from hpcai.errors import SlurmError, UsageError
 from hpcai.launcher import runtime, sites
-from hpcai.launcher.run import Options, slurm_grace_s
+from hpcai.launcher.options import Options
+from hpcai.launcher.process import slurm_grace_s
 from hpcai.launcher.slurm.job import Job, SlurmOptions, new_job_doc
 from hpcai.launcher.slurm.node import Placement
 from hpcai.launcher.slurm.script import render, sbatch_options

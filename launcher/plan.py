@@ -1,0 +1,343 @@
+"""One run planned: Options in, a RunPlan out (spec, command, site, node, journal),
+with every limit it will set checked once, before anything is set.
+
+Every launch mode (single run, sweep, in-run sweep, a Slurm node) plans here;
+nothing here changes a limit or writes a result.
+"""
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hpcai.errors import CapOutOfRangeError, UsageError
+from hpcai.launcher import output_check, runtime, sites
+from hpcai.launcher.options import Options, log
+from hpcai.launcher.spec import build_spec
+from hpcai.workloads.catalog import get_workload
+
+
+@dataclass
+class Node:
+    """The GPUs this launcher can see, through the vendor's library."""
+
+    vendor: str | None
+    gpus: list  # GpuInfo
+    inaccessible: list = field(default_factory=list)  # [{"index", "reason"}]: another job's, lost
+
+    @classmethod
+    def detect(cls, vendor: str) -> "Node":
+        from hpcai.gpu import open_library
+
+        library = open_library(vendor)
+        if library is None:
+            return cls(None, [])
+        with library:
+            gpus = [d.info() for d in library.devices()]
+            return cls(library.vendor, gpus, list(getattr(library, "inaccessible", [])))
+
+
+@dataclass
+class RunPlan:
+    """Everything decided and checked for one workload process; nothing changed yet."""
+
+    spec: dict
+    command: list[str]
+    site: dict
+    node: Node
+    journal: Path  # the power journal its cap and clock sessions write
+
+    @property
+    def indices(self) -> list[int]:
+        return self.spec["devices"]["gpu_indices"] or []
+
+    def backend(self):
+        """The power backend for this plan's GPUs (a context manager)."""
+        from hpcai.launcher.power import make_backend
+
+        return make_backend(self.spec["power"]["method"], self.node.vendor,
+                            self.site["power"]["command"])
+
+
+def make_plan(opts: Options, placement: dict | None = None,
+              run_id: str | None = None) -> RunPlan:
+    """Inside a Slurm job, `placement` is this node's place (launcher/slurm/node.py)
+    and `run_id` the id all nodes share; the node writes `<run_id>/node-<K>/`."""
+    site = sites.load(opts.site)
+    workload = get_workload(opts.workload)
+    node = Node.detect(site["gpu"]["vendor"])
+    device = _device(opts, node)
+    preset = opts.preset or (workload.gpu_default_preset if device == "cuda"
+                             else workload.cpu_default_preset)
+    picked, nproc = _processes(opts, workload, preset, device, node)
+    gpu_indices = [g.index for g, _ in picked] or None
+    _refuse_limits_without_gpus(
+        opts, gpu_indices, "none of this node's GPUs is visible to this job",
+        "check CUDA_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES, or drop --cap",
+        "check CUDA_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES, or drop them")
+    output = Path(opts.output or site["paths"]["results"]).absolute()
+    spec = build_spec(
+        workload, preset, impl=opts.impl or workload.default_impl, overrides=opts.params,
+        protocol_overrides={**opts.protocol, "telemetry": opts.telemetry},
+        device_type=device, vendor=node.vendor, nproc=nproc, gpu_indices=gpu_indices,
+        cap_w=opts.cap_w, power_method=opts.power_method or site["power"]["method"],
+        cap_tolerance_frac=float(site["power"]["cap_tolerance_frac"]),
+        node_overhead_w=float(site["power"]["node_overhead_w"]),
+        site={"name": site["name"], "path": site["path"]}, output_dir=str(output),
+        runtime=runtime.select(opts.runtime, site, node.vendor, workload.image_family,
+                               opts.image, log),
+        gpu_name=_gpu_name(node, gpu_indices) if device == "cuda" else None,
+    )
+    _complete_spec(spec, site, opts, picked if gpu_indices else None)
+    _place(spec, output, placement, run_id)
+    command = runtime.command(spec, site, str(Path(spec["output_dir"]) / "spec.json"))
+    return RunPlan(spec, command, site, node, journal_path(site, opts.journal))
+
+
+def _device(opts: Options, node: Node) -> str:
+    """cuda or cpu; a limit asked for on a node without GPUs is refused here."""
+    device = opts.device
+    if device == "auto":
+        device = "cuda" if node.gpus else "cpu"
+    if device == "cuda" and not node.gpus:
+        raise UsageError("--device cuda asked for, but no GPU was found",
+                         "check the driver (nvidia-smi / amd-smi), or use --device cpu")
+    if not node.gpus:
+        _refuse_limits_without_gpus(
+            opts, None, "no GPU management library sees one here",
+            "drop --cap, or install nvidia-ml-py / amdsmi on a GPU node",
+            "drop them, or run as root on a GPU node with nvidia-ml-py / amdsmi")
+    return device
+
+
+def _refuse_limits_without_gpus(opts: Options, gpu_indices, why: str, cap_fix: str,
+                                clock_fix: str) -> None:
+    if gpu_indices or opts.dry_run:
+        return
+    if opts.cap_w is not None:
+        raise UsageError(f"--cap needs GPUs, and {why}", cap_fix)
+    clocks = clock_request(opts)
+    if clocks:
+        raise UsageError(f"{_clock_flags(clocks)} GPUs, and {why}", clock_fix)
+
+
+def _processes(opts: Options, workload, preset: str, device: str,
+               node: Node) -> tuple[list[tuple], int]:
+    """The GPUs the run uses, as (GpuInfo, workload id), and its process count."""
+    from hpcai.launcher.visibility import visible_gpus
+
+    impl = workload.impl(opts.impl)
+    if device == "cuda":
+        if opts.nproc is not None:
+            raise UsageError("--nproc is for CPU runs", "use --gpus N to choose GPUs")
+        picked = select_gpus(node, _preset_gpus(workload.preset(preset), node, opts.gpus))
+        return picked, len(picked) if impl.process_model == "torchrun" else 1
+    if opts.gpus is not None:
+        raise UsageError("--gpus needs GPUs, and this run is on the CPU",
+                         "use --nproc N to choose the number of CPU processes")
+    nproc = opts.nproc if opts.nproc is not None else 2  # exercises the same DDP path
+    if nproc < 1:
+        raise UsageError("--nproc must be at least 1", f"got {nproc}")
+    if impl.process_model != "torchrun":
+        if opts.nproc not in (None, 1):
+            raise UsageError(f"{workload.name} ({opts.impl or workload.default_impl}) "
+                             "runs as one process", "drop --nproc")
+        nproc = 1
+    # Telemetry and caps still cover the node's GPUs, if it has any.
+    return visible_gpus(node.gpus), nproc
+
+
+def _complete_spec(spec: dict, site: dict, opts: Options, picked: list | None) -> None:
+    """What build_spec leaves to the launcher: windows, node power, clocks, GPU ids."""
+    spec["protocol"] = _window_protocol(spec)
+    spec["node_power"] = site["node_power"]  # node sources the workload's sampler reads
+    clocks = clock_request(opts)
+    if clocks:  # clock caps, MHz per GPU (launcher/power/clocks.py sets and restores them)
+        spec["power"]["clocks"] = clocks
+        spec["run_id"] += "".join(f"-{name}{clocks[key]}MHz" for name, key in
+                                  (("sm", "sm_mhz"), ("mem", "mem_mhz")) if clocks[key] is not None)
+    spec["facility"] = site["facility"]  # PUE, carbon and price, for the report
+    # GPUs by identity: the workload is handed these ids, its sampler keeps these UUIDs.
+    spec["devices"]["gpu_uuids"] = [g.uuid for g, _ in picked] if picked else None
+    spec["devices"]["visible_ids"] = [i for _, i in picked] if picked else None
+
+
+def _place(spec: dict, output: Path, placement: dict | None, run_id: str | None) -> None:
+    if run_id is not None:
+        spec["run_id"] = run_id
+    spec["output_dir"] = str(output / spec["run_id"])
+    if placement is not None:
+        spec["slurm"] = placement
+        spec["output_dir"] = str(output / spec["run_id"] / f"node-{placement['node_rank']}")
+
+
+def select_gpus(node: Node, requested: int | None) -> list[tuple]:
+    """The first N GPUs this job may use, as (GpuInfo, workload id), in the
+    order its inherited CUDA_/ROCR_VISIBLE_DEVICES gives (launcher/visibility.py)."""
+    from hpcai.launcher.visibility import visible_gpus
+
+    allowed = visible_gpus(node.gpus)
+    count = requested if requested is not None else len(allowed)
+    if count < 1:
+        raise UsageError("--gpus must be at least 1", f"got {count}")
+    if count > len(allowed):
+        raise UsageError(f"--gpus {count} asked for, but this node has {len(allowed)} usable",
+                         f"use --gpus {len(allowed)} or fewer")
+    return allowed[:count]
+
+
+def clock_request(opts: Options) -> dict | None:
+    """{"sm_mhz", "mem_mhz"} of a plain run's clock caps; None without any."""
+    if opts.sm_clock_mhz is None and opts.mem_clock_mhz is None:
+        return None
+    return {"sm_mhz": opts.sm_clock_mhz, "mem_mhz": opts.mem_clock_mhz}
+
+
+def _clock_flags(clocks: dict) -> str:
+    """"--sm-clock needs", "--sm-clock and --mem-clock need": the subject of an error."""
+    flags = [flag for flag, key in (("--sm-clock", "sm_mhz"), ("--mem-clock", "mem_mhz"))
+             if clocks.get(key) is not None]
+    return " and ".join(flags) + (" needs" if len(flags) == 1 else " need")
+
+
+def clock_label(sm_mhz: int | None, mem_mhz: int | None) -> str:
+    """"SM 1410 MHz, memory 2619 MHz"; "" without clock caps."""
+    parts = [f"{name} {mhz} MHz" for name, mhz in (("SM", sm_mhz), ("memory", mem_mhz))
+             if mhz is not None]
+    return ", ".join(parts)
+
+
+def _window_protocol(spec: dict) -> dict:
+    """Adaptive windows (--ci-target): their settings filled in and checked. An
+    engine that cannot (SGLang serving: one load wave per window) measures the
+    preset's fixed epochs: its spec says so."""
+    from hpcai.launcher.inrun_support import adaptive_supported
+    from hpcai.workloads.adaptive import check_window_settings, resolve_protocol
+
+    protocol = dict(spec["protocol"])
+    if adaptive_supported(spec["workload"], spec["impl"]) is not None:
+        protocol["ci_target"] = None
+    protocol = resolve_protocol(protocol, spec["preset"])
+    problem = check_window_settings(protocol)
+    if problem is not None:
+        what, fix = problem.split(": ", 1)
+        raise UsageError(what, fix)
+    return protocol
+
+
+def _preset_gpus(preset, node: Node, requested: int | None) -> int | None:
+    """--gpus, else the preset's GPUs per run (the paper's: 1 for vision, 4 for
+    LLMs) as far as this node has them; None: all."""
+    if requested is not None or preset.gpus is None:
+        return requested
+    from hpcai.launcher.visibility import visible_gpus
+
+    return min(preset.gpus, max(1, len(visible_gpus(node.gpus))))
+
+
+def _gpu_name(node: Node, indices: list[int] | None) -> str | None:
+    names = [g.name for g in node.gpus if g.index in (indices or [])]
+    return names[0] if names else None
+
+
+# ---- limits: every cap and clock checked once, before the first is set ---------------
+def outside_site_range(cap_w: float, site: dict) -> str | None:
+    """The site's rule for caps (power.allowed_cap_range_w): why this cap breaks it,
+    or None. The login node (Slurm submit) and every GPU node apply this one rule."""
+    allowed = site["power"].get("allowed_cap_range_w")
+    if allowed and not allowed[0] <= cap_w <= allowed[1]:
+        return (f"cap {cap_w:g} W is outside this site's allowed range "
+                f"{allowed[0]:g}-{allowed[1]:g} W")
+    return None
+
+
+def check_limits(run: RunPlan, caps: list, clocks: list[tuple] = (),
+                 indices: list[int] | None = None) -> None:
+    """Every cap (W) and (SM, memory) clock pair the run will set, against the site's
+    range and each GPU's; the sessions check again before setting. Without GPUs
+    (a dry run on a login node) the plan is shown with a note instead."""
+    caps = [c for c in caps if c is not None]
+    clocks = [(sm, mem) for sm, mem in clocks if sm is not None or mem is not None]
+    if not run.node.gpus:
+        if caps:
+            log(caps_unchecked_note(run.spec))
+        if clocks:
+            log("note: no GPU is visible here, so the clock caps were not checked; they are "
+                "checked against each GPU's supported clocks where the run happens")
+        return
+    if not caps and not clocks:
+        return
+    indices = run.indices if indices is None else indices
+    with run.backend() as backend:
+        for cap in caps:
+            _check_cap(backend, cap, indices, run.site)
+        for sm, mem in clocks:
+            _check_clocks(backend, indices, sm, mem)
+
+
+def _check_cap(backend, cap_w: float, indices: list[int], site: dict) -> None:
+    from hpcai.launcher.power.session import check_cap_range
+
+    mig = [g.index for g in backend.gpus() if g.index in indices and g.mig_enabled]
+    if mig:
+        raise UsageError(f"--cap cannot be set on a MIG slice: GPU {mig[0]} is in MIG mode",
+                         "NVML limits the whole GPU, shared by every MIG instance; drop --cap, "
+                         "or run on a GPU with MIG disabled")
+    problem = outside_site_range(cap_w, site)
+    if problem:
+        raise CapOutOfRangeError(problem, "choose a cap inside it, or ask the site admins")
+    check_cap_range(cap_w, {i: backend.limits(i) for i in indices})
+
+
+def _check_clocks(backend, indices: list[int], sm_mhz: int | None, mem_mhz: int | None) -> None:
+    from hpcai.launcher.power.clocks import check_clocks, controls_for
+
+    mig = [g.index for g in backend.gpus() if g.index in indices and g.mig_enabled]
+    if mig:
+        raise UsageError(f"clocks cannot be capped on a MIG slice: GPU {mig[0]} is in MIG mode",
+                         "the clocks are the whole GPU's; drop --sm-clock/--mem-clock")
+    check_clocks(controls_for(backend, indices), sm_mhz, mem_mhz)
+
+
+def caps_unchecked_note(spec: dict) -> str:
+    """A dry run on a machine without GPUs (a login node) still shows the plan."""
+    return (f"note: no GPU is visible here, so the cap(s) were not checked; they are checked "
+            f"against each GPU's limits where the run happens, which refuses a cap out of range. "
+            f"This plan is this machine's (device {spec['devices']['type']}, preset "
+            f"{spec['preset']}); on a GPU node the device and the default preset follow its GPUs")
+
+
+# ---- preflight: what can refuse a run, before anything is measured or set -------------
+def preflight(run: RunPlan, folder: Path) -> None:
+    if run.node.gpus:
+        from hpcai.launcher.power.session import refuse_stale_journal
+
+        # Uncapped runs too: GPUs left capped by a killed run would mislabel the result.
+        refuse_stale_journal(run.journal)
+    check_output_dir(folder)
+    output_check.check_free_space(folder, output_check.min_free_mb(run.site))
+    spec = run.spec
+    runtime.check_ready(spec, get_workload(spec["workload"]).impl(spec["impl"]).framework)
+
+
+def check_output_dir(path: Path) -> Path:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".hpcai-write-test-"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"cannot write to output folder {path} ({exc.strerror})",
+                         "choose another with --output") from None
+    return path
+
+
+def journal_path(site: dict, override: str | None) -> Path:
+    from hpcai.launcher.power.journal import default_journal_path
+
+    if override:
+        return Path(override)
+    if site["paths"].get("state_dir"):
+        import socket
+
+        return Path(site["paths"]["state_dir"]) / f"power-journal-{socket.gethostname()}.json"
+    return default_journal_path()
