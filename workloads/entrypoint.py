@@ -15,11 +15,13 @@ from pathlib import Path
 from hpcai import provenance
 from hpcai.errors import HpcaiError, Interrupted
 from hpcai.signals import deferred_signals, install_signal_handlers
+from hpcai.spec import RunSpec
 from hpcai.workloads import catalog, distributed, lifeline, validity
 from hpcai.workloads import result as R
 from hpcai.workloads.base import EngineWorkload
 from hpcai.workloads.flops import fraction_of_peak
 from hpcai.workloads.protocol import Progress, run_epochs
+from hpcai.workloads.versions import framework_versions
 
 SAMPLES_FILE = "samples.csv"
 RESULT_FILE = "result.json"
@@ -30,50 +32,6 @@ def log(message: str) -> None:
         print(f"[hpcai] {message}", file=sys.stderr, flush=True)
     except (OSError, ValueError):
         pass  # a full disk under the log must not stop the result being written
-
-
-# Distributions that provide a framework's module, for its version without importing it.
-_DISTRIBUTIONS = {"tensorflow": ("tensorflow", "tensorflow-cpu"), "sglang": ("sglang",),
-                  "litgpt": ("litgpt",)}
-
-
-def distribution_version(module: str) -> str | None:
-    from importlib import metadata
-
-    for dist in _DISTRIBUTIONS.get(module, (module,)):
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-    return None
-
-
-# Libraries whose versions shape the figures, recorded when installed.
-_LIBRARIES = ("torch", "torchvision", "diffusers", "transformers", "litgpt", "lightning",
-              "tensorflow", "keras", "sglang")
-
-
-def framework_versions(ctx, framework: str) -> dict:
-    versions = {
-        "framework": "pytorch" if framework == "torch" else framework,
-        "framework_version": distribution_version(framework),
-        "libraries": {name: v for name in _LIBRARIES if (v := distribution_version(name))},
-    }
-    # Only a process that already runs PyTorch reports its CUDA/ROCm build. The
-    # index's CPU wheels carry CUDA too: "cuda"/"rocm" name the GPU runtime this run
-    # used (none on a CPU run); torch_build says what the wheel was built with.
-    torch = sys.modules.get("torch")
-    versions["gpu_used"] = ctx.device_type == "cuda"
-    if torch is not None:
-        build = {"cuda": torch.version.cuda, "rocm": getattr(torch.version, "hip", None)}
-        gpu = versions["gpu_used"]
-        versions.update(cuda=build["cuda"] if gpu else None, rocm=build["rocm"] if gpu else None,
-                        cudnn=None, torch_build=build)
-        if framework == "torch":
-            versions["framework_version"] = torch.__version__
-        if ctx.device_type == "cuda" and torch.backends.cudnn.is_available():
-            versions["cudnn"] = str(torch.backends.cudnn.version())
-    return versions
 
 
 def _absorb_further_signals(signum: int) -> None:
@@ -90,8 +48,11 @@ def _absorb_further_signals(signum: int) -> None:
 
 
 class Run:
-    def __init__(self, spec: dict, out_dir: Path):
-        self.spec = spec
+    """spec: a RunSpec (the entrypoint's, checked), or its JSON (tests build parts
+    of one); workloads and the result read the JSON."""
+
+    def __init__(self, spec: RunSpec | dict, out_dir: Path):
+        self.spec = spec.to_json() if isinstance(spec, RunSpec) else spec
         self.out_dir = Path(out_dir)
         self.workload_def = catalog.get_workload(spec["workload"])
         self.impl = self.workload_def.impl(spec.get("impl"))
@@ -578,9 +539,9 @@ def main(argv: list[str] | None = None) -> int:
 
         return selfcheck.run(args.family, [w for w in (args.workloads or "").split(",") if w])
     try:
-        spec = json.loads(Path(args.spec).read_text())
-        check_spec(spec, need_output=args.output is None)
-        run = Run(spec, Path(args.output or spec["output_dir"]))
+        spec = RunSpec.from_json(json.loads(Path(args.spec).read_text()),
+                                 need_output=args.output is None)
+        run = Run(spec, Path(args.output or spec.output_dir))
     except (OSError, ValueError) as exc:
         print(f"hpcai: error: cannot read run spec {args.spec}: {exc}", file=sys.stderr)
         return 2
@@ -589,27 +550,3 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     return run.execute()
 
-
-# What Run and the result need from a spec, each an object unless named here.
-SPEC_KEYS = {"run_id": str, "workload": str, "preset": str, "params": dict, "protocol": dict,
-             "devices": dict, "power": dict}
-SPEC_NESTED = {"protocol": ("warmup_epochs", "epochs", "steps_per_epoch", "sample_interval_s"),
-               "devices": ("type",), "power": ("cap_w",)}
-
-
-def check_spec(spec, need_output: bool = True) -> None:
-    """A UsageError naming the first thing a run spec lacks."""
-    from hpcai.errors import UsageError
-
-    hint = "write one with `hpcai-launch WORKLOAD --dry-run`"
-    if not isinstance(spec, dict):
-        raise UsageError(f"it is a JSON {type(spec).__name__}, not an object", hint)
-    keys = dict(SPEC_KEYS, **({"output_dir": str} if need_output else {}))
-    for key, kind in keys.items():
-        if not isinstance(spec.get(key), kind):
-            what = "missing" if key not in spec else f"not a {kind.__name__}"
-            raise UsageError(f"key {key!r} is {what}", hint)
-    for key, inner in SPEC_NESTED.items():
-        for name in inner:
-            if name not in spec[key]:
-                raise UsageError(f"key {key}.{name} is missing", hint)
