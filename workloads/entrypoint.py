@@ -54,8 +54,8 @@ class Run:
     def __init__(self, spec: RunSpec | dict, out_dir: Path):
         self.spec = spec.to_json() if isinstance(spec, RunSpec) else spec
         self.out_dir = Path(out_dir)
-        self.workload_def = catalog.get_workload(spec["workload"])
-        self.impl = self.workload_def.impl(spec.get("impl"))
+        self.workload_def = catalog.get_workload(self.spec["workload"])
+        self.impl = self.workload_def.impl(self.spec.get("impl"))
         self.started = R.now_iso()
         self.progress = Progress()
         self.status, self.error = "running", None
@@ -65,7 +65,7 @@ class Run:
         self.node_power = None  # NodePowerSampler: the site's node sources, own threads
         # In-run sweeps (spec "inrun"): the process writes process.json; each segment
         # its own result, through the launcher (workloads/inrun.py, control.py).
-        self.in_run = bool(spec.get("inrun"))
+        self.in_run = bool(self.spec.get("inrun"))
         self.result_file = "process.json" if self.in_run else RESULT_FILE
         self.segment: dict | None = None  # the segment being measured
         self.measurement: dict | None = None  # settle and adaptive window record
@@ -397,8 +397,8 @@ class Run:
     def _document(self, ranks: list[dict] | None = None, spec: dict | None = None,
                   status: str | None = None, error: dict | None = None,
                   started: str | None = None, first_epoch: int | None = None) -> dict:
-        """spec, status, error, started, first_epoch: a segment's, where not the run's."""
-        ctx = self.ctx
+        """The result document. spec, status, error, started, first_epoch: a
+        segment's, where not the run's."""
         spec = self.spec if spec is None else spec
         if status is None:
             status, error = self.status, self.error
@@ -410,33 +410,7 @@ class Run:
         units = throughput["measured_units"]
         gpus, packages, power = R.power_section(spec, self.discovery, self.sampler, window, units,
                                                node=self.node_power)
-        config = self.workload.describe() if self.workload is not None else {}
-        if ctx is not None:
-            # Per node: throughput per GPU divides by this node's processes.
-            config.update({"device_type": ctx.device_type, "processes": ctx.local_world_size,
-                           "nodes": ctx.nodes, "world_size": ctx.world_size,
-                           "backend": ctx.backend, "threads_per_process": ctx.threads})
-        flops = config.get("flops_per_unit")
-        achieved = throughput["node"] * flops / 1e12 if flops and throughput["node"] else None
-        peak = config.get("peak_tflops") or {}
-        # One process may drive several GPUs (MirroredStrategy): per GPU means per device.
-        per_gpu = throughput["per_gpu"]
-        devices_per_process = int(config.get("devices_per_process") or 1)
-        if per_gpu is not None:
-            per_gpu /= devices_per_process
-        # What the node figure covers: per GPU = node / this many.
-        node_devices = len(ranks) * devices_per_process
-        software = provenance.hpcai_versions()
-        if ctx is not None:
-            software.update(framework_versions(ctx, self.impl.framework))
-        if self.discovery is not None and self.discovery.library is not None:
-            software["gpu_library"] = self.discovery.library.versions()
-        peaks = [r.get("peak_memory") for r in ranks if r.get("peak_memory")]
-        metrics = self._workload_metrics(first_epoch)
-        phases = getattr(self.workload, "phases", lambda: None)() if self.workload is not None else None
-        if phases and metrics is not None:
-            # Serving: ramp-up, steady state and ramp-down, each with its own energy.
-            metrics["phase_energy"] = R.phase_energy(spec, self.discovery, self.sampler, phases)
+        config = self._config()
         doc = {
             "schema_version": R.RESULT_SCHEMA_VERSION,
             "kind": "hpcai.result",
@@ -450,33 +424,15 @@ class Run:
                            "measured_start": window[0] if window else None,
                            "measured_end": window[1] if window else None},
             "host": provenance.host_info(),
-            "software": software,
+            "software": self._software(),
             "runtime": spec.get("runtime", {"kind": "host"}),
             "config": config,
-            "protocol": {
-                **{k: spec["protocol"][k] for k in ("warmup_epochs", "epochs", "steps_per_epoch")},
-                "sample_interval_s": spec["protocol"]["sample_interval_s"],
-                "sample_interval_achieved_s": self.sampler.achieved_intervals() if self.sampler else None,
-                "samples": len(self.sampler.times) if self.sampler else 0,
-                "sampler_overhead": self.sampler.overhead() if self.sampler else None,
-                "epochs_completed": len(epochs),
-                "measured_epochs_completed": sum(1 for e in epochs if not e["warmup"]),
-            },
+            "protocol": self._protocol_record(spec, epochs),
             "epochs": epochs,
             "ranks": [{"rank": r["rank"], "device": r.get("device"),
                        "throughput": t, "peak_memory": r.get("peak_memory")}
                       for r, t in zip(ranks, throughput["per_rank"])],
-            "throughput": {
-                "unit": f"{self.workload_def.unit}/s",
-                "node": throughput["node"],
-                "per_gpu": per_gpu,
-                "devices_node": node_devices,
-                "per_epoch_node": throughput["per_epoch_node"],
-                "stats_node": throughput["stats_node"],
-                "achieved_tflops_node": achieved,
-                "peak_tflops_node": peak.get("tflops_node"),
-                "fraction_of_peak": fraction_of_peak(achieved, peak),
-            },
+            "throughput": self._throughput_record(throughput, config, len(ranks)),
             "work": {"unit": self.workload_def.unit, "measured_units": units,
                      "measured_seconds": throughput["measured_seconds"],
                      "first_loss": leader.get("first_loss"),
@@ -484,9 +440,8 @@ class Run:
             "gpus": gpus,
             "cpu_packages": packages,
             "power": power,
-            "memory": {"peak_bytes": max(p["bytes"] for p in peaks),
-                       "kind": peaks[0]["kind"]} if peaks else None,
-            "workload_metrics": metrics,
+            "memory": _peak_memory(ranks),
+            "workload_metrics": self._metrics_with_phases(spec, first_epoch),
             **({"comparability": spec["comparability"]} if spec.get("comparability") else {}),
             **self._input_section(ranks, throughput["measured_seconds"]),
             "sidecar": {"samples": SAMPLES_FILE if self.sampler and status != "running"
@@ -499,6 +454,69 @@ class Run:
         doc["validity"] = validity.evaluate(doc, "workload")
         return doc
 
+    def _config(self) -> dict:
+        """The workload's own description, with how this process ran it."""
+        config = self.workload.describe() if self.workload is not None else {}
+        ctx = self.ctx
+        if ctx is not None:
+            # Per node: throughput per GPU divides by this node's processes.
+            config.update({"device_type": ctx.device_type, "processes": ctx.local_world_size,
+                           "nodes": ctx.nodes, "world_size": ctx.world_size,
+                           "backend": ctx.backend, "threads_per_process": ctx.threads})
+        return config
+
+    def _software(self) -> dict:
+        software = provenance.hpcai_versions()
+        if self.ctx is not None:
+            software.update(framework_versions(self.ctx, self.impl.framework))
+        if self.discovery is not None and self.discovery.library is not None:
+            software["gpu_library"] = self.discovery.library.versions()
+        return software
+
+    def _protocol_record(self, spec: dict, epochs: list[dict]) -> dict:
+        """The protocol as run: the spec's settings, the sampler's achieved rate."""
+        sampler = self.sampler
+        return {
+            **{k: spec["protocol"][k] for k in ("warmup_epochs", "epochs", "steps_per_epoch")},
+            "sample_interval_s": spec["protocol"]["sample_interval_s"],
+            "sample_interval_achieved_s": sampler.achieved_intervals() if sampler else None,
+            "samples": len(sampler.times) if sampler else 0,
+            "sampler_overhead": sampler.overhead() if sampler else None,
+            "epochs_completed": len(epochs),
+            "measured_epochs_completed": sum(1 for e in epochs if not e["warmup"]),
+        }
+
+    def _throughput_record(self, throughput: dict, config: dict, processes: int) -> dict:
+        """Node and per-GPU throughput, and the share of peak FLOPs where known."""
+        flops = config.get("flops_per_unit")
+        achieved = throughput["node"] * flops / 1e12 if flops and throughput["node"] else None
+        peak = config.get("peak_tflops") or {}
+        # One process may drive several GPUs (MirroredStrategy): per GPU means per device.
+        per_gpu = throughput["per_gpu"]
+        devices_per_process = int(config.get("devices_per_process") or 1)
+        if per_gpu is not None:
+            per_gpu /= devices_per_process
+        return {
+            "unit": f"{self.workload_def.unit}/s",
+            "node": throughput["node"],
+            "per_gpu": per_gpu,
+            # What the node figure covers: per GPU = node / this many.
+            "devices_node": processes * devices_per_process,
+            "per_epoch_node": throughput["per_epoch_node"],
+            "stats_node": throughput["stats_node"],
+            "achieved_tflops_node": achieved,
+            "peak_tflops_node": peak.get("tflops_node"),
+            "fraction_of_peak": fraction_of_peak(achieved, peak),
+        }
+
+    def _metrics_with_phases(self, spec: dict, first_epoch: int | None) -> dict | None:
+        metrics = self._workload_metrics(first_epoch)
+        phases = getattr(self.workload, "phases", lambda: None)() if self.workload is not None else None
+        if phases and metrics is not None:
+            # Serving: ramp-up, steady state and ramp-down, each with its own energy.
+            metrics["phase_energy"] = R.phase_energy(spec, self.discovery, self.sampler, phases)
+        return metrics
+
     def _workload_metrics(self, first_epoch: int | None) -> dict | None:
         """The workload's own figures; an in-run segment's from its first epoch on,
         where the workload keeps them per step (LitGPT)."""
@@ -508,6 +526,12 @@ class Run:
         if first_epoch is not None and scoped is not None:
             return scoped(first_epoch)
         return self.workload.metrics()
+
+
+def _peak_memory(ranks: list[dict]) -> dict | None:
+    """The largest peak over this node's ranks."""
+    peaks = [r.get("peak_memory") for r in ranks if r.get("peak_memory")]
+    return {"peak_bytes": max(p["bytes"] for p in peaks), "kind": peaks[0]["kind"]} if peaks else None
 
 
 def _input_of(workload) -> dict | None:

@@ -147,3 +147,13 @@ def test_an_older_spec_without_version_or_runtime_is_read_as_it_is():
            "power": {"cap_w": None, "method": "auto", "node_overhead_w": 0.0}}
     spec = RunSpec.from_json(doc, need_output=False)
     assert spec.runtime is UNSET and spec.to_json() == doc
+
+
+def test_the_entrypoint_runs_a_typed_spec_as_its_json(tmp_path):
+    from hpcai.workloads.entrypoint import Run
+
+    built = _built(tmp_path)
+    run = Run(RunSpec.from_json(built), tmp_path / "out")
+    assert run.spec == built and not run.in_run and run.result_file == "result.json"
+    process = RunSpec.from_json(built).as_process(built["protocol"], "control", 2)
+    assert Run(process, tmp_path / "out").in_run
