@@ -9,9 +9,8 @@ from pathlib import Path
 from datetime import datetime, timezone
 
 from hpcai.errors import UsageError
+from hpcai.spec import SPEC_VERSION, Devices, Power, Protocol, RunSpec, freeze
 from hpcai.workloads.catalog import PROTOCOL_DEFAULTS, Workload
-
-SPEC_VERSION = 1
 
 
 def make_run_id(workload: str, preset: str, cap_w: float | None) -> str:
@@ -72,28 +71,18 @@ def build_spec(
                            preset_params=preset_params, protocol=protocol,
                            device_type=device_type,
                            gpus=len(gpu_indices) if device_type == "cuda" and gpu_indices else None)
-    return {
-        "spec_version": SPEC_VERSION,
-        "run_id": run_id,
-        "workload": workload.name,
-        "impl": impl,
-        "preset": preset.name,
-        "preset_kind": preset.kind,
-        "params": params,
+    return RunSpec(
+        spec_version=SPEC_VERSION, run_id=run_id, workload=workload.name, impl=impl,
+        preset=preset.name, preset_kind=preset.kind, params=freeze(params),
         # Parameters the command line set over the preset's.
-        "overridden": sorted(k for k, v in overrides.items() if v is not None),
-        "comparability": comparability,
-        "protocol": protocol,
-        "devices": {"type": device_type, "vendor": vendor or "auto", "nproc": nproc,
-                    "gpu_indices": gpu_indices},
-        "power": {"cap_w": cap_w, "method": power_method,
-                  "cap_tolerance_frac": cap_tolerance_frac,
-                  "node_overhead_w": node_overhead_w},
-        "site": site,
-        "runtime": runtime,
-        "output_dir": output_dir,
-        "seed": seed,
-    }
+        overridden=tuple(sorted(k for k, v in overrides.items() if v is not None)),
+        comparability=freeze(comparability), protocol=Protocol.from_json(protocol),
+        devices=Devices(type=device_type, vendor=vendor or "auto", nproc=nproc,
+                        gpu_indices=freeze(gpu_indices)),
+        power=Power(cap_w=cap_w, method=power_method, cap_tolerance_frac=cap_tolerance_frac,
+                    node_overhead_w=node_overhead_w),
+        site=freeze(site), runtime=freeze(runtime), output_dir=output_dir, seed=seed,
+    ).to_json()
 
 
 def _check_dataset_shape(workload, params: dict) -> None:

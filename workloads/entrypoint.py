@@ -15,11 +15,13 @@ from pathlib import Path
 from hpcai import provenance
 from hpcai.errors import HpcaiError, Interrupted
 from hpcai.signals import deferred_signals, install_signal_handlers
+from hpcai.spec import RunSpec
 from hpcai.workloads import catalog, distributed, lifeline, validity
 from hpcai.workloads import result as R
 from hpcai.workloads.base import EngineWorkload
 from hpcai.workloads.flops import fraction_of_peak
 from hpcai.workloads.protocol import Progress, run_epochs
+from hpcai.workloads.versions import framework_versions
 
 SAMPLES_FILE = "samples.csv"
 RESULT_FILE = "result.json"
@@ -30,50 +32,6 @@ def log(message: str) -> None:
         print(f"[hpcai] {message}", file=sys.stderr, flush=True)
     except (OSError, ValueError):
         pass  # a full disk under the log must not stop the result being written
-
-
-# Distributions that provide a framework's module, for its version without importing it.
-_DISTRIBUTIONS = {"tensorflow": ("tensorflow", "tensorflow-cpu"), "sglang": ("sglang",),
-                  "litgpt": ("litgpt",)}
-
-
-def distribution_version(module: str) -> str | None:
-    from importlib import metadata
-
-    for dist in _DISTRIBUTIONS.get(module, (module,)):
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-    return None
-
-
-# Libraries whose versions shape the figures, recorded when installed.
-_LIBRARIES = ("torch", "torchvision", "diffusers", "transformers", "litgpt", "lightning",
-              "tensorflow", "keras", "sglang")
-
-
-def framework_versions(ctx, framework: str) -> dict:
-    versions = {
-        "framework": "pytorch" if framework == "torch" else framework,
-        "framework_version": distribution_version(framework),
-        "libraries": {name: v for name in _LIBRARIES if (v := distribution_version(name))},
-    }
-    # Only a process that already runs PyTorch reports its CUDA/ROCm build. The
-    # index's CPU wheels carry CUDA too: "cuda"/"rocm" name the GPU runtime this run
-    # used (none on a CPU run); torch_build says what the wheel was built with.
-    torch = sys.modules.get("torch")
-    versions["gpu_used"] = ctx.device_type == "cuda"
-    if torch is not None:
-        build = {"cuda": torch.version.cuda, "rocm": getattr(torch.version, "hip", None)}
-        gpu = versions["gpu_used"]
-        versions.update(cuda=build["cuda"] if gpu else None, rocm=build["rocm"] if gpu else None,
-                        cudnn=None, torch_build=build)
-        if framework == "torch":
-            versions["framework_version"] = torch.__version__
-        if ctx.device_type == "cuda" and torch.backends.cudnn.is_available():
-            versions["cudnn"] = str(torch.backends.cudnn.version())
-    return versions
 
 
 def _absorb_further_signals(signum: int) -> None:
@@ -90,11 +48,14 @@ def _absorb_further_signals(signum: int) -> None:
 
 
 class Run:
-    def __init__(self, spec: dict, out_dir: Path):
-        self.spec = spec
+    """spec: a RunSpec (the entrypoint's, checked), or its JSON (tests build parts
+    of one); workloads and the result read the JSON."""
+
+    def __init__(self, spec: RunSpec | dict, out_dir: Path):
+        self.spec = spec.to_json() if isinstance(spec, RunSpec) else spec
         self.out_dir = Path(out_dir)
-        self.workload_def = catalog.get_workload(spec["workload"])
-        self.impl = self.workload_def.impl(spec.get("impl"))
+        self.workload_def = catalog.get_workload(self.spec["workload"])
+        self.impl = self.workload_def.impl(self.spec.get("impl"))
         self.started = R.now_iso()
         self.progress = Progress()
         self.status, self.error = "running", None
@@ -104,7 +65,7 @@ class Run:
         self.node_power = None  # NodePowerSampler: the site's node sources, own threads
         # In-run sweeps (spec "inrun"): the process writes process.json; each segment
         # its own result, through the launcher (workloads/inrun.py, control.py).
-        self.in_run = bool(spec.get("inrun"))
+        self.in_run = bool(self.spec.get("inrun"))
         self.result_file = "process.json" if self.in_run else RESULT_FILE
         self.segment: dict | None = None  # the segment being measured
         self.measurement: dict | None = None  # settle and adaptive window record
@@ -436,8 +397,8 @@ class Run:
     def _document(self, ranks: list[dict] | None = None, spec: dict | None = None,
                   status: str | None = None, error: dict | None = None,
                   started: str | None = None, first_epoch: int | None = None) -> dict:
-        """spec, status, error, started, first_epoch: a segment's, where not the run's."""
-        ctx = self.ctx
+        """The result document. spec, status, error, started, first_epoch: a
+        segment's, where not the run's."""
         spec = self.spec if spec is None else spec
         if status is None:
             status, error = self.status, self.error
@@ -449,33 +410,7 @@ class Run:
         units = throughput["measured_units"]
         gpus, packages, power = R.power_section(spec, self.discovery, self.sampler, window, units,
                                                node=self.node_power)
-        config = self.workload.describe() if self.workload is not None else {}
-        if ctx is not None:
-            # Per node: throughput per GPU divides by this node's processes.
-            config.update({"device_type": ctx.device_type, "processes": ctx.local_world_size,
-                           "nodes": ctx.nodes, "world_size": ctx.world_size,
-                           "backend": ctx.backend, "threads_per_process": ctx.threads})
-        flops = config.get("flops_per_unit")
-        achieved = throughput["node"] * flops / 1e12 if flops and throughput["node"] else None
-        peak = config.get("peak_tflops") or {}
-        # One process may drive several GPUs (MirroredStrategy): per GPU means per device.
-        per_gpu = throughput["per_gpu"]
-        devices_per_process = int(config.get("devices_per_process") or 1)
-        if per_gpu is not None:
-            per_gpu /= devices_per_process
-        # What the node figure covers: per GPU = node / this many.
-        node_devices = len(ranks) * devices_per_process
-        software = provenance.hpcai_versions()
-        if ctx is not None:
-            software.update(framework_versions(ctx, self.impl.framework))
-        if self.discovery is not None and self.discovery.library is not None:
-            software["gpu_library"] = self.discovery.library.versions()
-        peaks = [r.get("peak_memory") for r in ranks if r.get("peak_memory")]
-        metrics = self._workload_metrics(first_epoch)
-        phases = getattr(self.workload, "phases", lambda: None)() if self.workload is not None else None
-        if phases and metrics is not None:
-            # Serving: ramp-up, steady state and ramp-down, each with its own energy.
-            metrics["phase_energy"] = R.phase_energy(spec, self.discovery, self.sampler, phases)
+        config = self._config()
         doc = {
             "schema_version": R.RESULT_SCHEMA_VERSION,
             "kind": "hpcai.result",
@@ -489,33 +424,15 @@ class Run:
                            "measured_start": window[0] if window else None,
                            "measured_end": window[1] if window else None},
             "host": provenance.host_info(),
-            "software": software,
+            "software": self._software(),
             "runtime": spec.get("runtime", {"kind": "host"}),
             "config": config,
-            "protocol": {
-                **{k: spec["protocol"][k] for k in ("warmup_epochs", "epochs", "steps_per_epoch")},
-                "sample_interval_s": spec["protocol"]["sample_interval_s"],
-                "sample_interval_achieved_s": self.sampler.achieved_intervals() if self.sampler else None,
-                "samples": len(self.sampler.times) if self.sampler else 0,
-                "sampler_overhead": self.sampler.overhead() if self.sampler else None,
-                "epochs_completed": len(epochs),
-                "measured_epochs_completed": sum(1 for e in epochs if not e["warmup"]),
-            },
+            "protocol": self._protocol_record(spec, epochs),
             "epochs": epochs,
             "ranks": [{"rank": r["rank"], "device": r.get("device"),
                        "throughput": t, "peak_memory": r.get("peak_memory")}
                       for r, t in zip(ranks, throughput["per_rank"])],
-            "throughput": {
-                "unit": f"{self.workload_def.unit}/s",
-                "node": throughput["node"],
-                "per_gpu": per_gpu,
-                "devices_node": node_devices,
-                "per_epoch_node": throughput["per_epoch_node"],
-                "stats_node": throughput["stats_node"],
-                "achieved_tflops_node": achieved,
-                "peak_tflops_node": peak.get("tflops_node"),
-                "fraction_of_peak": fraction_of_peak(achieved, peak),
-            },
+            "throughput": self._throughput_record(throughput, config, len(ranks)),
             "work": {"unit": self.workload_def.unit, "measured_units": units,
                      "measured_seconds": throughput["measured_seconds"],
                      "first_loss": leader.get("first_loss"),
@@ -523,9 +440,8 @@ class Run:
             "gpus": gpus,
             "cpu_packages": packages,
             "power": power,
-            "memory": {"peak_bytes": max(p["bytes"] for p in peaks),
-                       "kind": peaks[0]["kind"]} if peaks else None,
-            "workload_metrics": metrics,
+            "memory": _peak_memory(ranks),
+            "workload_metrics": self._metrics_with_phases(spec, first_epoch),
             **({"comparability": spec["comparability"]} if spec.get("comparability") else {}),
             **self._input_section(ranks, throughput["measured_seconds"]),
             "sidecar": {"samples": SAMPLES_FILE if self.sampler and status != "running"
@@ -538,6 +454,69 @@ class Run:
         doc["validity"] = validity.evaluate(doc, "workload")
         return doc
 
+    def _config(self) -> dict:
+        """The workload's own description, with how this process ran it."""
+        config = self.workload.describe() if self.workload is not None else {}
+        ctx = self.ctx
+        if ctx is not None:
+            # Per node: throughput per GPU divides by this node's processes.
+            config.update({"device_type": ctx.device_type, "processes": ctx.local_world_size,
+                           "nodes": ctx.nodes, "world_size": ctx.world_size,
+                           "backend": ctx.backend, "threads_per_process": ctx.threads})
+        return config
+
+    def _software(self) -> dict:
+        software = provenance.hpcai_versions()
+        if self.ctx is not None:
+            software.update(framework_versions(self.ctx, self.impl.framework))
+        if self.discovery is not None and self.discovery.library is not None:
+            software["gpu_library"] = self.discovery.library.versions()
+        return software
+
+    def _protocol_record(self, spec: dict, epochs: list[dict]) -> dict:
+        """The protocol as run: the spec's settings, the sampler's achieved rate."""
+        sampler = self.sampler
+        return {
+            **{k: spec["protocol"][k] for k in ("warmup_epochs", "epochs", "steps_per_epoch")},
+            "sample_interval_s": spec["protocol"]["sample_interval_s"],
+            "sample_interval_achieved_s": sampler.achieved_intervals() if sampler else None,
+            "samples": len(sampler.times) if sampler else 0,
+            "sampler_overhead": sampler.overhead() if sampler else None,
+            "epochs_completed": len(epochs),
+            "measured_epochs_completed": sum(1 for e in epochs if not e["warmup"]),
+        }
+
+    def _throughput_record(self, throughput: dict, config: dict, processes: int) -> dict:
+        """Node and per-GPU throughput, and the share of peak FLOPs where known."""
+        flops = config.get("flops_per_unit")
+        achieved = throughput["node"] * flops / 1e12 if flops and throughput["node"] else None
+        peak = config.get("peak_tflops") or {}
+        # One process may drive several GPUs (MirroredStrategy): per GPU means per device.
+        per_gpu = throughput["per_gpu"]
+        devices_per_process = int(config.get("devices_per_process") or 1)
+        if per_gpu is not None:
+            per_gpu /= devices_per_process
+        return {
+            "unit": f"{self.workload_def.unit}/s",
+            "node": throughput["node"],
+            "per_gpu": per_gpu,
+            # What the node figure covers: per GPU = node / this many.
+            "devices_node": processes * devices_per_process,
+            "per_epoch_node": throughput["per_epoch_node"],
+            "stats_node": throughput["stats_node"],
+            "achieved_tflops_node": achieved,
+            "peak_tflops_node": peak.get("tflops_node"),
+            "fraction_of_peak": fraction_of_peak(achieved, peak),
+        }
+
+    def _metrics_with_phases(self, spec: dict, first_epoch: int | None) -> dict | None:
+        metrics = self._workload_metrics(first_epoch)
+        phases = getattr(self.workload, "phases", lambda: None)() if self.workload is not None else None
+        if phases and metrics is not None:
+            # Serving: ramp-up, steady state and ramp-down, each with its own energy.
+            metrics["phase_energy"] = R.phase_energy(spec, self.discovery, self.sampler, phases)
+        return metrics
+
     def _workload_metrics(self, first_epoch: int | None) -> dict | None:
         """The workload's own figures; an in-run segment's from its first epoch on,
         where the workload keeps them per step (LitGPT)."""
@@ -547,6 +526,12 @@ class Run:
         if first_epoch is not None and scoped is not None:
             return scoped(first_epoch)
         return self.workload.metrics()
+
+
+def _peak_memory(ranks: list[dict]) -> dict | None:
+    """The largest peak over this node's ranks."""
+    peaks = [r.get("peak_memory") for r in ranks if r.get("peak_memory")]
+    return {"peak_bytes": max(p["bytes"] for p in peaks), "kind": peaks[0]["kind"]} if peaks else None
 
 
 def _input_of(workload) -> dict | None:
@@ -578,9 +563,9 @@ def main(argv: list[str] | None = None) -> int:
 
         return selfcheck.run(args.family, [w for w in (args.workloads or "").split(",") if w])
     try:
-        spec = json.loads(Path(args.spec).read_text())
-        check_spec(spec, need_output=args.output is None)
-        run = Run(spec, Path(args.output or spec["output_dir"]))
+        spec = RunSpec.from_json(json.loads(Path(args.spec).read_text()),
+                                 need_output=args.output is None)
+        run = Run(spec, Path(args.output or spec.output_dir))
     except (OSError, ValueError) as exc:
         print(f"hpcai: error: cannot read run spec {args.spec}: {exc}", file=sys.stderr)
         return 2
@@ -589,27 +574,3 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     return run.execute()
 
-
-# What Run and the result need from a spec, each an object unless named here.
-SPEC_KEYS = {"run_id": str, "workload": str, "preset": str, "params": dict, "protocol": dict,
-             "devices": dict, "power": dict}
-SPEC_NESTED = {"protocol": ("warmup_epochs", "epochs", "steps_per_epoch", "sample_interval_s"),
-               "devices": ("type",), "power": ("cap_w",)}
-
-
-def check_spec(spec, need_output: bool = True) -> None:
-    """A UsageError naming the first thing a run spec lacks."""
-    from hpcai.errors import UsageError
-
-    hint = "write one with `hpcai-launch WORKLOAD --dry-run`"
-    if not isinstance(spec, dict):
-        raise UsageError(f"it is a JSON {type(spec).__name__}, not an object", hint)
-    keys = dict(SPEC_KEYS, **({"output_dir": str} if need_output else {}))
-    for key, kind in keys.items():
-        if not isinstance(spec.get(key), kind):
-            what = "missing" if key not in spec else f"not a {kind.__name__}"
-            raise UsageError(f"key {key!r} is {what}", hint)
-    for key, inner in SPEC_NESTED.items():
-        for name in inner:
-            if name not in spec[key]:
-                raise UsageError(f"key {key}.{name} is missing", hint)

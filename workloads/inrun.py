@@ -17,7 +17,7 @@ import statistics
 import time
 
 from hpcai.workloads import adaptive, distributed
-from hpcai.workloads.protocol import Epoch, synchronize
+from hpcai.workloads.protocol import Epoch, run_epoch
 
 # Workload modules that measure in-run: those whose steps the harness drives
 # (StepWorkload), LitGPT, whose step clock feeds the same program, and SGLang
@@ -27,35 +27,6 @@ IN_RUN_MODULES = ("resnet50", "vit_l16", "sd2", "cosmoflow", "resnet50_tf", "llm
 # In-run as load waves: a segment's window is one run of the benchmark client
 # (its request count), not adaptive blocks; --ci-target does not apply to them.
 WAVE_MODULES = ("llm_serve",)
-
-
-def run_epoch(workload, ctx, sampler, steps: int, warmup: bool, progress, on_epoch=None,
-              total: int | None = None) -> Epoch:
-    """One epoch of `steps` steps between synchronisations, as protocol.run_epochs."""
-    index = len(progress.epochs)
-    distributed.barrier(ctx)
-    synchronize(ctx, workload)
-    first = last = None
-    if sampler is not None:
-        first = sampler.mark(f"epoch{index}.start")
-    start_wall, start = time.time(), time.perf_counter()
-    units = 0
-    for _ in range(steps):
-        units += workload.step()
-        if progress.first_loss is None:
-            progress.first_loss = workload.latest_loss()
-    synchronize(ctx, workload)
-    duration = time.perf_counter() - start
-    end_wall = time.time()
-    if sampler is not None:
-        last = sampler.mark(f"epoch{index}.end")
-    epoch = Epoch(index, warmup, steps, units, start_wall, end_wall, duration,
-                  workload.latest_loss())
-    progress.epochs.append(epoch)
-    epoch.marks = (first, last)  # the counters read at both ends, for the block's energy
-    if on_epoch is not None:
-        on_epoch(epoch, total if total is not None else index + 1)
-    return epoch
 
 
 def rank0(ctx, value):

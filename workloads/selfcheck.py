@@ -42,7 +42,7 @@ def needed_modules(workloads: list[str], flavour: str | None) -> dict[str, list[
 
 
 def module_version(module_name: str, module) -> str:
-    from hpcai.workloads.entrypoint import distribution_version
+    from hpcai.workloads.versions import distribution_version
 
     version = getattr(module, "__version__", None)
     return str(version or distribution_version(_DISTRIBUTION.get(module_name, module_name)) or "unknown")

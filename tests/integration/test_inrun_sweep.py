@@ -245,6 +245,31 @@ def test_cosmoflow_measures_in_run_too(fake_nvidia_node, result_schema):
             2 * result["spec"]["power"]["cap_w"], rel=0.02)
 
 
+def test_an_in_run_segment_with_data_from_storage_records_its_data_wait(fake_nvidia_node,
+                                                                       result_schema, tmp_path):
+    """Segments run their epochs through the single-run loop: with --data each
+    records the wait for its batches and the bytes read (a second copy of the
+    loop once dropped the data counters: 0 s waiting, 0 bytes)."""
+    node, data = fake_nvidia_node, tmp_path / "jpegs"
+    made = node.launch("data", "make", "resnet50", "--preset", "tiny", "--samples", "40",
+                       "-o", str(data))
+    assert made.returncode == 0, made.stderr
+    done = node.launch(*TINY, "--data", str(data), "--data-workers", "1", "--cap", "250,350",
+                       "--order", "ascending", *FAST, "-o", str(node.results))
+    assert done.returncode == 0, done.stderr
+    results = segment_results(node)
+    assert [r["spec"]["power"]["cap_w"] for r in results] == [250.0, 350.0]
+    for result in results:
+        assert_valid_result(result, result_schema)
+        assert result["status"] == "complete"
+        measured = [e for e in result["epochs"] if not e["warmup"]]
+        assert measured and all(e["data_wait_s"] > 0 and e["data_bytes"] > 0 for e in measured)
+        inp = result["input"]
+        assert inp["source"] == "storage" and inp["path"] == str(data)
+        assert inp["data_wait_s"] > 0 and 0 < inp["data_wait_share"] < 1
+        assert inp["bytes_read_node"] == sum(e["data_bytes"] for e in measured) > 0
+
+
 def test_litgpt_pretraining_measures_in_run_from_inside_its_own_loop(fake_nvidia_node,
                                                                      result_schema):
     """LitGPT runs its own loop: the segments are driven from its step clock."""
