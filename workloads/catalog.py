@@ -62,10 +62,10 @@ def __getattr__(name: str):
 
 def batch_search_start(spec: dict) -> int:
     """Where `--batch-size auto` starts: the preset's search start, else its batch."""
-    params = spec["params"]
-    start = params.get("batch_search_start")
+    workload = get_workload(spec["workload"])
+    start = workload.params.from_spec(spec).batch_search_start
     if start is None:
-        start = get_workload(spec["workload"]).preset(spec["preset"]).params.get("batch_size")
+        start = workload.params.from_dict(workload.preset(spec["preset"]).params).batch_size
     return int(start) if isinstance(start, int) or str(start).isdigit() else 8
 
 
