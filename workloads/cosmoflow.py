@@ -26,8 +26,10 @@ from hpcai.workloads.torch_trainer import TorchTrainer
 from hpcai.workloads.registry.cosmoflow import CosmoFlowParams
 
 # The reference's model (cosmoflow/models/cosmoflow.py:43-49, configs/cosmo.yaml:22-32).
-REFERENCE = {"channels": 4, "conv_size": 32, "stages": 5, "kernel_size": 3, "fc1_size": 128,
-             "fc2_size": 64, "target_size": 4, "dropout": 0.5, "leaky_slope": 0.3}
+# The reference's layers; its input channels and dropout are the params' defaults.
+REFERENCE = {"channels": CosmoFlowParams.channels, "conv_size": 32, "stages": 5, "kernel_size": 3,
+             "fc1_size": 128, "fc2_size": 64, "target_size": 4, "dropout": CosmoFlowParams.dropout,
+             "leaky_slope": 0.3}
 
 
 def architecture(params: dict) -> dict:
