@@ -2,8 +2,9 @@
 
 Each workload declares itself in one module (`WORKLOAD = Workload(...)`):
 hpcai's own in hpcai.workloads.registry, a centre's in its own installed package,
-named by an entry point of the `hpcai.workloads` group; this module finds both. The launcher reads the catalog to list workloads, validate
-names and build run specs; the entrypoint reads it to find the module that
+named by an entry point of the `hpcai.workloads` group; this module finds both.
+The launcher reads the catalog to list workloads, validate names and build run
+specs; the entrypoint reads it to find the module that
 runs a workload.
 """
 from __future__ import annotations
