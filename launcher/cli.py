@@ -11,7 +11,12 @@ import hpcai
 from hpcai.errors import HpcaiError
 from hpcai.launcher.guarded import run_guarded as _run_guarded
 from hpcai.workloads.adaptive import SWEEP_CI_TARGET
-from hpcai.workloads.catalog import WORKLOADS
+
+try:
+    from hpcai.workloads.catalog import WORKLOADS
+except HpcaiError as _broken:  # a workload plugin that cannot load: one line, no traceback
+    click.echo(f"hpcai-launch: error: {_broken.one_line()}", err=True)
+    sys.exit(_broken.exit_code)
 
 PRECISIONS = ("auto", "fp32", "tf32", "32-true", "bf16-mixed", "fp16-mixed", "bf16-true")
 POWER_METHODS = ("auto", "nvml", "amdsmi", "command", "none")
@@ -208,168 +213,229 @@ def _slurm_options(slurm, nodes, partition, account, time_limit, array, extra, g
 from hpcai.launcher.data_cli import data_options  # noqa: E402 (click options only)
 
 
-def _workload_command(workload):
+def _choice_options(workload) -> list:
+    """Which preset and implementation."""
     presets = list(workload.presets)
-
-    def command(preset, impl, caps, sm_clocks, mem_clocks, repeat, seed, order, idle_s,
-                power_method, site, device,
-                gpus, nproc, batch_size, epochs, warmup_epochs, steps_per_epoch, precision,
-                channels_last, compile_, sample_interval_ms, no_telemetry, output, journal,
-                runtime, image, dry_run, slurm, nodes, partition, account, time_limit, array,
-                slurm_options, vary, scaling, in_run, ci_target, min_window_s, max_window_s,
-                **extra):
-        from hpcai.launcher.data_cli import resolve_data
-        from hpcai.launcher.inrun import check_request
-        from hpcai.launcher.run import Options, launch
-
-        _run_guarded(resolve_data, workload, extra)
-        axes = _run_guarded(_parse_vary, vary, workload)
-        # One cap (and clock) and one repeat is a plain run, exactly as without sweeps.
-        sweep = repeat > 1 or bool(axes) or any(v is not None and len(v) > 1
-                                                for v in (caps, sm_clocks, mem_clocks))
-        batch = _slurm_options(slurm, nodes, partition, account, time_limit, array,
-                               slurm_options, gpus)
-        if batch is not None and any(v is not None and len(v) > 1 for v in (sm_clocks, mem_clocks)):
-            raise click.UsageError("clock sweeps are not submitted to Slurm yet: give one "
-                                   "--sm-clock/--mem-clock per job")
-        if min_window_s is not None and max_window_s is not None and max_window_s < min_window_s:
-            raise click.UsageError(f"--max-window-s {max_window_s:g} is shorter than "
-                                   f"--min-window-s {min_window_s:g}: give a maximum at least "
-                                   "as long as the minimum")
-        # (a sweep checks what else it varies when it starts: launcher/sweep.py)
-        _run_guarded(check_request, in_run, caps if caps else None)
-        opts = Options(
-            workload=workload.name, impl=impl, preset=preset,
-            cap_w=caps[0] if caps and not sweep else None,
-            caps=(caps or [None]) if sweep else None, repeat=repeat, seed=seed, order=order,
-            idle_s=idle_s,
-            power_method=power_method, site=site, device=device, gpus=gpus, nproc=nproc,
-            output=output, dry_run=dry_run, telemetry=not no_telemetry, journal=journal,
-            runtime=runtime, image=image, slurm=batch, vary=axes or None, scaling=scaling,
-            sm_clock_mhz=sm_clocks[0] if sm_clocks and len(sm_clocks) == 1 else None,
-            mem_clock_mhz=mem_clocks[0] if mem_clocks and len(mem_clocks) == 1 else None,
-            sm_clocks=sm_clocks if sweep else None, mem_clocks=mem_clocks if sweep else None,
-            in_run=in_run,
-            params={"batch_size": batch_size, "precision": precision,
-                    "channels_last": channels_last, "compile": compile_, **extra},
-            protocol={"epochs": epochs, "warmup_epochs": warmup_epochs,
-                      "steps_per_epoch": steps_per_epoch,
-                      "sample_interval_s": sample_interval_ms / 1000 if sample_interval_ms else None,
-                      "ci_target": ci_target, "min_window_s": min_window_s,
-                      "max_window_s": max_window_s},
-        )
-        if axes or scaling:
-            from hpcai.launcher.grid import check
-
-            _run_guarded(check, opts, axes, nodes_given=nodes is not None)
-        return _run_guarded(launch, opts)
-
-    decorators = [
-        click.option("--preset", type=click.Choice(presets),
-                     help=f"default: {workload.gpu_default_preset} on GPUs, "
-                          f"{workload.cpu_default_preset} on CPU"),
-        click.option("--impl", type=click.Choice(list(workload.impls)),
-                     help=f"implementation (default: {workload.default_impl})"),
-        click.option("--cap", "caps", type=Caps(),
-                     help="power cap per GPU in watts, restored after each run; a list "
-                          "(200,300,400) or range (200:700:100) runs a sweep"),
-        click.option("--sm-clock", "sm_clocks", type=Clocks("--sm-clock"),
-                     help="highest SM (graphics) clock per GPU in MHz, restored after each "
-                          "run (NVIDIA: locked clocks, AMD: the sclk limit; root); a list or "
-                          "range runs a sweep, with --cap a grid; checked against each GPU's "
-                          "supported clocks (hpcai-launch power clocks)"),
-        click.option("--mem-clock", "mem_clocks", type=Clocks("--mem-clock"),
-                     help="highest memory clock per GPU in MHz, as --sm-clock"),
-        click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
-                     help="runs per cap (a sweep when above 1)"),
-        click.option("--vary", multiple=True, metavar="PARAM=V1,V2,...",
-                     help="a grid sweep over PARAM (repeatable: every combination, with every "
-                          "--cap and --repeat): " + ", ".join(_vary_axes(workload))
-                          + "; gpus on a CPU run: its processes; nodes: with --slurm"),
-        click.option("--scaling", type=click.Choice(["strong", "weak"]),
-                     help="--vary nodes: strong keeps the global batch of the fewest nodes "
-                          "(the batch per GPU shrinks), weak the batch per GPU (default)"),
-        click.option("--seed", type=click.IntRange(min=0),
-                     help="sweeps: seed of the shuffled cap order (default: random, recorded)"),
-        click.option("--order", type=click.Choice(["shuffle", "alternate", "ascending"]),
-                     default="shuffle", show_default=True,
-                     help="sweeps: order of the caps in each round"),
-        click.option("--idle-s", type=click.FloatRange(min=0, max=600), default=5.0,
-                     show_default=True,
-                     help="sweeps: seconds of idle power measured before the first run (0: skip)"),
-        click.option("--in-run/--no-in-run", "in_run", default=None,
-                     help="sweeps: one process measures every cap in turn (warm-up once, "
-                          "a settle phase after each cap change); the default for sweeps "
-                          "of the workloads that support it: the training workloads "
-                          "(PyTorch, TensorFlow, LitGPT), and SGLang serving, where one "
-                          "server runs and each cap's window is one load wave (one run of "
-                          "the benchmark client); with --slurm one job step measures every "
-                          "cap, one launcher per node (an --array job keeps one task per run)"),
-        click.option("--ci-target", type=CiTarget(),
-                     help="adaptive window: measure in blocks until the 95% confidence "
-                          "half-width of throughput and energy per unit is within this share "
-                          f"of the mean (default: {SWEEP_CI_TARGET:g} for sweeps, off for single runs, "
-                          "which follow the preset's fixed epochs); 'off': fixed epochs"),
-        click.option("--min-window-s", type=click.FloatRange(min=0),
-                     help="adaptive window: measure at least this long (default: 30 s and "
-                          "30 power samples; less for the tiny and short presets)"),
-        click.option("--max-window-s", type=click.FloatRange(min=0, min_open=True),
-                     help="adaptive window: stop after this long, met or not (default: 600 s)"),
-        click.option("--power-method", type=click.Choice(POWER_METHODS),
-                     help="how caps are set (default: the site's)"),
-        click.option("--site", help="site name or .toml path (default: matched by hostname)"),
-        click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto",
-                     show_default=True, help="cuda covers ROCm GPUs too"),
-        click.option("--gpus", type=int, help="number of GPUs (default: all)"),
-        click.option("--nproc", type=int, help="CPU runs: processes (default: 2)"),
-        click.option("--batch-size", type=BatchSize(),
-                     help="per process; 'auto' finds the largest that fits"),
-        click.option("--epochs", type=click.IntRange(min=1), help="measured epochs"),
-        click.option("--warmup-epochs", type=click.IntRange(min=0), help="discarded epochs"),
-        click.option("--steps-per-epoch", type=click.IntRange(min=1),
-                     help="training steps (serving: requests) per epoch; default: the preset's"),
-        click.option("--precision", type=click.Choice(PRECISIONS),
-                     help="default: the preset's (auto: bf16-mixed where supported); "
-                          "32-true: fp32 weights, TF32 math on NVIDIA (the paper's vision "
-                          "setting); bf16-true: bf16 weights and optimizer (LitGPT)"),
-        click.option("--channels-last/--no-channels-last", default=None,
-                     help="memory format (default: on)"),
-        click.option("--compile/--no-compile", "compile_", default=None,
-                     help="torch.compile the model"),
-        click.option("--sample-interval-ms", type=click.FloatRange(min=10, max=10000),
-                     help="telemetry interval (default: 100)"),
-        click.option("--no-telemetry", is_flag=True, help="do not sample power (for overhead tests)"),
-        click.option("--output", "-o", help="results folder (default: the site's, ./results)"),
-        click.option("--journal", help="power journal path (default: ~/.local/state/hpcai)"),
-        click.option("--runtime", type=click.Choice(["auto", "host", "apptainer"]), default="auto",
-                     show_default=True,
-                     help="auto: apptainer when it is installed and the image is in the images "
-                          "folder, else this Python"),
-        click.option("--image", type=click.Path(dir_okay=False),
-                     help="apptainer: this SIF instead of the images folder's"),
-        click.option("--dry-run", is_flag=True,
-                     help="print the run spec and command (with --slurm: the batch script); "
-                          "run nothing"),
-        click.option("--slurm", is_flag=True,
-                     help="submit as a Slurm batch job (one launcher per node) and print its id"),
-        click.option("--nodes", type=click.IntRange(min=1),
-                     help="--slurm: nodes, one task each (default: 1)"),
-        click.option("--partition", help="--slurm: partition (default: the site's)"),
-        click.option("--account", help="--slurm: account (default: the site's)"),
-        click.option("--time", "time_limit", help="--slurm: time limit, e.g. 01:00:00 "
-                                                  "(default: the site's)"),
-        click.option("--array", is_flag=True,
-                     help="--slurm sweeps: a job array, one run per task (default: one "
-                          "allocation that runs them in turn)"),
-        click.option("--slurm-option", "slurm_options", multiple=True,
-                     help="--slurm: an extra sbatch option, e.g. --slurm-option=--exclusive "
-                          "(repeatable)"),
-        *(_workload_option(o) for o in workload.options),
-        *data_options(workload),
+    return [
+    click.option("--preset", type=click.Choice(presets),
+                 help=f"default: {workload.gpu_default_preset} on GPUs, "
+                      f"{workload.cpu_default_preset} on CPU"),
+    click.option("--impl", type=click.Choice(list(workload.impls)),
+                 help=f"implementation (default: {workload.default_impl})"),
     ]
+
+
+def _sweep_options(workload) -> list:
+    """Caps, clocks, repeats and grids: what makes a run a sweep."""
+    return [
+    click.option("--cap", "caps", type=Caps(),
+                 help="power cap per GPU in watts, restored after each run; a list "
+                      "(200,300,400) or range (200:700:100) runs a sweep"),
+    click.option("--sm-clock", "sm_clocks", type=Clocks("--sm-clock"),
+                 help="highest SM (graphics) clock per GPU in MHz, restored after each "
+                      "run (NVIDIA: locked clocks, AMD: the sclk limit; root); a list or "
+                      "range runs a sweep, with --cap a grid; checked against each GPU's "
+                      "supported clocks (hpcai-launch power clocks)"),
+    click.option("--mem-clock", "mem_clocks", type=Clocks("--mem-clock"),
+                 help="highest memory clock per GPU in MHz, as --sm-clock"),
+    click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
+                 help="runs per cap (a sweep when above 1)"),
+    click.option("--vary", multiple=True, metavar="PARAM=V1,V2,...",
+                 help="a grid sweep over PARAM (repeatable: every combination, with every "
+                      "--cap and --repeat): " + ", ".join(_vary_axes(workload))
+                      + "; gpus on a CPU run: its processes; nodes: with --slurm"),
+    click.option("--scaling", type=click.Choice(["strong", "weak"]),
+                 help="--vary nodes: strong keeps the global batch of the fewest nodes "
+                      "(the batch per GPU shrinks), weak the batch per GPU (default)"),
+    click.option("--seed", type=click.IntRange(min=0),
+                 help="sweeps: seed of the shuffled cap order (default: random, recorded)"),
+    click.option("--order", type=click.Choice(["shuffle", "alternate", "ascending"]),
+                 default="shuffle", show_default=True,
+                 help="sweeps: order of the caps in each round"),
+    click.option("--idle-s", type=click.FloatRange(min=0, max=600), default=5.0,
+                 show_default=True,
+                 help="sweeps: seconds of idle power measured before the first run (0: skip)"),
+    click.option("--in-run/--no-in-run", "in_run", default=None,
+                 help="sweeps: one process measures every cap in turn (warm-up once, "
+                      "a settle phase after each cap change); the default for sweeps "
+                      "of the workloads that support it: the training workloads "
+                      "(PyTorch, TensorFlow, LitGPT), and SGLang serving, where one "
+                      "server runs and each cap's window is one load wave (one run of "
+                      "the benchmark client); with --slurm one job step measures every "
+                      "cap, one launcher per node (an --array job keeps one task per run)"),
+    ]
+
+
+def _window_and_power_options() -> list:
+    """Adaptive windows, and how and where caps are set."""
+    return [
+    click.option("--ci-target", type=CiTarget(),
+                 help="adaptive window: measure in blocks until the 95% confidence "
+                      "half-width of throughput and energy per unit is within this share "
+                      f"of the mean (default: {SWEEP_CI_TARGET:g} for sweeps, off for single runs, "
+                      "which follow the preset's fixed epochs); 'off': fixed epochs"),
+    click.option("--min-window-s", type=click.FloatRange(min=0),
+                 help="adaptive window: measure at least this long (default: 30 s and "
+                      "30 power samples; less for the tiny and short presets)"),
+    click.option("--max-window-s", type=click.FloatRange(min=0, min_open=True),
+                 help="adaptive window: stop after this long, met or not (default: 600 s)"),
+    click.option("--power-method", type=click.Choice(POWER_METHODS),
+                 help="how caps are set (default: the site's)"),
+    click.option("--site", help="site name or .toml path (default: matched by hostname)"),
+    click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto",
+                 show_default=True, help="cuda covers ROCm GPUs too"),
+    ]
+
+
+def _run_options() -> list:
+    """GPUs, processes, the protocol, the generic workload settings and outputs."""
+    return [
+    click.option("--gpus", type=int, help="number of GPUs (default: all)"),
+    click.option("--nproc", type=int, help="CPU runs: processes (default: 2)"),
+    click.option("--batch-size", type=BatchSize(),
+                 help="per process; 'auto' finds the largest that fits"),
+    click.option("--epochs", type=click.IntRange(min=1), help="measured epochs"),
+    click.option("--warmup-epochs", type=click.IntRange(min=0), help="discarded epochs"),
+    click.option("--steps-per-epoch", type=click.IntRange(min=1),
+                 help="training steps (serving: requests) per epoch; default: the preset's"),
+    click.option("--precision", type=click.Choice(PRECISIONS),
+                 help="default: the preset's (auto: bf16-mixed where supported); "
+                      "32-true: fp32 weights, TF32 math on NVIDIA (the paper's vision "
+                      "setting); bf16-true: bf16 weights and optimizer (LitGPT)"),
+    click.option("--channels-last/--no-channels-last", default=None,
+                 help="memory format (default: on)"),
+    click.option("--compile/--no-compile", "compile_", default=None,
+                 help="torch.compile the model"),
+    click.option("--sample-interval-ms", type=click.FloatRange(min=10, max=10000),
+                 help="telemetry interval (default: 100)"),
+    click.option("--no-telemetry", is_flag=True, help="do not sample power (for overhead tests)"),
+    click.option("--output", "-o", help="results folder (default: the site's, ./results)"),
+    click.option("--journal", help="power journal path (default: ~/.local/state/hpcai)"),
+    click.option("--runtime", type=click.Choice(["auto", "host", "apptainer"]), default="auto",
+                 show_default=True,
+                 help="auto: apptainer when it is installed and the image is in the images "
+                      "folder, else this Python"),
+    click.option("--image", type=click.Path(dir_okay=False),
+                 help="apptainer: this SIF instead of the images folder's"),
+    click.option("--dry-run", is_flag=True,
+                 help="print the run spec and command (with --slurm: the batch script); "
+                      "run nothing"),
+    ]
+
+
+def _slurm_decorators() -> list:
+    """Submitting as a Slurm batch job."""
+    return [
+    click.option("--slurm", is_flag=True,
+                 help="submit as a Slurm batch job (one launcher per node) and print its id"),
+    click.option("--nodes", type=click.IntRange(min=1),
+                 help="--slurm: nodes, one task each (default: 1)"),
+    click.option("--partition", help="--slurm: partition (default: the site's)"),
+    click.option("--account", help="--slurm: account (default: the site's)"),
+    click.option("--time", "time_limit", help="--slurm: time limit, e.g. 01:00:00 "
+                                              "(default: the site's)"),
+    click.option("--array", is_flag=True,
+                 help="--slurm sweeps: a job array, one run per task (default: one "
+                      "allocation that runs them in turn)"),
+    click.option("--slurm-option", "slurm_options", multiple=True,
+                 help="--slurm: an extra sbatch option, e.g. --slurm-option=--exclusive "
+                      "(repeatable)"),
+    ]
+
+
+def _sweep_of(repeat, axes, caps, sm_clocks, mem_clocks) -> bool:
+    """One cap (and clock) and one repeat is a plain run, exactly as without sweeps."""
+    return repeat > 1 or bool(axes) or any(v is not None and len(v) > 1
+                                           for v in (caps, sm_clocks, mem_clocks))
+
+
+def _check_combinations(v: dict, batch) -> None:
+    """Options that cannot go together, refused before anything runs."""
+    if batch is not None and any(c is not None and len(c) > 1 for c in (v["sm_clocks"], v["mem_clocks"])):
+        raise click.UsageError("clock sweeps are not submitted to Slurm yet: give one "
+                               "--sm-clock/--mem-clock per job")
+    low, high = v["min_window_s"], v["max_window_s"]
+    if low is not None and high is not None and high < low:
+        raise click.UsageError(f"--max-window-s {high:g} is shorter than "
+                               f"--min-window-s {low:g}: give a maximum at least "
+                               "as long as the minimum")
+
+
+# The command's own options, by parameter name; every other value is the
+# workload's (its params fields' options, --data).
+_COMMAND_PARAMS = (
+    "preset", "impl", "caps", "sm_clocks", "mem_clocks", "repeat", "seed", "order", "idle_s",
+    "power_method", "site", "device", "gpus", "nproc", "batch_size", "epochs", "warmup_epochs",
+    "steps_per_epoch", "precision", "channels_last", "compile_", "sample_interval_ms",
+    "no_telemetry", "output", "journal", "runtime", "image", "dry_run", "slurm", "nodes",
+    "partition", "account", "time_limit", "array", "slurm_options", "vary", "scaling", "in_run",
+    "ci_target", "min_window_s", "max_window_s")
+
+
+def _run_options_of(workload, v: dict, extra: dict, axes, batch):
+    """launcher.options.Options from the command's values."""
+    from hpcai.launcher.options import Options
+
+    caps, sm_clocks, mem_clocks = v["caps"], v["sm_clocks"], v["mem_clocks"]
+    sweep = _sweep_of(v["repeat"], axes, caps, sm_clocks, mem_clocks)
+    interval_ms = v["sample_interval_ms"]
+    return Options(
+        workload=workload.name, impl=v["impl"], preset=v["preset"],
+        cap_w=caps[0] if caps and not sweep else None,
+        caps=(caps or [None]) if sweep else None, repeat=v["repeat"], seed=v["seed"],
+        order=v["order"], idle_s=v["idle_s"], power_method=v["power_method"], site=v["site"],
+        device=v["device"], gpus=v["gpus"], nproc=v["nproc"], output=v["output"],
+        dry_run=v["dry_run"], telemetry=not v["no_telemetry"], journal=v["journal"],
+        runtime=v["runtime"], image=v["image"], slurm=batch, vary=axes or None,
+        scaling=v["scaling"],
+        sm_clock_mhz=sm_clocks[0] if sm_clocks and len(sm_clocks) == 1 else None,
+        mem_clock_mhz=mem_clocks[0] if mem_clocks and len(mem_clocks) == 1 else None,
+        sm_clocks=sm_clocks if sweep else None, mem_clocks=mem_clocks if sweep else None,
+        in_run=v["in_run"],
+        params={"batch_size": v["batch_size"], "precision": v["precision"],
+                "channels_last": v["channels_last"], "compile": v["compile_"], **extra},
+        protocol={"epochs": v["epochs"], "warmup_epochs": v["warmup_epochs"],
+                  "steps_per_epoch": v["steps_per_epoch"],
+                  "sample_interval_s": interval_ms / 1000 if interval_ms else None,
+                  "ci_target": v["ci_target"], "min_window_s": v["min_window_s"],
+                  "max_window_s": v["max_window_s"]},
+    )
+
+
+def _run_workload(workload, values: dict):
+    """What `hpcai-launch WORKLOAD ...` does: check the options, then launch."""
+    from hpcai.launcher.data_cli import resolve_data
+    from hpcai.launcher.inrun import check_request
+    from hpcai.launcher.run import launch
+
+    v = {k: values[k] for k in _COMMAND_PARAMS}
+    extra = {k: value for k, value in values.items() if k not in v}
+    _run_guarded(resolve_data, workload, extra)
+    axes = _run_guarded(_parse_vary, v["vary"], workload)
+    batch = _slurm_options(v["slurm"], v["nodes"], v["partition"], v["account"], v["time_limit"],
+                           v["array"], v["slurm_options"], v["gpus"])
+    _check_combinations(v, batch)
+    # (a sweep checks what else it varies when it starts: launcher/sweep.py)
+    _run_guarded(check_request, v["in_run"], v["caps"] if v["caps"] else None)
+    opts = _run_options_of(workload, v, extra, axes, batch)
+    if axes or v["scaling"]:
+        from hpcai.launcher.grid import check
+
+        _run_guarded(check, opts, axes, nodes_given=v["nodes"] is not None)
+    return _run_guarded(launch, opts)
+
+
+def _workload_command(workload):
+    """`hpcai-launch WORKLOAD`: the generic options, then the workload's own (from
+    its params fields) and its --data options."""
+    def command(**values):
+        return _run_workload(workload, values)
+
+    decorators = [*_choice_options(workload), *_sweep_options(workload), *_window_and_power_options(),
+                  *_run_options(), *_slurm_decorators(),
+                  *(_workload_option(o) for o in workload.options), *data_options(workload)]
     for decorate in reversed(decorators):
         command = decorate(command)
-
     help_text = (f"{workload.summary}.\n\nPresets: " + ", ".join(
         f"{p.name} ({p.kind_label()})" for p in workload.presets.values()) + ".")
     return main.command(name=workload.name, help=help_text)(command)

@@ -20,6 +20,14 @@ def _flag(key: str) -> str:
     return "--" + key.replace("_", "-")
 
 
+def _differences(params: dict, other: dict) -> dict[str, tuple]:
+    """Setting -> (its value here, there) for each setting the two dicts differ in
+    (a setting one of them lacks counts as None)."""
+    absent = dict.fromkeys(set(params) | set(other))
+    mine, theirs = {**absent, **params}, {**absent, **other}
+    return {k: (mine[k], theirs[k]) for k in sorted(absent) if mine[k] != theirs[k]}
+
+
 def assess(workload: Workload, preset: Preset, *, impl: str, params: dict, preset_params: dict,
            protocol: dict, device_type: str, gpus: int | None) -> dict:
     """The comparability record for a spec: its preset's kind, whether it is the
@@ -33,12 +41,12 @@ def assess(workload: Workload, preset: Preset, *, impl: str, params: dict, prese
         if impl != workload.upstream_impl:
             reasons.append(f"implementation {impl!r} is hpcai's own; the upstream runs "
                            f"{workload.upstream_impl!r}")
-        for key in sorted(set(params) | set(preset_params)):
-            if key in NEUTRAL or params.get(key) == preset_params.get(key):
+        for key, (mine, paper) in _differences(params, preset_params).items():
+            if key in NEUTRAL:
                 continue
             source = preset.source_of(key)
-            reasons.append(f"{_flag(key)} {params.get(key)!r} overrides the paper preset's "
-                           f"{preset_params.get(key)!r}" + (f" ({source})" if source else ""))
+            reasons.append(f"{_flag(key)} {mine!r} overrides the paper preset's "
+                           f"{paper!r}" + (f" ({source})" if source else ""))
         for key in PROTOCOL_KEYS:
             if protocol.get(key) != preset.protocol.get(key):
                 reasons.append(f"{_flag(key)} {protocol.get(key)} overrides the paper preset's "
@@ -51,8 +59,10 @@ def assess(workload: Workload, preset: Preset, *, impl: str, params: dict, prese
     ours = preset.ours()
     # A per-GPU setting (the ViT batch) this GPU has no upstream value for stays the
     # preset's own choice: ours.
-    for key in sorted({k for values in preset.by_gpu.values() for k in values}):
-        if preset_params.get(key) == preset.params.get(key) and key not in ours:
+    per_gpu = {k for values in preset.by_gpu.values() for k in values}
+    changed = _differences(preset_params, preset.params)
+    for key in sorted(per_gpu):
+        if key not in changed and key not in ours:
             ours.append(key)
     return {
         "preset_kind": preset.kind,

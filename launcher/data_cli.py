@@ -34,9 +34,10 @@ def resolve_data(workload, params: dict) -> None:
     from hpcai.errors import UsageError
     from hpcai.workloads import datasets
 
-    folder = params.get("data")
+    typed = workload.params.from_dict(params)
+    folder = typed.data
     if folder is None:
-        if params.get("data_workers") is not None:
+        if typed.data_workers is not None:
             raise UsageError("--data-workers only applies with --data", "add --data DIR")
         return
     path = Path(folder).expanduser().absolute()
@@ -82,9 +83,10 @@ def data_make(workload, samples, output, preset, classes, cube, seed):
                 raise UsageError(f"--cube applies to volumes, not {w.name}'s images",
                                  "drop --cube")
             params["cube"] = cube
-        if w.data_format == "jpeg" and classes > int(params.get("num_classes", 1000)):
+        num_classes = w.params.from_dict(params).num_classes if w.data_format == "jpeg" else None
+        if num_classes is not None and classes > int(num_classes):
             raise UsageError(f"--classes {classes} is more than the model's "
-                             f"{params.get('num_classes')} classes", "use fewer --classes")
+                             f"{num_classes} classes", "use fewer --classes")
         manifest = datasets.make(w.name, w.data_format, params, samples, Path(output),
                                  classes=classes, seed=seed, log=datasets.log_stderr)
         click.echo(f"dataset {Path(output).absolute()}: {manifest['count']} {w.name} samples "

@@ -109,12 +109,13 @@ def apply(opts, point: tuple, device_type: str | None = None):
 
 def check(opts, axes: list[tuple[str, list]], nodes_given: bool = False) -> None:
     """What cannot be combined: a varied value also fixed by its own option."""
+    given = {k for k, v in opts.params.items() if v is not None}  # set on the command line
     fixed = {"gpus": opts.gpus if opts.gpus is not None else opts.nproc,
-             "batch_size": opts.params.get("batch_size"), "model": opts.preset,
+             "batch_size": True if "batch_size" in given else None, "model": opts.preset,
              "nodes": True if nodes_given else None}
     flags = {"gpus": "--gpus/--nproc", "model": "--preset", "nodes": "--nodes"}
     for name, _values in axes:
-        if fixed.get(name, opts.params.get(name)) is not None:
+        if fixed.get(name, True if name in given else None) is not None:
             flag = flags.get(name, f"--{name.replace('_', '-')}")
             raise UsageError(f"--vary {name} and {flag} both set it", f"drop {flag}")
         if name == "nodes" and opts.slurm is None:

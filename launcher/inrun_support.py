@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from hpcai.errors import UsageError
-from hpcai.workloads.inrun import IN_RUN_MODULES
 
 
 def supported(workload_name: str, impl: str | None) -> str | None:
@@ -12,7 +11,7 @@ def supported(workload_name: str, impl: str | None) -> str | None:
 
     workload = get_workload(workload_name)
     chosen = workload.impl(impl)
-    if chosen.module in IN_RUN_MODULES:
+    if chosen.in_run is not None:  # declared on the implementation (Impl.in_run)
         return None
     return (f"{workload_name} ({impl or workload.default_impl}) cannot measure in-run yet: "
             "one run per cap, each with the preset's fixed epochs")
@@ -22,10 +21,9 @@ def adaptive_supported(workload_name: str, impl: str | None) -> str | None:
     """None when the workload can measure an adaptive window (--ci-target), else why
     not: SGLang serving measures in-run too, but each window is one load wave."""
     from hpcai.workloads.catalog import get_workload
-    from hpcai.workloads.inrun import WAVE_MODULES
 
     why = supported(workload_name, impl)
-    if why is None and get_workload(workload_name).impl(impl).module in WAVE_MODULES:
+    if why is None and get_workload(workload_name).impl(impl).in_run == "waves":
         return f"{workload_name} measures one load wave per window"
     return why
 

@@ -59,13 +59,14 @@ def build_spec(
         if int(protocol[key]) < minimum:
             raise UsageError(f"--{key.replace('_', '-')} must be at least {minimum}",
                              f"got {protocol[key]}")
-    if params.get("batch_size") not in ("auto", "unlimited") and int(params.get("batch_size", 1)) < 1:
-        raise UsageError("--batch-size must be at least 1", f"got {params['batch_size']}")
+    typed = workload.params.from_dict(params)
+    if typed.batch_size not in ("auto", "unlimited", None) and int(typed.batch_size) < 1:
+        raise UsageError("--batch-size must be at least 1", f"got {typed.batch_size}")
     if not 0.01 <= float(protocol["sample_interval_s"]) <= 10:
         raise UsageError("--sample-interval-ms must be between 10 and 10000",
                          "100 ms is the protocol's default")
-    if params.get("data") and workload.data_format == "npy":
-        _check_dataset_shape(workload, params)
+    if typed.data and workload.data_format == "npy":
+        _check_dataset_shape(workload, typed)
     run_id = make_run_id(workload.name, preset.name, cap_w)
     comparability = assess(workload, preset, impl=impl, params=params,
                            preset_params=preset_params, protocol=protocol,
@@ -85,16 +86,16 @@ def build_spec(
     ).to_json()
 
 
-def _check_dataset_shape(workload, params: dict) -> None:
+def _check_dataset_shape(workload, params) -> None:
     """Volumes from storage must have the shape the model is built for (images are
     cropped to any size; a cube of another edge would only fail inside the model)."""
     from hpcai.workloads import datasets
 
-    manifest = datasets.load_manifest(Path(params["data"]), workload.name)
+    manifest = datasets.load_manifest(Path(params.data), workload.name)
     wanted = datasets.sample_shape(workload.data_format, params)
     if list(manifest["sample_shape"]) != wanted:
         have = "x".join(map(str, manifest["sample_shape"]))
-        raise UsageError(f"{params['data']} holds samples of shape {have}, this run needs "
+        raise UsageError(f"{params.data} holds samples of shape {have}, this run needs "
                          f"{'x'.join(map(str, wanted))}",
                          f"make one of that shape (hpcai-launch data make {workload.name} "
                          f"--preset/--cube) or run with the dataset's")

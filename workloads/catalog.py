@@ -1,14 +1,17 @@
 """What workloads exist and their presets, without importing any framework.
 
-Each workload declares itself in one module of hpcai.workloads.registry; this
-module finds them. The launcher reads the catalog to list workloads, validate
-names and build run specs; the entrypoint reads it to find the module that
+Each workload declares itself in one module (`WORKLOAD = Workload(...)`):
+hpcai's own in hpcai.workloads.registry, a centre's in its own installed package,
+named by an entry point of the `hpcai.workloads` group; this module finds both.
+The launcher reads the catalog to list workloads, validate names and build run
+specs; the entrypoint reads it to find the module that
 runs a workload.
 """
 from __future__ import annotations
 
 import importlib
 import pkgutil
+from importlib.metadata import entry_points
 
 from hpcai.errors import UsageError
 from hpcai.workloads import registry
@@ -25,10 +28,58 @@ from hpcai.workloads.declaration import (  # noqa: F401  (the catalog's public n
 
 # One Apptainer image family per definitions/<flavour>/<family>.def.
 IMAGE_FAMILIES = ("cv", "llm-train", "llm-serve")
+# Installed packages declare their workloads here: each entry point names a module
+# holding WORKLOAD = Workload(...), or the Workload itself ("pkg.module:WORKLOAD").
+ENTRY_POINT_GROUP = "hpcai.workloads"
 
 
 def discover() -> dict[str, Workload]:
-    """Every registry module's WORKLOAD, in declared order (then by name)."""
+    """Every registry module's WORKLOAD and every plugin's, in declared order (then by name)."""
+    found = _registry_workloads()
+    for workload in _plugin_workloads(found):
+        found.append((workload.name, workload))
+    return {w.name: w for _, w in sorted(found, key=lambda item: (item[1].order, item[1].name))}
+
+
+def _distribution(point) -> str:
+    """The installed distribution an entry point comes from, for its errors."""
+    dist = getattr(point, "dist", None)
+    return f"distribution {dist.name!r}" if dist is not None else f"entry point {point.value!r}"
+
+
+def _plugin_workloads(builtin: list[tuple[str, Workload]]) -> list[Workload]:
+    """The workloads of the entry-point group; a broken or doubled one is a one-line
+    UsageError naming its distribution (the CLI prints it without a traceback)."""
+    names = {w.name for _, w in builtin}
+    plugins = []
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        where = f"workload plugin {point.name!r} ({_distribution(point)})"
+        try:
+            loaded = point.load()
+            workload = getattr(loaded, "WORKLOAD", loaded)
+            if not isinstance(workload, Workload):
+                raise TypeError(f"{point.value} holds no WORKLOAD = Workload(...)")
+            _check_family(workload)
+        except Exception as exc:  # a plugin's own bug, whatever its type: one line
+            reason = exc.one_line() if isinstance(exc, UsageError) else f"{type(exc).__name__}: {exc}"
+            raise UsageError(f"{where} cannot be loaded: {reason}",
+                             "fix or uninstall that package") from None
+        if workload.name in names:
+            raise UsageError(f"{where} declares workload {workload.name!r}, which another "
+                             "workload already declares", "uninstall one of them")
+        names.add(workload.name)
+        plugins.append(workload)
+    return plugins
+
+
+def _check_family(workload: Workload) -> None:
+    if workload.image_family not in IMAGE_FAMILIES:
+        raise TypeError(f"{workload.name}: image family {workload.image_family!r} is not one of "
+                        f"{', '.join(IMAGE_FAMILIES)}")
+
+
+def _registry_workloads() -> list[tuple[str, Workload]]:
+    """hpcai's own workloads: one module of hpcai.workloads.registry each."""
     found: list[tuple[str, Workload]] = []
     for module in pkgutil.iter_modules(registry.__path__):
         if module.name.startswith("_"):
@@ -36,15 +87,13 @@ def discover() -> dict[str, Workload]:
         workload = getattr(importlib.import_module(f"{registry.__name__}.{module.name}"), "WORKLOAD", None)
         if not isinstance(workload, Workload):
             raise TypeError(f"hpcai.workloads.registry.{module.name} declares no WORKLOAD = Workload(...)")
-        if workload.image_family not in IMAGE_FAMILIES:
-            raise TypeError(f"{workload.name}: image family {workload.image_family!r} is not one of "
-                            f"{', '.join(IMAGE_FAMILIES)}")
+        _check_family(workload)
         found.append((module.name, workload))
     names = [w.name for _, w in found]
     doubled = sorted({n for n in names if names.count(n) > 1})
     if doubled:
         raise TypeError(f"workloads declared twice in hpcai.workloads.registry: {', '.join(doubled)}")
-    return {w.name: w for _, w in sorted(found, key=lambda item: (item[1].order, item[1].name))}
+    return found
 
 
 WORKLOADS: dict[str, Workload] = discover()
@@ -62,10 +111,10 @@ def __getattr__(name: str):
 
 def batch_search_start(spec: dict) -> int:
     """Where `--batch-size auto` starts: the preset's search start, else its batch."""
-    params = spec["params"]
-    start = params.get("batch_search_start")
+    workload = get_workload(spec["workload"])
+    start = workload.params.from_spec(spec).batch_search_start
     if start is None:
-        start = get_workload(spec["workload"]).preset(spec["preset"]).params.get("batch_size")
+        start = workload.params.from_dict(workload.preset(spec["preset"]).params).batch_size
     return int(start) if isinstance(start, int) or str(start).isdigit() else 8
 
 

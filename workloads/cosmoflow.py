@@ -23,15 +23,19 @@ from __future__ import annotations
 from hpcai.errors import UsageError
 from hpcai.workloads import flops
 from hpcai.workloads.torch_trainer import TorchTrainer
+from hpcai.workloads.registry.cosmoflow import CosmoFlowParams
 
 # The reference's model (cosmoflow/models/cosmoflow.py:43-49, configs/cosmo.yaml:22-32).
-REFERENCE = {"channels": 4, "conv_size": 32, "stages": 5, "kernel_size": 3, "fc1_size": 128,
-             "fc2_size": 64, "target_size": 4, "dropout": 0.5, "leaky_slope": 0.3}
+# The reference's layers; its input channels and dropout are the params' defaults.
+REFERENCE = {"channels": CosmoFlowParams.channels, "conv_size": 32, "stages": 5, "kernel_size": 3,
+             "fc1_size": 128, "fc2_size": 64, "target_size": 4, "dropout": CosmoFlowParams.dropout,
+             "leaky_slope": 0.3}
 
 
 def architecture(params: dict) -> dict:
     """The layer sizes for these parameters (cube, width_mult, depth_mult), checked."""
-    cube, width, depth = params.get("cube", 128), params.get("width_mult", 1.0), params.get("depth_mult", 1)
+    p = CosmoFlowParams.from_dict(params)
+    cube, width, depth = p.cube, p.width_mult, p.depth_mult
     pooled = 2 ** REFERENCE["stages"]
     if not isinstance(cube, int) or isinstance(cube, bool) or cube < pooled or cube % pooled:
         raise UsageError(f"cube {cube!r} cannot pass the model's {REFERENCE['stages']} halvings",
@@ -41,7 +45,7 @@ def architecture(params: dict) -> dict:
     if not isinstance(depth, int) or isinstance(depth, bool) or depth < 1:
         raise UsageError(f"depth multiplier {depth!r} is not a whole number of at least 1",
                          "use 1 (the reference), 2, 3, ...")
-    dropout = params.get("dropout", REFERENCE["dropout"])
+    dropout = p.dropout
     if not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
         raise UsageError(f"dropout {dropout!r} is not a fraction in [0, 1)", "the reference's is 0.5")
     filters = [max(1, round(REFERENCE["conv_size"] * 2 ** i * width)) for i in range(REFERENCE["stages"])]
@@ -119,7 +123,7 @@ class CosmoFlow(TorchTrainer):
         super().__init__(spec, ctx)
         self.arch = architecture(self.params)
         # NDHWC (channels_last_3d) where asked; NCDHW, the reference's layout in PyTorch, otherwise.
-        self.channels_last = bool(self.params.get("channels_last") or False)
+        self.channels_last = bool(self.p.channels_last or False)
         self.memory_format = torch.channels_last_3d if self.channels_last else torch.contiguous_format
         model = build_model(self.arch).to(ctx.device, memory_format=self.memory_format).train()
         self.cubes = self.targets = None
@@ -132,7 +136,7 @@ class CosmoFlow(TorchTrainer):
             self.cubes = self.targets = None
             self.pipeline = None
             return
-        if self.params.get("data"):  # shards of cubes from storage (--data), timed per batch
+        if self.p.data:  # shards of cubes from storage (--data), timed per batch
             from hpcai.workloads.input_pipeline import InputPipeline
 
             self.pipeline = InputPipeline(self.spec, self.ctx, batch_size,
@@ -159,9 +163,9 @@ class CosmoFlow(TorchTrainer):
 
     def learning_rate(self) -> float:
         # The reference's linear scaling: base_lr per base_batch_size of global batch.
-        base = float(self.params.get("base_lr", 0.001))
-        per = int(self.params.get("base_batch_size", 64))
-        return float(self.params.get("lr") or base * self.batch_size * self.ctx.world_size / per)
+        base = float(self.p.base_lr)
+        per = int(self.p.base_batch_size)
+        return float(self.p.lr or base * self.batch_size * self.ctx.world_size / per)
 
     def count_flops(self) -> dict:
         return flops_per_sample(self.params)

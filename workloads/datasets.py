@@ -33,16 +33,12 @@ SHARD_BYTES = 256 * 2**20  # npy: samples per shard so that a shard is about thi
 PROGRESS_S = 2.0
 
 
-def sample_shape(data_format: str, params: dict) -> list[int]:
-    """The shape one sample has in training: [3, S, S] images, or a volume the
-    workload's params give (sample_shape, else channels x cube^3)."""
+def sample_shape(data_format: str, p) -> list[int]:
+    """The shape one sample has in training, from the workload's typed params
+    (workloads/params.py): [3, S, S] images, or channels x cube^3 volumes."""
     if data_format == "jpeg":
-        size = int(params.get("image_size", 224))
-        return [3, size, size]
-    if params.get("sample_shape"):
-        return [int(n) for n in params["sample_shape"]]
-    cube = int(params.get("cube", params.get("cube_size", 128)))
-    return [int(params.get("channels", 4)), cube, cube, cube]
+        return [3, int(p.image_size), int(p.image_size)]
+    return [int(p.channels), int(p.cube), int(p.cube), int(p.cube)]
 
 
 def checksum(manifest: dict) -> str:
@@ -69,7 +65,9 @@ def make(workload: str, data_format: str, params: dict, samples: int, out: Path,
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"cannot create {out} ({exc.strerror})", "choose another -o") from None
-    shape = sample_shape(data_format, params)
+    from hpcai.workloads.catalog import get_workload
+
+    shape = sample_shape(data_format, get_workload(workload).params.from_dict(params))
     progress = _Progress(samples, log)
     try:
         if data_format == "jpeg":

@@ -2,8 +2,10 @@
 implementations, and the generic options it honours. Imports no framework:
 the launcher reads declarations to offer, check and plan runs.
 
-Each workload declares itself in one module of hpcai.workloads.registry
-(a `WORKLOAD = Workload(...)`); the catalog (workloads/catalog.py) discovers them.
+Each workload declares itself in one module (a `WORKLOAD = Workload(...)`):
+hpcai's own in hpcai.workloads.registry, a centre's in its own package, found
+through the `hpcai.workloads` entry-point group; the catalog (workloads/catalog.py)
+discovers both.
 """
 from __future__ import annotations
 
@@ -11,12 +13,24 @@ import importlib
 from dataclasses import dataclass, field
 
 from hpcai.errors import UsageError
+from hpcai.workloads.params import WorkloadParams
 
 PROTOCOL_DEFAULTS = {
     "warmup_epochs": 1,  # discarded, as in the seed paper
     "epochs": 10,  # measured
     "sample_interval_s": 0.1,
 }
+
+
+# How an implementation measures an in-run sweep (Impl.in_run): "epochs", the
+# harness drives its steps (or its engine runs the harness's programs), or
+# "waves", each segment is one load wave against one running server.
+IN_RUN_KINDS = ("epochs", "waves")
+
+
+def module_path(name: str) -> str:
+    """A full dotted module path; a bare name is one of hpcai's own workload modules."""
+    return name if "." in name else f"hpcai.workloads.{name}"
 
 
 # What a preset is for: `paper` reproduces the seed paper's public scripts
@@ -100,7 +114,9 @@ class Option:
 class Impl:
     """One implementation of a workload: which module runs it and how."""
 
-    module: str  # hpcai.workloads.<module> has build(spec, ctx)
+    # The module with build(spec, ctx): a dotted path ("mycentre.mlp"), or a bare
+    # name for one of hpcai's own (hpcai.workloads.<module>).
+    module: str
     framework: str  # import name the host runtime must have: "torch", "tensorflow", ...
     # "torchrun": one process per GPU, launched by torchrun (DDP, FSDP).
     # "single": one process that drives every GPU itself (MirroredStrategy,
@@ -110,12 +126,23 @@ class Impl:
     honours: tuple[str, ...] = ()
     # Import names it needs beyond its framework (checked by `info` and the images' %test).
     libraries: tuple[str, ...] = ()
-    # "module:function" in hpcai.workloads: FLOPs per unit of work from the run's
+    # "module:function" (module as `module` above): FLOPs per unit of work from the run's
     # parameters ({"forward_per_image", "train_per_image", "method", ...}), the same
     # count the run records; None where the engine counts them itself at run time.
     flop_model: str | None = None
     # False for hpcai's own implementation where the seed paper ran another.
     upstream: bool = True
+    # How it measures in-run sweeps (a key of IN_RUN_KINDS); None: it cannot, so
+    # a sweep runs one process per cap.
+    in_run: str | None = None
+
+    def __post_init__(self):
+        if self.in_run is not None and self.in_run not in IN_RUN_KINDS:
+            raise TypeError(f"{self.module}: in_run {self.in_run!r} is not one of {', '.join(IN_RUN_KINDS)}")
+
+    @property
+    def module_path(self) -> str:
+        return module_path(self.module)
 
     def flops(self, params: dict) -> dict:
         """The FLOP model's count for these parameters (imports the framework)."""
@@ -123,7 +150,7 @@ class Impl:
             raise UsageError(f"{self.module} declares no FLOP model",
                              "its FLOPs are counted by the engine at run time")
         module, function = self.flop_model.split(":")
-        return getattr(importlib.import_module(f"hpcai.workloads.{module}"), function)(params)
+        return getattr(importlib.import_module(module_path(module)), function)(params)
 
 
 @dataclass(frozen=True)
@@ -133,7 +160,9 @@ class Workload:
     unit: str  # unit of work: "images", "samples" or "tokens"
     impls: dict[str, Impl]
     presets: dict[str, Preset] = field(default_factory=dict)
-    options: tuple[Option, ...] = ()
+    # Its parameters (workloads/params.py): every default once; fields with a flag
+    # are its own command-line options.
+    params: type[WorkloadParams] = WorkloadParams
     cpu_default_preset: str = "short"
     gpu_default_preset: str = "fast"
     # The Apptainer image family that carries this workload's software stack.
@@ -147,6 +176,24 @@ class Workload:
     vary_params: tuple[str, ...] = ()
     # `--vary model=...`: named sizes, each a set of params (presets are accepted too).
     model_ladder: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        """Presets and named sizes set only fields of the params class."""
+        for preset in self.presets.values():
+            self.params.check(preset.params, f"{self.name} preset {preset.name}")
+            for gpu, values in preset.by_gpu.items():
+                self.params.check(values, f"{self.name} preset {preset.name} ({gpu})")
+        for size, values in self.model_ladder.items():
+            if isinstance(values, dict):
+                self.params.check(values, f"{self.name} model {size}")
+        for name in self.vary_params:
+            self.params.check({name: None}, f"{self.name} vary_params")
+
+    @property
+    def options(self) -> tuple[Option, ...]:
+        """The workload's own command-line options, from its params fields."""
+        return tuple(Option(meta["flag"], name, meta["help"], meta["type"], tuple(meta["choices"]),
+                            meta["min"], meta["min_open"]) for name, meta in self.params.options())
 
     @property
     def default_impl(self) -> str:

@@ -141,7 +141,7 @@ class Run:
                     self.node_power._wall0 = self.sampler._wall0
                     self.node_power._mono0 = self.sampler._mono0
             self._write(self._document())  # status "running" until we know better
-        module = importlib.import_module(f"hpcai.workloads.{self.impl.module}")
+        module = importlib.import_module(self.impl.module_path)
         self.workload = module.build(self.spec, self.ctx)
 
     def _measure(self) -> None:
@@ -191,8 +191,7 @@ class Run:
         if isinstance(self.workload, EngineWorkload):
             from hpcai.errors import WorkloadError
 
-            if not (getattr(self.workload, "runs_programs", False)
-                    or getattr(self.workload, "in_run_waves", False)):
+            if self.impl.in_run is None:
                 raise WorkloadError(f"{self.spec['workload']} cannot measure in-run",
                                     "run the sweep with --no-in-run (one run per cap)")
             self.workload.run(self.spec["protocol"], self.progress, on_epoch, program=program)
@@ -209,7 +208,7 @@ class Run:
         from hpcai.workloads.inrun import rank0
 
         # Serving: warm up as a single run does, then each window is one load wave.
-        waves = getattr(self.workload, "in_run_waves", False)
+        waves = self.impl.in_run == "waves"
         yield from measurer.warm_up(getattr(self.workload, "warmup_requests", None) if waves
                                     else None)
         channel = Channel(Path(self.spec["output_dir"]) / self.spec["inrun"]["channel"])

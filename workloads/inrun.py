@@ -19,14 +19,10 @@ import time
 from hpcai.workloads import adaptive, distributed
 from hpcai.workloads.protocol import Epoch, run_epoch
 
-# Workload modules that measure in-run: those whose steps the harness drives
-# (StepWorkload), LitGPT, whose step clock feeds the same program, and SGLang
-# serving, whose segments are load waves against one running server.
-IN_RUN_MODULES = ("resnet50", "vit_l16", "sd2", "cosmoflow", "resnet50_tf", "llm_pretrain",
-                  "llm_serve")
-# In-run as load waves: a segment's window is one run of the benchmark client
-# (its request count), not adaptive blocks; --ci-target does not apply to them.
-WAVE_MODULES = ("llm_serve",)
+# Which implementations measure in-run, and how, is their declaration's
+# Impl.in_run: "epochs" (the harness drives the steps, or LitGPT's step clock
+# feeds the same program) or "waves" (SGLang serving: a segment's window is one
+# run of the benchmark client, not adaptive blocks; --ci-target does not apply).
 
 
 def rank0(ctx, value):

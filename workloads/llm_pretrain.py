@@ -30,6 +30,7 @@ from hpcai.workloads import precision as prec
 from hpcai.workloads.base import EngineWorkload
 from hpcai.workloads.memory import torch_peak_memory
 from hpcai.workloads.protocol import Epoch
+from hpcai.workloads.registry.llama3_8b_pretrain import LlmPretrainParams
 
 # LitGPT's pretraining recipes (config_hub/pretrain): AdamW, lr 4e-4, wd 0.1.
 OPTIMIZER = {"class_path": "torch.optim.AdamW",
@@ -170,10 +171,11 @@ def model_config(params: dict, weights: Path | None):
     """LitGPT's Config: the checkpoint's own, else the preset's name + overrides."""
     from litgpt.config import Config
 
+    p = LlmPretrainParams.from_dict(params)
     if weights is not None and (weights / "model_config.yaml").is_file():
         return Config.from_file(weights / "model_config.yaml")
-    name = params.get("model", "Llama-3-8B")
-    overrides = dict(params.get("model_overrides") or {})
+    name = p.model
+    overrides = dict(p.model_overrides or {})
     new_name = overrides.pop("name", None)
     try:
         config = Config.from_name(name, **overrides)
@@ -220,41 +222,41 @@ class LitgptPretrain(EngineWorkload):
         import torch
 
         params = spec["params"]
+        p = LlmPretrainParams.from_spec(spec)
         self.spec, self.ctx = spec, ctx
-        if params.get("batch_size") == "auto":
+        if p.batch_size == "auto":
             raise UsageError("--batch-size auto is not supported for LitGPT pretraining",
                              "give a micro-batch size per GPU, e.g. --batch-size 1")
-        self.micro_batch = int(params["batch_size"])
-        global_batch = params.get("global_batch_size")
+        self.micro_batch = int(p.batch_size)
+        global_batch = p.global_batch_size
         self.accumulation = accumulation_steps(int(global_batch) if global_batch else None,
                                                self.micro_batch, ctx.world_size)
-        self.sharding = params.get("sharding") or "HYBRID_SHARD"
+        self.sharding = p.sharding
         if self.sharding not in SHARDING:
             raise UsageError(f"unknown FSDP sharding {self.sharding!r}",
                              f"choose one of: {', '.join(SHARDING)}")
         self.optimizer = copy.deepcopy(OPTIMIZER)
-        if params.get("lr"):
-            self.optimizer["init_args"]["lr"] = float(params["lr"])
-        self.min_lr = float(params.get("min_lr") or 4e-5)
+        if p.lr:
+            self.optimizer["init_args"]["lr"] = float(p.lr)
+        self.min_lr = float(p.min_lr)
         self.out_dir = Path(spec["output_dir"]) / "litgpt"
-        self.weights = (llm_assets.resolve_site_path(params["weights"], llm_assets.MODELS_DIR_ENV,
+        self.weights = (llm_assets.resolve_site_path(p.weights, llm_assets.MODELS_DIR_ENV,
                                                      "checkpoint folder", "--weights")
-                        if params.get("weights") else None)
+                        if p.weights else None)
         if self.weights is not None and not (self.weights / "lit_model.pth").is_file():
             raise UsageError(f"{self.weights} holds no lit_model.pth",
                              "point --weights at a LitGPT checkpoint folder "
                              "(`litgpt download` / `litgpt convert_to_litgpt` make one)")
         self.config = model_config(params, self.weights)
-        self.seq_len = int(params.get("seq_len") or self.config.block_size)
+        self.seq_len = int(p.seq_len or self.config.block_size)
         if not 1 <= self.seq_len <= self.config.block_size:
             raise UsageError(f"--seq-len {self.seq_len} is outside 1-{self.config.block_size}",
                              f"{self.config.name} takes at most {self.config.block_size} tokens")
-        self.data_kind, self.data_dir, self.tokenizer_dir = self._resolve_data(params)
-        self.precision = prec.resolve(params.get("precision", "auto"), ctx.device_type)
+        self.data_kind, self.data_dir, self.tokenizer_dir = self._resolve_data(p)
+        self.precision = prec.resolve(p.precision, ctx.device_type)
         prec.configure(self.precision, ctx.device_type)
-        compile_ = params.get("compile")
-        self.compiled = ctx.device_type == "cuda" if compile_ in (None, "auto") else bool(compile_)
-        self.workers = int(params.get("data_workers", 2))
+        self.compiled = ctx.device_type == "cuda" if p.compile in (None, "auto") else bool(p.compile)
+        self.workers = int(p.data_workers)
         self.seed = int(spec.get("seed", 0))
         work = train_work_per_token(self.config, self.seq_len)
         self.flops_per_token, self.bytes_per_token, self.parameters = work["flops"], work["bytes"], work["parameters"]
@@ -267,8 +269,8 @@ class LitgptPretrain(EngineWorkload):
         torch.manual_seed(self.seed)
 
     # ---- set-up ---------------------------------------------------------
-    def _resolve_data(self, params: dict) -> tuple[str, Path | None, Path | None]:
-        data = params.get("data") or "synthetic"
+    def _resolve_data(self, p: LlmPretrainParams) -> tuple[str, Path | None, Path | None]:
+        data = p.data or "synthetic"
         if data == "synthetic":
             return "synthetic", None, None
         folder = llm_assets.resolve_site_path(data, llm_assets.DATA_DIR_ENV, "data folder", "--data")
@@ -277,7 +279,7 @@ class LitgptPretrain(EngineWorkload):
             raise UsageError(f"{folder} holds {len(texts)} .txt file(s); LitGPT's TextFiles needs "
                              "at least two (the first is held out for validation)",
                              "add text files, or use --data synthetic")
-        source = params.get("tokenizer") or (str(self.weights) if self.weights else None)
+        source = p.tokenizer or (str(self.weights) if self.weights else None)
         if source is None:
             raise UsageError("text data needs the model's tokenizer",
                              "pass --tokenizer DIR (tokenizer.json + tokenizer_config.json) "

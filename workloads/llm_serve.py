@@ -70,6 +70,7 @@ from hpcai.workloads import engine_process as proc
 from hpcai.workloads import llm_assets, steady_state
 from hpcai.workloads.base import EngineWorkload
 from hpcai.workloads.protocol import Epoch
+from hpcai.workloads.registry.llama3_8b_inference import LlmServeParams
 
 SERVER_LOG = "sglang-server.log"
 CLIENT_LOG = "sglang-bench.log"
@@ -172,57 +173,55 @@ def latency_stats(bench: dict) -> dict:
 
 class SglangServe(EngineWorkload):
     unit = "tokens"
-    # In-run sweeps (workloads/inrun.py): run(program=...) serves the program's
-    # epochs against one server: warm-up and settle epochs are hpcai's own waves,
-    # each measured window one run of the benchmark client.
-    in_run_waves = True
+    # In-run sweeps (workloads/inrun.py; declared in_run="waves"): run(program=...)
+    # serves the program's epochs against one server: warm-up and settle epochs
+    # are hpcai's own waves, each measured window one run of the benchmark client.
 
     def __init__(self, spec: dict, ctx):
-        params, devices = spec["params"], spec["devices"]
+        p, devices = LlmServeParams.from_spec(spec), spec["devices"]
         self.spec, self.ctx = spec, ctx
         self.out_dir = Path(spec["output_dir"])
         # Where the benchmark client's files go: the run folder, or in an in-run
         # sweep the folder of the segment being measured (set by the entrypoint).
         self.wave_dir = self.out_dir
-        if params.get("batch_size") == "auto":
+        if p.batch_size == "auto":
             raise UsageError("--batch-size auto has no meaning for serving",
                              "give the number of requests in flight, e.g. --batch-size 64")
         # "unlimited": no --max-concurrency, every request in flight at once.
-        self.concurrency = (None if params["batch_size"] == "unlimited"
-                            else int(params["batch_size"]))
-        self.range_ratio = float(params.get("length_range_ratio", 1.0))
+        self.concurrency = None if p.batch_size == "unlimited" else int(p.batch_size)
+        self.range_ratio = float(p.length_range_ratio)
         if not 0.0 <= self.range_ratio <= 1.0:
             raise UsageError("--length-range-ratio must be between 0 and 1",
                              f"got {self.range_ratio:g} (1: fixed lengths)")
-        self.warmup_requests = int(params.get("warmup_requests") or self.concurrency or 64)
-        self.input_len, self.output_len = int(params["input_len"]), int(params["output_len"])
+        self.warmup_requests = int(p.warmup_requests or self.concurrency or 64)
+        self.input_len, self.output_len = int(p.input_len), int(p.output_len)
         if self.input_len < 1 or self.output_len < 1:
             raise UsageError("--input-len and --output-len must be at least 1",
                              f"got {self.input_len} and {self.output_len}")
-        rate = params.get("request_rate")
+        rate = p.request_rate
         self.request_rate = float(rate) if rate not in (None, "inf") else float("inf")
         if not self.request_rate > 0:
             raise UsageError("--request-rate must be positive", f"got {rate}")
-        self.server_timeout_s = float(params.get("server_timeout_s", 1200))
-        self.stop_grace_s = float(params.get("server_stop_grace_s", 20))
+        self.server_timeout_s = float(p.server_timeout_s)
+        self.stop_grace_s = float(p.server_stop_grace_s)
         if not 0 < self.stop_grace_s <= MAX_SERVER_STOP_GRACE_S:
             raise UsageError(f"server_stop_grace_s {self.stop_grace_s:g} is not in (0, {MAX_SERVER_STOP_GRACE_S:g}] s",
                              "keep the server's stop under the launcher's 30 s grace")
         self.seed = int(spec.get("seed", 0))
         gpu_indices = devices.get("gpu_indices") or []
         self.gpus = len(gpu_indices) if devices.get("type") == "cuda" and gpu_indices else 1
-        self.tp, self.dp = parallel_sizes(params.get("tp"), params.get("dp"), self.gpus)
-        self.server_args = refuse_owned_flags(shlex.split(params.get("server_args") or ""))
-        if params.get("weights"):
+        self.tp, self.dp = parallel_sizes(p.tp, p.dp, self.gpus)
+        self.server_args = refuse_owned_flags(shlex.split(p.server_args or ""))
+        if p.weights:
             self.model_dir = llm_assets.resolve_site_path(
-                params["weights"], llm_assets.MODELS_DIR_ENV, "model folder", "--weights")
+                p.weights, llm_assets.MODELS_DIR_ENV, "model folder", "--weights")
             if not (self.model_dir / "config.json").is_file():
                 raise UsageError(f"{self.model_dir} holds no config.json",
                                  "point --weights at a Hugging Face model folder")
             self.model_cfg, self.dummy = None, False
             self.vocab_size = json.loads((self.model_dir / "config.json").read_text())["vocab_size"]
         else:
-            name = params.get("model", "Llama-3-8B")
+            name = p.model
             if name not in llm_assets.SERVE_MODELS:
                 raise UsageError(f"no built-in configuration for model {name!r}",
                                  f"choose one of: {', '.join(llm_assets.SERVE_MODELS)}, "
@@ -234,7 +233,7 @@ class SglangServe(EngineWorkload):
         if limit is not None and self.input_len + self.output_len > limit:
             raise UsageError(f"{self.input_len} + {self.output_len} tokens exceed the model's "
                              f"context of {limit}", "shorten --input-len or --output-len")
-        self.host, self.port = "127.0.0.1", int(params.get("port") or 0)
+        self.host, self.port = "127.0.0.1", int(p.port or 0)
         self.server: proc.GroupProcess | None = None
         self.client: proc.GroupProcess | None = None
         self.model_info: dict | None = None

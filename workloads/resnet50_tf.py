@@ -18,6 +18,7 @@ from hpcai.errors import UsageError, WorkloadError
 from hpcai.workloads import batch_search, catalog, flops
 from hpcai.workloads.base import StepWorkload
 from hpcai.workloads.memory import host_peak_memory
+from hpcai.workloads.registry.resnet50 import ResNet50Params
 
 POLICIES = {"fp32": "float32", "tf32": "float32", "fp16-mixed": "mixed_float16",
             "bf16-mixed": "mixed_bfloat16"}
@@ -65,13 +66,14 @@ class KerasResNet50(StepWorkload):
 
     def __init__(self, spec: dict, ctx):
         params = spec["params"]
+        p = ResNet50Params.from_spec(spec)
         self.spec, self.ctx, self.params = spec, ctx, params
         tf = self.tf = _import_tensorflow(ctx.threads)
         import keras
 
-        self.image_size = int(params["image_size"])
-        self.num_classes = int(params.get("num_classes", 1000))
-        self.compiled = bool(params.get("compile", False))
+        self.image_size = int(p.image_size)
+        self.num_classes = int(p.num_classes)
+        self.compiled = bool(p.compile)
         gpus = tf.config.list_physical_devices("GPU") if ctx.device_type == "cuda" else []
         if ctx.device_type == "cuda" and not gpus:
             raise WorkloadError("--device cuda was asked for but TensorFlow sees no GPU",
@@ -79,11 +81,11 @@ class KerasResNet50(StepWorkload):
                                 "or run with --device cpu")
         if ctx.device_type == "cpu":
             tf.config.set_visible_devices([], "GPU")
-            self._split_cpu(int(params.get("cpu_replicas", 1)))
+            self._split_cpu(int(p.cpu_replicas))
         details = [tf.config.experimental.get_device_details(g) for g in gpus]
         self.gpu_names = [d.get("device_name", "GPU") for d in details]
         self.precision = resolve_precision(
-            params.get("precision") or "auto",
+            p.precision or "auto",
             [tuple(d.get("compute_capability", (0, 0))) for d in details])
         keras.mixed_precision.set_dtype_policy(POLICIES[self.precision])
         tf.config.experimental.enable_tensor_float_32_execution(self.precision != "fp32")
@@ -113,7 +115,7 @@ class KerasResNet50(StepWorkload):
         self._train_step = tf.function(self._distributed_step, jit_compile=self.compiled or None)
 
         self.batch_size_search = None
-        requested = params.get("batch_size")
+        requested = p.batch_size
         if requested == "auto":
             start = catalog.batch_search_start(spec)
             self.batch_size_search = batch_search.find(
@@ -123,7 +125,7 @@ class KerasResNet50(StepWorkload):
         else:
             self.set_batch_size(int(requested))
         # Linear scaling rule (Goyal et al.): 0.1 per 256 images of global batch.
-        self.lr = float(params.get("lr") or 0.1 * self.global_batch / 256)
+        self.lr = float(p.lr or 0.1 * self.global_batch / 256)
         self.optimizer.learning_rate = self.lr
         self.flops = flops.keras_image_model_flops(self.model, self.batch_size or 1)
         if ctx.device_type == "cpu":

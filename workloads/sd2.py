@@ -37,7 +37,7 @@ class StableDiffusion2(TorchTrainer):
     def __init__(self, spec: dict, ctx):
         super().__init__(spec, ctx)
         # Checked before the slow imports: a wrong path fails at once.
-        weights = self.params.get("weights")
+        weights = self.p.weights
         self.weights = check_weights_folder(weights) if weights else None
         import diffusers
         import torch
@@ -47,8 +47,8 @@ class StableDiffusion2(TorchTrainer):
         # Their advice about casting and loading would go to every run's log.
         diffusers.utils.logging.set_verbosity_error()
         transformers.utils.logging.set_verbosity_error()
-        self.image_size = int(self.params["image_size"])
-        self.model_size = self.params.get("model_size", "full")
+        self.image_size = int(self.p.image_size)
+        self.model_size = self.p.model_size
         self.configs = sd2_config.configs(self.model_size)
         unet, vae, text_encoder = self._load() if self.weights else self._build()
         self.scheduler = DDPMScheduler(**self.configs["scheduler"])
@@ -100,7 +100,7 @@ class StableDiffusion2(TorchTrainer):
                                  fused=self.fused_optimizer or None)
 
     def learning_rate(self) -> float:
-        return float(self.params.get("lr") or 1e-4)
+        return float(self.p.lr or 1e-4)
 
     def make_inputs(self, batch_size: int | None) -> None:
         import torch

@@ -13,6 +13,7 @@ import abc
 from hpcai.errors import UsageError
 from hpcai.workloads import batch_search, catalog, distributed, flops
 from hpcai.workloads import precision as prec
+from hpcai.workloads import params as workload_params
 from hpcai.workloads.base import StepWorkload
 from hpcai.workloads.memory import torch_peak_memory
 
@@ -24,13 +25,14 @@ class TorchTrainer(StepWorkload):
         import torch
 
         self.spec, self.ctx, self.params = spec, ctx, spec["params"]
-        self.precision = prec.resolve(self.params.get("precision", "auto"), ctx.device_type)
+        self.p = workload_params.for_spec(spec)  # typed: the workload's TrainParams
+        self.precision = prec.resolve(self.p.precision, ctx.device_type)
         if self.precision == "bf16-true":
             raise UsageError("bf16-true is for LLM pretraining (LitGPT)",
                              "use bf16-mixed, fp16-mixed, tf32 or fp32 for vision workloads")
-        self.cudnn_benchmark = self.params.get("cudnn_benchmark", True) is not False
+        self.cudnn_benchmark = self.p.cudnn_benchmark is not False
         prec.configure(self.precision, ctx.device_type, self.cudnn_benchmark)
-        self.compiled = bool(self.params.get("compile", False))
+        self.compiled = bool(self.p.compile)
         torch.manual_seed(int(spec.get("seed", 0)) + ctx.rank)
         self.batch_size: int | None = None
         self.batch_size_search: dict | None = None
@@ -54,19 +56,19 @@ class TorchTrainer(StepWorkload):
     @property
     def fused_optimizer(self) -> bool:
         """PyTorch's fused (single-kernel) optimizer step, where the preset asks for it on a GPU."""
-        return bool(self.params.get("fused_optimizer")) and self.ctx.device_type == "cuda"
+        return bool(self.p.fused_optimizer) and self.ctx.device_type == "cuda"
 
     def adam_or(self, parameters, default):
         """The paper preset's Adam (lr set later), else the workload's own optimizer."""
         import torch
 
-        if self.params.get("optimizer") == "adam":
+        if self.p.optimizer == "adam":
             return torch.optim.Adam(parameters, lr=0.0, fused=self.fused_optimizer or None)
         return default()
 
     def learning_rate(self) -> float:
         """Called once the batch size is known (it may scale with it)."""
-        return float(self.params.get("lr") or 1e-4)
+        return float(self.p.lr or 1e-4)
 
     @abc.abstractmethod
     def count_flops(self) -> dict:
@@ -91,7 +93,7 @@ class TorchTrainer(StepWorkload):
         self.optimizer = self.make_optimizer(module.parameters())
         self._set_lr(0.0)  # search probes then do all the optimizer's work but change no weight
         self.scaler = prec.grad_scaler(self.precision, self.ctx.device_type)
-        requested = self.params.get("batch_size")
+        requested = self.p.batch_size
         if requested == "auto":
             # The search runs eagerly, before compiling: every size would recompile.
             start = catalog.batch_search_start(self.spec)
@@ -190,7 +192,7 @@ class ImageClassifier(TorchTrainer):
             self.images = self.labels = None
             self.pipeline = None
             return
-        if self.params.get("data"):
+        if self.p.data:
             from hpcai.workloads.input_pipeline import InputPipeline
 
             self.pipeline = InputPipeline(self.spec, self.ctx, batch_size,

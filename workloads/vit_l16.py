@@ -9,6 +9,7 @@ from __future__ import annotations
 from hpcai.errors import UsageError
 from hpcai.workloads import flops
 from hpcai.workloads.torch_trainer import ImageClassifier
+from hpcai.workloads.registry.vit_l16 import ViTL16Params
 
 # torchvision's vit_l_16: 24 layers of width 1024, 16 heads, MLP 4096.
 VIT_L16 = {"patch_size": 16, "num_layers": 24, "num_heads": 16, "hidden_dim": 1024, "mlp_dim": 4096}
@@ -19,9 +20,9 @@ MODEL_SIZES = ("full", "tiny")
 class ViTL16(ImageClassifier):
     def __init__(self, spec: dict, ctx):
         super().__init__(spec, ctx)
-        self.image_size = int(self.params["image_size"])
-        self.num_classes = int(self.params.get("num_classes", 1000))
-        self.model_size = self.params.get("model_size", "full")
+        self.image_size = int(self.p.image_size)
+        self.num_classes = int(self.p.num_classes)
+        self.model_size = self.p.model_size
         if self.model_size not in MODEL_SIZES:
             raise UsageError(f"unknown model_size {self.model_size!r} for vit-l16",
                              f"choose one of: {', '.join(MODEL_SIZES)}")
@@ -46,7 +47,7 @@ class ViTL16(ImageClassifier):
 
     def learning_rate(self) -> float:
         # DeiT's recipe: 5e-4 per 512 images of global batch.
-        return float(self.params.get("lr") or 5e-4 * self.batch_size * self.ctx.world_size / 512)
+        return float(self.p.lr or 5e-4 * self.batch_size * self.ctx.world_size / 512)
 
     def count_flops(self) -> dict:
         return flops_per_image(self.params)
@@ -60,7 +61,7 @@ class ViTL16(ImageClassifier):
             "shrunk": self.shrunk or None,
             "image_size": self.image_size,
             "num_classes": self.num_classes,
-            "optimizer": ("Adam()" if self.params.get("optimizer") == "adam"
+            "optimizer": ("Adam()" if self.p.optimizer == "adam"
                           else "AdamW(betas=(0.9, 0.999), weight_decay=0.05)"),
             **self.describe_training(),
         }
@@ -80,9 +81,10 @@ def build_model(image_size: int, num_classes: int, model_size: str):
 def flops_per_image(params: dict) -> dict:
     """The FLOP model (declared in registry/vit_l16.py): the ViT counted at the
     dispatcher on the meta device for these parameters."""
-    image_size, num_classes = int(params["image_size"]), int(params.get("num_classes", 1000))
+    p = ViTL16Params.from_dict(params)
+    image_size, num_classes = int(p.image_size), int(p.num_classes)
     return flops.torch_image_model_flops(
-        lambda: build_model(image_size, num_classes, params.get("model_size", "full")), image_size)
+        lambda: build_model(image_size, num_classes, p.model_size), image_size)
 
 
 def build(spec: dict, ctx) -> ViTL16:

@@ -27,7 +27,10 @@ def strong_batches(opts, slurm, preset_params: dict) -> dict[int, int]:
     if per_node is None:
         raise UsageError("--scaling strong needs the processes per node to fix the global batch",
                          "give --gpus N (or --device cpu --nproc N)")
-    batch = opts.params.get("batch_size") or preset_params.get("batch_size")
+    from hpcai.workloads.catalog import get_workload
+
+    given = {k: v for k, v in opts.params.items() if v is not None}
+    batch = get_workload(opts.workload).params.from_dict({**preset_params, **given}).batch_size
     if not isinstance(batch, int) and not str(batch).isdigit():
         raise UsageError(f"--scaling strong needs a fixed batch size, not {batch!r}",
                          "give --batch-size N (per process on the fewest nodes)")

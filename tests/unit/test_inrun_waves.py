@@ -9,15 +9,26 @@ from hpcai.workloads.inrun import Measurer
 from hpcai.workloads.protocol import Epoch, Progress
 
 
+def cannot_measure_in_run(monkeypatch, name):
+    """The catalog's `name`, its implementations declared without in-run (Impl.in_run None)."""
+    import dataclasses
+
+    from hpcai.workloads import catalog
+
+    workload = catalog.WORKLOADS[name]
+    impls = {k: dataclasses.replace(i, in_run=None) for k, i in workload.impls.items()}
+    monkeypatch.setitem(catalog.WORKLOADS, name, dataclasses.replace(workload, impls=impls))
+
+
 def test_serving_measures_in_run_but_not_adaptively(monkeypatch):
     assert supported("llama3-8b-inference", None) is None
     assert "one load wave" in adaptive_supported("llama3-8b-inference", None)
     for name in ("resnet50", "vit-l16", "sd2", "cosmoflow", "llama3-8b-pretrain"):
         assert supported(name, None) is None and adaptive_supported(name, None) is None
     assert supported("resnet50", "tensorflow") is None
-    # A workload that cannot measure in-run (every one can today: one taken off
-    # the list) cannot measure adaptively either.
-    monkeypatch.setattr("hpcai.launcher.inrun_support.IN_RUN_MODULES", ("resnet50",))
+    # A workload whose declaration says it cannot measure in-run (every built-in
+    # one can today: one declared without it) cannot measure adaptively either.
+    cannot_measure_in_run(monkeypatch, "cosmoflow")
     assert "cannot measure in-run" in supported("cosmoflow", None)
     assert adaptive_supported("cosmoflow", None) == supported("cosmoflow", None)
 

@@ -55,9 +55,11 @@ def test_a_slurm_sweep_runs_in_run_by_default_and_never_as_an_array(monkeypatch)
     # Serving measures in-run too, one load wave per segment.
     serve = Options("llama3-8b-inference", caps=[200.0, 300.0])
     assert inrun_node.choose(serve, SlurmOptions(), log.append) is True
-    # A workload that cannot measure in-run (every one can today: one taken off the
-    # list) says so and runs one step per run.
-    monkeypatch.setattr("hpcai.launcher.inrun_support.IN_RUN_MODULES", ("resnet50",))
+    # A workload whose declaration says it cannot measure in-run (every built-in one
+    # can today: one declared without it) says so and runs one step per run.
+    from test_inrun_waves import cannot_measure_in_run
+
+    cannot_measure_in_run(monkeypatch, "llama3-8b-inference")
     assert inrun_node.choose(serve, SlurmOptions(), log.append) is False
     assert "cannot measure in-run yet" in log[-1]
     assert not inrun_node.choose(Options("resnet50", caps=[200.0, 300.0], in_run=False),

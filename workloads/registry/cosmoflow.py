@@ -6,9 +6,28 @@ image of the same stack (gigabytes to build, sign and pull) for one workload.
 """
 from __future__ import annotations
 
-from hpcai.workloads.declaration import Impl, Option, Preset, Workload
+from dataclasses import dataclass
+
+from hpcai.workloads.declaration import Impl, Preset, Workload
+from hpcai.workloads.params import TrainParams, param
 
 # The reference implementation: paths below are in this repository and commit.
+@dataclass(frozen=True)
+class CosmoFlowParams(TrainParams):
+    cube: int = param(128, flag="--cube", type="int", choices=(64, 128, 256),
+                      help="edge of the input cube in voxels (SAIH's data augment; 128: MLPerf HPC's)")
+    width_mult: float = param(1.0, flag="--width-mult", type="float", min=0, min_open=True,
+                              help="multiplies every layer's filters and units (SAIH's model augment; "
+                                   "1: the reference)")
+    depth_mult: int = param(1, flag="--depth-mult", type="int", min=1,
+                            help="convolutions per stage before each pooling (SAIH's model augment; "
+                                 "1: the reference)")
+    dropout: float = 0.5  # the reference's (cosmoflow/configs/cosmo.yaml)
+    channels: int = 4  # input channels of a sample: the reference's four redshifts
+    base_lr: float = 0.001  # lr for base_batch_size samples per step, scaled linearly
+    base_batch_size: int = 64
+
+
 UPSTREAM = "mlcommons/hpc@2c627d4"
 _CONFIG = "cosmoflow/configs/cosmo.yaml"
 _MODEL = "cosmoflow/models/cosmoflow.py"
@@ -57,7 +76,8 @@ WORKLOAD = Workload(
             "device, 4 cosmological parameters, MSE, SGD",
     unit="samples",
     impls={"pytorch": Impl("cosmoflow", "torch", honours=("precision", "channels_last", "compile"),
-                           flop_model="cosmoflow:flops_per_sample")},
+                           flop_model="cosmoflow:flops_per_sample", in_run="epochs")},
+    params=CosmoFlowParams,
     order=40,
     presets={
         "paper": PAPER,
@@ -84,14 +104,6 @@ WORKLOAD = Workload(
             protocol={"warmup_epochs": 1, "epochs": 2, "steps_per_epoch": 2},
         ),
     },
-    options=(
-        Option("--cube", "cube", "edge of the input cube in voxels (SAIH's data augment; 128: MLPerf "
-               "HPC's)", type="int", choices=(64, 128, 256)),
-        Option("--width-mult", "width_mult", "multiplies every layer's filters and units (SAIH's model "
-               "augment; 1: the reference)", type="float", min=0, min_open=True),
-        Option("--depth-mult", "depth_mult", "convolutions per stage before each pooling (SAIH's model "
-               "augment; 1: the reference)", type="int", min=1),
-    ),
     cpu_default_preset="tiny",
     data_format="npy",
     vary_params=("cube",),

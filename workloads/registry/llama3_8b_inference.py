@@ -1,8 +1,39 @@
 """Llama-3-8B served by SGLang (workloads/llm_serve.py)."""
 from __future__ import annotations
 
-from hpcai.workloads.declaration import Impl, Option, Preset, Workload
+from dataclasses import dataclass
+
+from hpcai.workloads.declaration import Impl, Preset, Workload
+from hpcai.workloads.params import WorkloadParams, param
 from hpcai.workloads.registry._seed_paper import _FAST_SOURCE
+
+@dataclass(frozen=True)
+class LlmServeParams(WorkloadParams):
+    model: str = "Llama-3-8B"  # the model's architecture (random weights unless --weights)
+    weights: str | None = param(flag="--weights", help="Hugging Face model folder to serve (default: "
+                                "random weights, no download); a relative name is looked up in "
+                                "$HPCAI_MODELS_DIR")
+    tp: int | None = param(flag="--tp", type="int", help="tensor-parallel size (default: 1)")
+    dp: int | None = param(flag="--dp", type="int", help="data-parallel size (default: the GPUs / --tp)")
+    request_rate: float | str | None = param(
+        flag="--request-rate", type="float",
+        help="requests per second, Poisson arrivals (default: all at once, at most --batch-size in flight)")
+    input_len: int | None = param(flag="--input-len", type="int", help="prompt tokens per request (the "
+                                  "maximum when --length-range-ratio is below 1)")
+    output_len: int | None = param(flag="--output-len", type="int", help="generated tokens per request "
+                                   "(the maximum when --length-range-ratio is below 1)")
+    length_range_ratio: float = param(
+        1.0, flag="--length-range-ratio", type="float",
+        help="request lengths uniform from this fraction of --input-len/--output-len up to them "
+             "(SGLang's --random-range-ratio; 1: fixed lengths, 0: the paper's mix)")
+    server_timeout_s: float = param(1200.0, flag="--server-timeout", type="float",
+                                    help="seconds to wait for the server to be ready")
+    server_args: str | None = param(flag="--server-args", help="more arguments for sglang.launch_server, "
+                                    "e.g. '--mem-fraction-static 0.85'")
+    warmup_requests: int | None = None  # None: the concurrency, else 64
+    server_stop_grace_s: float = 20.0
+    port: int | None = None  # None: a free one
+
 
 LLAMA3_8B_INFERENCE_PAPER = Preset(
     "paper",
@@ -50,7 +81,8 @@ WORKLOAD = Workload(
     unit="tokens",
     # One process: the entrypoint starts the SGLang server, which drives every GPU.
     impls={"sglang": Impl("llm_serve", "sglang", process_model="single",
-                            libraries=("tokenizers",))},
+                            libraries=("tokenizers",), in_run="waves")},
+    params=LlmServeParams,
     image_family="llm-serve",
     order=60,
     presets={
@@ -79,26 +111,5 @@ WORKLOAD = Workload(
             protocol={"warmup_epochs": 1, "epochs": 1, "steps_per_epoch": 8},
         ),
     },
-    options=(
-        Option("--weights", "weights", "Hugging Face model folder to serve (default: random "
-               "weights, no download); a relative name is looked up in $HPCAI_MODELS_DIR"),
-        Option("--tp", "tp", "tensor-parallel size (default: 1)", type="int"),
-        Option("--dp", "dp", "data-parallel size (default: the GPUs / --tp)", type="int"),
-        Option("--request-rate", "request_rate",
-               "requests per second, Poisson arrivals (default: all at once, at most "
-               "--batch-size in flight)", type="float"),
-        Option("--input-len", "input_len", "prompt tokens per request (the maximum when "
-               "--length-range-ratio is below 1)", type="int"),
-        Option("--output-len", "output_len", "generated tokens per request (the maximum when "
-               "--length-range-ratio is below 1)", type="int"),
-        Option("--length-range-ratio", "length_range_ratio",
-               "request lengths uniform from this fraction of --input-len/--output-len up to "
-               "them (SGLang's --random-range-ratio; 1: fixed lengths, 0: the paper's mix)",
-               type="float"),
-        Option("--server-timeout", "server_timeout_s",
-               "seconds to wait for the server to be ready", type="float"),
-        Option("--server-args", "server_args",
-               "more arguments for sglang.launch_server, e.g. '--mem-fraction-static 0.85'"),
-    ),
     cpu_default_preset="tiny",
 )

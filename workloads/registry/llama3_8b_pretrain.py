@@ -1,8 +1,34 @@
 """Llama-3-8B pretraining with LitGPT (workloads/llm_pretrain.py)."""
 from __future__ import annotations
 
-from hpcai.workloads.declaration import Impl, Option, Preset, Workload
+from dataclasses import dataclass
+from typing import Any
+
+from hpcai.workloads.declaration import Impl, Preset, Workload
+from hpcai.workloads.params import WorkloadParams, param
 from hpcai.workloads.registry._seed_paper import _FAST_SOURCE
+
+@dataclass(frozen=True)
+class LlmPretrainParams(WorkloadParams):
+    model: str = "Llama-3-8B"  # a LitGPT config name
+    model_overrides: dict | None = None  # LitGPT Config fields over the named model's
+    weights: str | None = param(flag="--weights", help="LitGPT checkpoint folder to start from (default: "
+                                "random init); a relative name is looked up in $HPCAI_MODELS_DIR")
+    data: str = param("synthetic", flag="--data", help="'synthetic' (random token ids) or a folder of "
+                      ".txt files (a relative name is looked up in $HPCAI_DATA_DIR)")
+    tokenizer: str | None = param(flag="--tokenizer", help="tokenizer folder for text data (default: --weights)")
+    seq_len: int | None = param(flag="--seq-len", type="int", help="tokens per sequence")
+    global_batch_size: int | None = param(
+        flag="--global-batch-size", type="int",
+        help="sequences per optimizer step over all GPUs; above --batch-size x GPUs, gradients "
+             "accumulate (default: --batch-size x GPUs)")
+    data_workers: int = 2
+    sharding: str = "HYBRID_SHARD"  # FSDP's strategy
+    precision: str = "auto"
+    compile: Any = None  # None or "auto": on CUDA only
+    lr: float | None = None  # None: LitGPT's
+    min_lr: float = 4e-5
+
 
 LLAMA3_8B_PRETRAIN_PAPER = Preset(
     "paper",
@@ -61,7 +87,8 @@ WORKLOAD = Workload(
     # and every library's version beside it.
     impls={"litgpt": Impl("llm_pretrain", "litgpt", process_model="torchrun",
                             honours=("precision", "compile"),
-                            libraries=("lightning", "litdata", "tokenizers"))},
+                            libraries=("lightning", "litdata", "tokenizers"), in_run="epochs")},
+    params=LlmPretrainParams,
     image_family="llm-train",
     order=50,
     presets={
@@ -98,15 +125,4 @@ WORKLOAD = Workload(
             protocol={"warmup_epochs": 1, "epochs": 2, "steps_per_epoch": 3},
         ),
     },
-    options=(
-        Option("--weights", "weights", "LitGPT checkpoint folder to start from (default: random "
-               "init); a relative name is looked up in $HPCAI_MODELS_DIR"),
-        Option("--data", "data", "'synthetic' (random token ids) or a folder of .txt files "
-               "(a relative name is looked up in $HPCAI_DATA_DIR)"),
-        Option("--tokenizer", "tokenizer", "tokenizer folder for text data (default: --weights)"),
-        Option("--seq-len", "seq_len", "tokens per sequence", type="int"),
-        Option("--global-batch-size", "global_batch_size",
-               "sequences per optimizer step over all GPUs; above --batch-size x GPUs, "
-               "gradients accumulate (default: --batch-size x GPUs)", type="int"),
-    ),
 )

@@ -1,10 +1,21 @@
 """ResNet-50 training: PyTorch (workloads/resnet50.py) and TensorFlow (workloads/resnet50_tf.py)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from hpcai.workloads.declaration import Impl, Preset, Workload
 from hpcai.workloads.registry._seed_paper import (
     _CUDNN, _CV_GPUS_SOURCE, _CV_PRECISION_SOURCE, _CV_PROTOCOL_SOURCE, _FAST_SOURCE, _NO_COMPILE, _SEARCH,
 )
+from hpcai.workloads.params import TrainParams
+
+
+@dataclass(frozen=True)
+class ResNet50Params(TrainParams):
+    image_size: int = 224
+    num_classes: int = 1000
+    cpu_replicas: int = 1  # TensorFlow on CPU: MirroredStrategy replicas (workloads/resnet50_tf.py)
+
 
 RESNET50_PAPER = Preset(
     "paper",
@@ -44,10 +55,12 @@ WORKLOAD = Workload(
     summary="ResNet-50 training (torchvision), synthetic 224x224 images on the device, SGD",
     unit="images",
     impls={"pytorch": Impl("resnet50", "torch", honours=("precision", "channels_last", "compile"),
-                           libraries=("torchvision",), flop_model="resnet50:flops_per_image"),
+                           libraries=("torchvision",), flop_model="resnet50:flops_per_image", in_run="epochs"),
            # One process; tf.distribute.MirroredStrategy drives every GPU of the node.
            "tensorflow": Impl("resnet50_tf", "tensorflow", process_model="single",
-                              honours=("precision", "compile"), upstream=False)},
+                              honours=("precision", "compile"), upstream=False,
+                              in_run="epochs")},
+    params=ResNet50Params,
     order=10,
     presets={
         "paper": RESNET50_PAPER,

@@ -1,10 +1,22 @@
 """Stable Diffusion v2 training (workloads/sd2.py)."""
 from __future__ import annotations
 
-from hpcai.workloads.declaration import Impl, Option, Preset, Workload
+from dataclasses import dataclass
+
+from hpcai.workloads.declaration import Impl, Preset, Workload
+from hpcai.workloads.params import TrainParams, param
 from hpcai.workloads.registry._seed_paper import (
     _CUDNN, _CV_GPUS_SOURCE, _CV_PROTOCOL_SOURCE, _FAST_SOURCE, _SEARCH,
 )
+
+@dataclass(frozen=True)
+class SD2Params(TrainParams):
+    image_size: int = 512
+    model_size: str = "full"  # "full": SD 2's UNet, VAE and text encoder; "tiny": shrunk
+    weights: str | None = param(
+        flag="--weights", help="a local diffusers-format folder (unet/, vae/, text_encoder/) to load real "
+                               "weights from; default: random weights, nothing downloaded")
+
 
 SD2_PAPER = Preset(
     "paper",
@@ -44,7 +56,8 @@ WORKLOAD = Workload(
             "UNet trained (v-prediction, AdamW), synthetic 512x512 images and prompts",
     unit="images",
     impls={"pytorch": Impl("sd2", "torch", honours=("precision", "compile"),
-                     libraries=("diffusers", "transformers"))},
+                     libraries=("diffusers", "transformers"), in_run="epochs")},
+    params=SD2Params,
     order=30,
     presets={
         "paper": SD2_PAPER,
@@ -65,10 +78,5 @@ WORKLOAD = Workload(
             protocol={"warmup_epochs": 1, "epochs": 2, "steps_per_epoch": 2},
         ),
     },
-    options=(
-        Option("--weights", "weights",
-               "a local diffusers-format folder (unet/, vae/, text_encoder/) to load real "
-               "weights from; default: random weights, nothing downloaded"),
-    ),
     cpu_default_preset="tiny",
 )

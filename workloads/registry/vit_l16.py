@@ -1,10 +1,20 @@
 """ViT-L/16 training (workloads/vit_l16.py)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from hpcai.workloads.declaration import Impl, Preset, Workload
+from hpcai.workloads.params import TrainParams
 from hpcai.workloads.registry._seed_paper import (
     _CUDNN, _CV_GPUS_SOURCE, _CV_PRECISION_SOURCE, _CV_PROTOCOL_SOURCE, _FAST_SOURCE, _NO_COMPILE, _SEARCH,
 )
+
+@dataclass(frozen=True)
+class ViTL16Params(TrainParams):
+    image_size: int = 224
+    num_classes: int = 1000
+    model_size: str = "full"  # "full": ViT-L/16; "tiny": a shrunk one for tests
+
 
 VIT_L16_PAPER = Preset(
     "paper",
@@ -43,7 +53,8 @@ WORKLOAD = Workload(
     summary="ViT-L/16 training (torchvision), synthetic 224x224 images on the device, AdamW",
     unit="images",
     impls={"pytorch": Impl("vit_l16", "torch", honours=("precision", "compile"),
-                         libraries=("torchvision",), flop_model="vit_l16:flops_per_image")},
+                         libraries=("torchvision",), flop_model="vit_l16:flops_per_image", in_run="epochs")},
+    params=ViTL16Params,
     order=20,
     presets={
         "paper": VIT_L16_PAPER,

@@ -1,0 +1,1 @@
+"""An example hpcai workload plugin: a small MLP trained on synthetic data."""
