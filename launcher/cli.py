@@ -9,7 +9,7 @@ import click
 
 import hpcai
 from hpcai.errors import HpcaiError, Interrupted
-from hpcai.workloads.adaptive import SWEEP_CI_TARGET
+from hpcai.measure.adaptive import SWEEP_CI_TARGET
 from hpcai.workloads.catalog import WORKLOADS
 
 PRECISIONS = ("auto", "fp32", "tf32", "32-true", "bf16-mixed", "fp16-mixed", "bf16-true")

@@ -156,7 +156,7 @@ class Segments:
         limits this launcher set and read, checked against the schema; a segment
         the workload did not finish is marked so, never complete."""
         from hpcai.launcher import results
-        from hpcai.workloads import validity
+        from hpcai.measure import validity
         from hpcai.workloads.result import clean, write_json_atomic
 
         seg, self.open = self.open, None
@@ -234,7 +234,7 @@ def process_command(spec: dict, site: dict, segments: int) -> list[str]:
     channel) and command. Its folder holds the spec, the log and the channel; its
     record is process.json, not a result (each segment writes one)."""
     from hpcai.launcher import runtime
-    from hpcai.workloads.adaptive import resolve_protocol
+    from hpcai.measure.adaptive import resolve_protocol
 
     spec["protocol"] = resolve_protocol(spec["protocol"], spec["preset"], in_run=True)
     spec["inrun"] = {"channel": control.CONTROL_DIR, "segments": segments}

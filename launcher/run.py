@@ -274,7 +274,7 @@ def _window_protocol(spec: dict) -> dict:
     engine that cannot (SGLang serving: one load wave per window) measures the
     preset's fixed epochs: its spec says so."""
     from hpcai.launcher.inrun import adaptive_supported
-    from hpcai.workloads.adaptive import check_window_settings, resolve_protocol
+    from hpcai.measure.adaptive import check_window_settings, resolve_protocol
 
     protocol = dict(spec["protocol"])
     if adaptive_supported(spec["workload"], spec["impl"]) is not None:
@@ -567,7 +567,7 @@ def _await_final_result(path: Path, seconds: float) -> None:
 def _finish_result(run_dir: Path, spec: dict, code: int | None, limits: dict,
                    end_limits: dict | None = None, interrupted: Interrupted | None = None,
                    clock_session=None) -> dict:
-    from hpcai.workloads import validity
+    from hpcai.measure import validity
     from hpcai.workloads.result import clean, write_json_atomic
 
     path = run_dir / "result.json"
@@ -657,7 +657,7 @@ STEADY_MEASURED_S = 60.0
 def summary_notes(doc: dict) -> list[str]:
     """What the headline figure cannot tell by itself: it was noisy, or too short."""
     notes = []
-    from hpcai.workloads.validity import describe, failed_checks
+    from hpcai.measure.validity import describe, failed_checks
 
     failed = failed_checks(doc.get("validity"))
     if failed:
