@@ -156,7 +156,9 @@ def node_sources_cost(tmp: Path, seconds: float = 6.0) -> dict:
     sysfs-shaped tree: node, cpu, memory, 4 accelerators). The BMC (IPMI)
     source is not included: it needs a BMC, and its cost is a FreeIPMI
     process once a second, outside this process."""
-    from hpcai.measure.node_power import NodePowerSampler, RaplSource, SourceError
+    from hpcai.measure.node_power import NodePowerSampler
+    from hpcai.measure.rapl import RaplSource
+    from hpcai.measure.source import SourceError
 
     try:
         RaplSource()

@@ -1,5 +1,7 @@
 """Node power beyond the GPU board: RAPL (CPU packages, DRAM), HPE Cray
-pm_counters (node, accelerators, CPU, memory) and the BMC (IPMI DCMI).
+pm_counters (node, accelerators, CPU, memory) and the BMC (IPMI DCMI,
+Redfish). Each is a PowerSource (source.py) in its own module, opened here by
+kind (OPENERS); none of them imports this module.
 
 Each source runs in its own thread at its own natural rate (a BMC updates
 about once a second), so a slow or hung source never stalls the GPU sampler
@@ -25,11 +27,20 @@ from hpcai.measure.rapl import POWERCAP_ROOT, RaplSource
 from hpcai.measure.redfish import RedfishSource
 from hpcai.measure.source import BOUNDARY, DEFAULT_MAX_POWER_W, PowerSource, SourceError
 
-KINDS = ("rapl", "pm_counters", "ipmi", "redfish")
+# kind -> how to open it from its site section and the per-channel power limit.
+OPENERS = {
+    "rapl": lambda section, max_w: RaplSource(Path(section.get("root", POWERCAP_ROOT)), max_w),
+    "pm_counters": lambda section, max_w: PmCountersSource(
+        Path(section.get("root", "/sys/cray/pm_counters")), max_w),
+    "ipmi": IpmiDcmiSource,
+    "redfish": RedfishSource,
+}
+KINDS = tuple(OPENERS)
 BMC_KINDS = ("ipmi", "redfish")
 DEFAULT_INTERVAL_S = {"rapl": 1.0, "pm_counters": 1.0, "ipmi": 1.0, "redfish": 1.0}
 MIN_INTERVAL_S = {"rapl": 0.1, "pm_counters": 0.1, "ipmi": 1.0, "redfish": 1.0}  # never poll a BMC faster
 SLOW_FACTOR = 2.0  # a read taking longer than this many intervals is "slow"
+
 
 # ---- the per-source thread ---------------------------------------------------------
 
@@ -140,16 +151,6 @@ def open_sources(config: dict | None) -> tuple[list[SourceRun], list[dict]]:
         chans = ", ".join(f"{c.name} ({c.scope})" for c in source.channels)
         status.append({"source": kind, "status": "ok", "detail": f"{chans}; every {interval:g} s"})
     return runs, status
-
-
-# kind -> how to open it from its site section and the per-channel power limit.
-OPENERS = {
-    "rapl": lambda section, max_w: RaplSource(Path(section.get("root", POWERCAP_ROOT)), max_w),
-    "pm_counters": lambda section, max_w: PmCountersSource(
-        Path(section.get("root", "/sys/cray/pm_counters")), max_w),
-    "ipmi": IpmiDcmiSource,
-    "redfish": RedfishSource,
-}
 
 
 def _open(kind: str, config: dict, max_w: float) -> PowerSource:

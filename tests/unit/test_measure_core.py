@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from hpcai.measure import adaptive, gpu_names, power_sources, rapl
+from hpcai.measure import adaptive, gpu_names, node_power, power_sources, rapl
+from hpcai.measure.pm_counters import PmCountersSource
+from hpcai.measure.source import PowerSource
 from hpcai.measure.stats import relative_half_width, t95, throughput_stats
 from hpcai.workloads.declaration import Preset
 
@@ -147,3 +149,25 @@ def test_the_layering_walk_sees_function_level_imports():
     tree = ast.parse("def f():\n    from hpcai.launcher import run\n    import torch.nn\n"
                      "    importlib.import_module('sglang')\n")
     assert set(imported_modules(tree)) >= {"hpcai.launcher", "torch.nn", "sglang"}
+
+
+def test_the_core_has_no_import_cycle_and_every_node_source_is_a_power_source():
+    """The concrete sources import the base (source.py), never node_power.py,
+    which opens them by kind: the old node_power <-> ipmi <-> redfish cycle."""
+    graph = {}
+    for path in MEASURE.glob("*.py"):
+        module = f"hpcai.measure.{path.stem}"
+        names = imported_modules(ast.parse(path.read_text()))
+        graph[module] = {n for n in names if n.startswith("hpcai.measure.") and n != module}
+
+    def reaches(start, goal, seen=()):
+        return any(n == goal or (n not in seen and reaches(n, goal, (*seen, n)))
+                   for n in graph.get(start, ()))
+
+    assert [m for m in graph if reaches(m, m)] == []
+    for opener in node_power.OPENERS.values():
+        made = opener if isinstance(opener, type) else None
+        if made is not None:
+            assert issubclass(made, PowerSource)
+    assert issubclass(rapl.RaplSource, PowerSource) and issubclass(PmCountersSource, PowerSource)
+    assert set(node_power.OPENERS) == {"rapl", "pm_counters", "ipmi", "redfish"}
