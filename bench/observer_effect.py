@@ -94,7 +94,7 @@ def observer_effect(env: dict, out: Path, rounds: int, workload_args: list[str])
 def library_calls(real_gpu: bool, tmp: Path, ticks: int = 50, interval_s: float = 0.1) -> dict:
     """Calls into the management library per sampler tick, and per-call time."""
     from hpcai.gpu import open_library
-    from hpcai.workloads.telemetry import Sampler
+    from hpcai.measure.telemetry import Sampler
 
     if not real_gpu:
         sys.path.insert(0, str(FAKES.parent))
@@ -156,7 +156,9 @@ def node_sources_cost(tmp: Path, seconds: float = 6.0) -> dict:
     sysfs-shaped tree: node, cpu, memory, 4 accelerators). The BMC (IPMI)
     source is not included: it needs a BMC, and its cost is a FreeIPMI
     process once a second, outside this process."""
-    from hpcai.workloads.node_power import NodePowerSampler, RaplSource, SourceError
+    from hpcai.measure.node_power import NodePowerSampler
+    from hpcai.measure.rapl import RaplSource
+    from hpcai.measure.source import SourceError
 
     try:
         RaplSource()

@@ -1,6 +1,6 @@
 """`hpcai-launch check RESULT...`: each result's validity checks as a table.
 
-The checks a result carries (`validity`, workloads/validity.py) are printed as
+The checks a result carries (`validity`, hpcai/measure/validity.py) are printed as
 written; a result from before validity existed is evaluated now, from its
 document alone, and says so. Exit status 1 when any result has a failed
 check; a file that is not an hpcai result is a one-line error, before any
@@ -44,7 +44,7 @@ def load_result(given: str) -> tuple[Path, dict]:
 
 def validity_of(doc: dict) -> tuple[dict, str]:
     """The result's validity block, or one computed now; and where it came from."""
-    from hpcai.workloads import validity
+    from hpcai.measure import validity
 
     stored = doc.get("validity")
     if isinstance(stored, dict) and isinstance(stored.get("checks"), list):

@@ -10,7 +10,7 @@ import click
 import hpcai
 from hpcai.errors import HpcaiError
 from hpcai.launcher.guarded import run_guarded as _run_guarded
-from hpcai.workloads.adaptive import SWEEP_CI_TARGET
+from hpcai.measure.adaptive import SWEEP_CI_TARGET
 
 try:
     from hpcai.workloads.catalog import WORKLOADS

@@ -172,7 +172,7 @@ def process_command(spec: dict, site: dict, segments: int) -> list[str]:
     channel) and command. Its folder holds the spec, the log and the channel; its
     record is process.json, not a result (each segment writes one)."""
     from hpcai.launcher import runtime
-    from hpcai.workloads.adaptive import resolve_protocol
+    from hpcai.measure.adaptive import resolve_protocol
 
     spec["protocol"] = resolve_protocol(spec["protocol"], spec["preset"], in_run=True)
     spec["inrun"] = {"channel": control.CONTROL_DIR, "segments": segments}

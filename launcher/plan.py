@@ -212,7 +212,7 @@ def _window_protocol(spec: dict) -> dict:
     engine that cannot (SGLang serving: one load wave per window) measures the
     preset's fixed epochs: its spec says so."""
     from hpcai.launcher.inrun_support import adaptive_supported
-    from hpcai.workloads.adaptive import check_window_settings, resolve_protocol
+    from hpcai.measure.adaptive import check_window_settings, resolve_protocol
 
     protocol = dict(spec["protocol"])
     if adaptive_supported(spec["workload"], spec["impl"]) is not None:

@@ -274,7 +274,7 @@ def finish_result(doc: dict, run_dir: Path, spec: dict, code: int | None, limits
     """The workload's result completed by the launcher, for a single run and an
     in-run segment alike: a `running` one marked interrupted or crashed, the limits
     set and in force, the clocks, the idle baseline, validity again; cleaned."""
-    from hpcai.workloads import validity
+    from hpcai.measure import validity
     from hpcai.workloads.result import clean
 
     if doc["status"] == "running":

@@ -133,7 +133,7 @@ STEADY_MEASURED_S = 60.0
 def summary_notes(doc: dict) -> list[str]:
     """What the headline figure cannot tell by itself: it was noisy, or too short."""
     notes = []
-    from hpcai.workloads.validity import describe, failed_checks
+    from hpcai.measure.validity import describe, failed_checks
 
     failed = failed_checks(doc.get("validity"))
     if failed:

@@ -209,7 +209,7 @@ def check_site(selector: str | None) -> None:
 
 def _check_node_power(site: dict, report) -> None:
     """One line per node power source: found (channels, rate), absent, or why not."""
-    from hpcai.workloads.node_power import open_sources
+    from hpcai.measure.node_power import open_sources
 
     config = site.get("node_power") or {}
     if not config.get("sources"):

@@ -280,8 +280,8 @@ def measure_idle(vendor: str, gpu_indices: list[int] | None, seconds: float,
                  interval_s: float, node_power: dict | None = None) -> dict:
     """Power drawn with nothing running, once per sweep, through the same sampler;
     node_power: the site's [node_power], whose sources are read beside the GPUs."""
-    from hpcai.workloads.power_sources import discover
-    from hpcai.workloads.telemetry import Sampler, window_stats
+    from hpcai.measure.power_sources import discover
+    from hpcai.measure.telemetry import Sampler, window_stats
 
     if seconds <= 0:
         return {"available": False, "reason": "skipped (--idle-s 0)", "seconds": 0}
@@ -303,7 +303,7 @@ def measure_idle(vendor: str, gpu_indices: list[int] | None, seconds: float,
         sampler = Sampler(sources, interval_s)
         node = None
         if (node_power or {}).get("sources"):
-            from hpcai.workloads.node_power import NodePowerSampler
+            from hpcai.measure.node_power import NodePowerSampler
 
             node = NodePowerSampler(node_power)
             node._wall0, node._mono0 = sampler._wall0, sampler._mono0  # one clock
@@ -488,7 +488,7 @@ def _plan_sweep(opts) -> _Sweep:
     slots (those already complete found)."""
     from hpcai.launcher import grid, inrun_support
     from hpcai.launcher.plan import check_limits, make_plan
-    from hpcai.workloads.adaptive import SWEEP_CI_TARGET
+    from hpcai.measure.adaptive import SWEEP_CI_TARGET
 
     caps = list(opts.caps) if opts.caps else [None]
     inrun_support.check_request(opts.in_run, caps, other_axes=_other_axes(opts))

@@ -13,6 +13,7 @@ import importlib
 from dataclasses import dataclass, field
 
 from hpcai.errors import UsageError
+from hpcai.measure import gpu_names
 from hpcai.workloads.params import WorkloadParams
 
 PROTOCOL_DEFAULTS = {
@@ -75,7 +76,7 @@ class Preset:
         if vendor and vendor in self.by_gpu:
             params.update(self.by_gpu[vendor])
         for model, values in self.by_gpu.items():
-            if model not in ("nvidia", "amd") and gpu_name and model.upper() in gpu_name.upper():
+            if model not in ("nvidia", "amd") and gpu_names.matches(model, gpu_name):
                 params.update(values)
         return params
 

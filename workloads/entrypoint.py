@@ -16,7 +16,8 @@ from hpcai import provenance
 from hpcai.errors import HpcaiError, Interrupted
 from hpcai.signals import deferred_signals, install_signal_handlers
 from hpcai.spec import RunSpec
-from hpcai.workloads import catalog, distributed, lifeline, validity
+from hpcai.measure import validity
+from hpcai.workloads import catalog, distributed, lifeline
 from hpcai.workloads import result as R
 from hpcai.workloads.base import EngineWorkload
 from hpcai.workloads.flops import fraction_of_peak
@@ -126,15 +127,15 @@ class Run:
         if self.ctx.is_node_leader:
             self.out_dir.mkdir(parents=True, exist_ok=True)
             if protocol.get("telemetry", True):
-                from hpcai.workloads.power_sources import discover
-                from hpcai.workloads.telemetry import Sampler
+                from hpcai.measure.power_sources import discover
+                from hpcai.measure.telemetry import Sampler
 
                 self.discovery = discover(self.spec["devices"].get("vendor", "auto"))
                 self.discovery.restrict(self.spec["devices"])
                 sources = self.discovery.gpus or self.discovery.rapl
                 self.sampler = Sampler(sources, float(protocol["sample_interval_s"]))
                 if (self.spec.get("node_power") or {}).get("sources"):
-                    from hpcai.workloads.node_power import NodePowerSampler
+                    from hpcai.measure.node_power import NodePowerSampler
 
                     self.node_power = NodePowerSampler(self.spec["node_power"])
                     # One clock: the GPU sampler's wall-anchored monotonic time.

@@ -3,7 +3,7 @@ segments of an in-run sweep.
 
 A Measurer decides epochs of training steps as it goes: settle epochs
 (recorded as warm-up) until power and temperature stop drifting, then measured
-blocks until the confidence target is met (workloads/adaptive.py). Its phases
+blocks until the confidence target is met (hpcai/measure/adaptive.py). Its phases
 are generators that yield (steps, warmup) for the next epoch and receive the
 Epoch back: `drive` runs them for a workload whose steps the harness calls
 (device synchronised, telemetry marked at both ends, as the seed paper's
@@ -16,7 +16,8 @@ import math
 import statistics
 import time
 
-from hpcai.workloads import adaptive, distributed
+from hpcai.measure import adaptive
+from hpcai.workloads import distributed
 from hpcai.workloads.protocol import Epoch, run_epoch
 
 # Which implementations measure in-run, and how, is their declaration's

@@ -38,7 +38,7 @@ it is the fallback end when the start line is missing.) That is the whole
 load, recorded as workload_metrics.window with the client's own figures.
 
 The measured epoch, and so the result's throughput and energy, is the steady
-state inside it (workloads/steady_state.py): from when the requests in
+state inside it (hpcai/measure/steady_state.py): from when the requests in
 flight first reach the target concurrency (--batch-size; all requests when
 "unlimited") until the first request of the ramp-down completes, from each
 request's send time and latency as SGLang's client measured them (the
@@ -67,7 +67,8 @@ from pathlib import Path
 
 from hpcai.errors import UsageError, WorkloadError
 from hpcai.workloads import engine_process as proc
-from hpcai.workloads import llm_assets, steady_state
+from hpcai.measure import steady_state
+from hpcai.workloads import llm_assets
 from hpcai.workloads.base import EngineWorkload
 from hpcai.workloads.protocol import Epoch
 from hpcai.workloads.registry.llama3_8b_inference import LlmServeParams
@@ -422,7 +423,7 @@ class SglangServe(EngineWorkload):
                      start, end, duration, None)
 
     def _steady_state(self, num_prompts: int) -> dict:
-        """The steady state from the client's per-request timestamps (workloads/steady_state.py),
+        """The steady state from the client's per-request timestamps (hpcai/measure/steady_state.py),
         in wall seconds; else why not, and the measured epoch stays the whole load."""
         target = min(self.concurrency or num_prompts, num_prompts)
         try:

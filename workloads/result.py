@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 import math
 import os
-import statistics
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-from hpcai.workloads.efficiency import units_per_joule
-from hpcai.workloads.telemetry import integrate_power_j, window_stats
+from hpcai.measure.efficiency import units_per_joule
+from hpcai.measure.node_power import energy_with_node, node_section
+from hpcai.measure.stats import throughput_stats
+from hpcai.measure.telemetry import integrate_power_j, window_stats
 
 RESULT_SCHEMA_VERSION = "1.0"
 # Counter and integrated energy further apart than this: trust neither blindly.
@@ -78,30 +79,6 @@ def _clean(value):
     if isinstance(value, list):
         return [_clean(v) for v in value]
     return value
-
-
-def throughput_stats(values: list[float]) -> dict:
-    """Mean, standard deviation and a 95% confidence interval over epochs."""
-    n = len(values)
-    mean = statistics.fmean(values) if values else None
-    std = statistics.stdev(values) if n > 1 else None
-    half = None
-    if std is not None:
-        half = _t95(n - 1) * std / math.sqrt(n)
-    return {
-        "epochs": n,
-        "mean": mean,
-        "std": std,
-        "ci95": [mean - half, mean + half] if half is not None else None,
-        "cv": std / mean if std is not None and mean else None,
-    }
-
-
-def _t95(dof: int) -> float:
-    """Two-sided 95% Student t quantile (table, then the normal limit)."""
-    table = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-             2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086]
-    return table[dof - 1] if dof <= len(table) else 1.96
 
 
 def node_throughput(ranks: list[dict]) -> dict:
@@ -270,13 +247,9 @@ def power_section(spec: dict, discovery, sampler, window, units: int,
     node_power = with_node = None
     with_node_basis = None
     if node is not None:
-        from hpcai.workloads.node_power import node_section
-
         node_power = node_section(node.summary(window), energy if available else None,
                                   window_s, node.status)
     if available or (node_power and node_power["node_energy_j"] is not None):
-        from hpcai.workloads.node_power import energy_with_node
-
         with_node, with_node_basis = energy_with_node(node_power, energy, overhead_w, window_s)
     quality = window_quality(sampler, window, power_counts)
     if quality is not None:

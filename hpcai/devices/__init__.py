@@ -1,12 +1,15 @@
 """The device table: datasheet figures per accelerator model (gpus.toml) and
 what this host's CPU is (cpu.py). Data lives in the TOML file; this module only
-reads it and matches the names drivers report, exactly."""
+reads it and matches the names drivers report, exactly (the whole name,
+case and spacing aside: hpcai.measure.gpu_names.normalize)."""
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
+
+from hpcai.measure import gpu_names
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -57,7 +60,7 @@ class Device:
 
 
 def _key(name: str) -> str:
-    return " ".join(name.split()).casefold()
+    return gpu_names.normalize(name)
 
 
 @lru_cache(maxsize=1)

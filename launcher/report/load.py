@@ -14,31 +14,12 @@ from pathlib import Path
 
 from hpcai.errors import UsageError
 from hpcai.launcher.report.points import RefPoint, workload_key  # noqa: F401 (their old home)
-from hpcai.workloads.efficiency import units_per_joule
+from hpcai.measure.efficiency import units_per_joule
+from hpcai.measure.gpu_names import short_name
 
 REFERENCE_FILE = "reference/seed-paper-throughput.csv"
 REFERENCE_COLUMNS = ["workload", "gpu", "cap_w", "throughput", "unit", "enforced"]
 UNITS = ("images/s", "samples/s", "tokens/s")
-
-# Model names as the vendors' libraries report them; the first match names the GPU.
-_KNOWN_GPUS = re.compile(
-    r"\b(GH200|GB200|B200|B100|H200|H100|H800|A100|A800|A40|A30|A10G?|L40S|L40|L4|V100|"
-    r"MI355X|MI325X|MI300X|MI300A|MI250X|MI250|MI210|MI100)\b", re.IGNORECASE)
-_VENDOR_WORDS = {"nvidia", "amd", "instinct", "tesla", "geforce", "radeon", "pro"}
-
-
-def short_gpu_name(full: str) -> str:
-    """"NVIDIA H100 80GB HBM3" -> "H100", "AMD Instinct MI300X" -> "MI300X"."""
-    match = _KNOWN_GPUS.search(full or "")
-    if match:
-        return match.group(1).upper()
-    words = [w for w in (full or "").split() if w.lower() not in _VENDOR_WORDS]
-    if not words:
-        return full or "GPU"
-    first = words[0].split("-")[0]
-    if not any(ch.isdigit() for ch in first) and len(words) > 1:
-        return f"{first} {words[1]}"
-    return first
 
 
 @dataclass
@@ -107,7 +88,7 @@ class Run:
     fraction_of_peak: float | None = None
     input: dict | None = None  # the runtime split where data came from storage (--data)
     scaling: str | None = None  # --scaling of a node-scaling job: strong | weak
-    # result.validity (workloads/validity.py): its verdict, None for a result written
+    # result.validity (hpcai/measure/validity.py): its verdict, None for a result written
     # before validity existed (loaded as before: complete and schema-valid is enough);
     # failed_checks: names of the failed checks, which keep the run out of every figure.
     validity_verdict: str | None = None
@@ -223,7 +204,7 @@ def _from_doc(path: Path, doc: dict, errors: list[str]) -> Run:
 
 def _validity(run: Run, doc: dict) -> None:
     """A failed validity check keeps the run out of every figure, named in its problems."""
-    from hpcai.workloads.validity import describe, failed_checks
+    from hpcai.measure.validity import describe, failed_checks
 
     validity = doc.get("validity")
     if not isinstance(validity, dict):
@@ -256,7 +237,7 @@ def _fill(run: Run, path: Path, doc: dict) -> None:
     if run.device_type == "cuda" and used:
         names = list(dict.fromkeys(g["name"] for g in used))
         run.device_full = " + ".join(names)
-        run.device = " + ".join(short_gpu_name(n) for n in names)
+        run.device = " + ".join(short_name(n) for n in names)
     else:
         run.device_full = host.get("cpu_model") or "CPU"
         run.device = "CPU"

@@ -95,9 +95,10 @@ def cell_comparability(cell) -> tuple[bool, str | None]:
 
 def matching_point(refs: list, workload_key: str, gpu: str, cap_w: float | None):
     from hpcai.launcher.report.points import workload_key as key
+    from hpcai.measure import gpu_names
 
     for p in refs:
-        if key(p.workload) == workload_key and p.gpu.upper() == (gpu or "").upper() \
+        if key(p.workload) == workload_key and gpu_names.normalize(p.gpu) == gpu_names.normalize(gpu) \
                 and cap_w is not None and abs(p.cap_w - cap_w) < 0.5:
             return p
     return None

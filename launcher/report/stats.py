@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from hpcai.launcher.report.load import Run
-from hpcai.workloads.result import throughput_stats
+from hpcai.measure.stats import throughput_stats
 
 
 @dataclass(frozen=True)

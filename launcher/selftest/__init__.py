@@ -88,7 +88,7 @@ def run_selftest(site_selector: str | None = None, only=None, as_json: bool = Fa
     from hpcai.launcher import sites
     from hpcai.launcher.plan import journal_path
     from hpcai.launcher.visibility import visible_gpus
-    from hpcai.workloads.power_sources import find_rapl_domains
+    from hpcai.measure.power_sources import find_rapl_domains
 
     selected = parse_only(only)
     explicit = bool(only)
@@ -166,7 +166,7 @@ def _cpu_power_rows(ctx: Context) -> list[Check]:
     if ctx.rapl:
         rows.append(Check("power", "CPU power (RAPL)", "ok", ", ".join(d.name for d in ctx.rapl)))
     else:
-        from hpcai.workloads.power_sources import find_rapl_domains
+        from hpcai.measure.power_sources import find_rapl_domains
 
         rows.append(Check("power", "CPU power (RAPL)", "skipped", find_rapl_domains()[1]))
     return rows

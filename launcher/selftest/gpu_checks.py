@@ -96,7 +96,7 @@ def _limits(device):
 
 
 def _sample(devices: list, seconds: float, interval_s: float = 0.1):
-    from hpcai.workloads.telemetry import Sampler
+    from hpcai.measure.telemetry import Sampler
 
     sampler = Sampler(devices, interval_s)
     sampler.start()
@@ -111,7 +111,7 @@ def _sample(devices: list, seconds: float, interval_s: float = 0.1):
 
 def check_power(ctx: Context) -> list[Check]:
     from hpcai.workloads.result import counter_problem
-    from hpcai.workloads.telemetry import integrate_power_j
+    from hpcai.measure.telemetry import integrate_power_j
 
     if not ctx.gpus:
         return [Check("power", "power", "skipped", "no GPU")]
@@ -239,7 +239,7 @@ def _per_call_s(fn, n: int) -> float | None:
 
 
 def check_sampler(ctx: Context) -> list[Check]:
-    from hpcai.workloads.telemetry import FULL_READ_S
+    from hpcai.measure.telemetry import FULL_READ_S
 
     sources = [d for d, _, _ in ctx.gpus] or ctx.rapl
     if not sources:

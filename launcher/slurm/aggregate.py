@@ -11,7 +11,7 @@ from pathlib import Path
 from hpcai.errors import ResultError
 from hpcai.launcher import results
 from hpcai.launcher.slurm.job import AGGREGATE_FILE, Job, node_dir, now_iso
-from hpcai.workloads.efficiency import units_per_joule
+from hpcai.measure.efficiency import units_per_joule
 
 AGGREGATE_VERSION = 1
 SCHEMA_FILE = "schema/aggregate-v1.schema.json"

@@ -91,7 +91,7 @@ def run_node(job_dir: str) -> int:
     from hpcai.launcher.slurm.job import Job
     from hpcai.launcher.slurm.node import Placement, slurm_entry
     from hpcai.launcher.sweep import Slot
-    from hpcai.workloads.adaptive import SWEEP_CI_TARGET
+    from hpcai.measure.adaptive import SWEEP_CI_TARGET
     from hpcai.workloads.catalog import get_workload
 
     job = Job.load(job_dir)

@@ -18,8 +18,8 @@ import time
 import pytest
 from processes import kill_marked, new_mark, popen_options
 
-from hpcai.workloads import node_power as NP
-from hpcai.workloads.node_power_ipmi import IpmiDcmiSource
+from hpcai.measure import node_power as NP
+from hpcai.measure.ipmi import IpmiDcmiSource
 
 SECRET = "s3cret-Pw-77"
 # A Full Sensor Record (IPMI 2.0 table 43-1): sensor 1 on MC 0x20, type 0x0b

@@ -32,7 +32,8 @@ from pathlib import Path
 
 import pytest
 
-from hpcai.workloads import distributed, llm_assets, steady_state
+from hpcai.measure import steady_state
+from hpcai.workloads import distributed, llm_assets
 from hpcai.workloads import llm_serve as S
 from hpcai.workloads.catalog import LLAMA3_8B_INFERENCE
 

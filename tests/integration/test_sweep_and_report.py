@@ -16,7 +16,7 @@ from hpcai.launcher.report.tables import fmt
 pytestmark = pytest.mark.slow
 TINY = ["resnet50", "--preset", "tiny", "--nproc", "1"]
 # Long enough that the power-measured window passes the validity check on window
-# length (workloads/validity.py: a window under 1 s fails, and the report leaves it out),
+# length (hpcai/measure/validity.py: a window under 1 s fails, and the report leaves it out),
 # and the fixed protocol (sweeps measure adaptively by default): one measured epoch has
 # no spread to fail on when a loaded machine makes tiny blocks uneven.
 MEASURED = ["--steps-per-epoch", "30", "--ci-target", "off"]

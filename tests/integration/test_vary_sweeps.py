@@ -10,7 +10,7 @@ from conftest import assert_valid_result, one_line_error
 
 pytestmark = pytest.mark.slow
 # 30 steps: a measured window well over 1 s, which the validity checks want of a
-# run with measured power before the report counts it (workloads/validity.py);
+# run with measured power before the report counts it (hpcai/measure/validity.py);
 # 12 steps measured 0.9 s on an idle 2-core machine, and CI failed on it;
 # the fixed protocol (sweeps measure adaptively by default): one measured epoch
 # has no spread to fail on when a loaded machine makes tiny blocks uneven.

@@ -1,4 +1,4 @@
-"""Settle and adaptive stopping (workloads/adaptive.py) on synthetic series
+"""Settle and adaptive stopping (hpcai/measure/adaptive.py) on synthetic series
 whose variance and drift are known, so the expected stopping point is too."""
 import math
 import random
@@ -6,8 +6,8 @@ import statistics
 
 import pytest
 
-from hpcai.workloads import adaptive
-from hpcai.workloads.adaptive import Block, StopRule
+from hpcai.measure import adaptive
+from hpcai.measure.adaptive import Block, StopRule
 
 
 def blocks_until_stop(rule: StopRule, rng: random.Random, mean: float, cv: float,

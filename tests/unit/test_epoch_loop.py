@@ -2,7 +2,7 @@
 in-run programs (inrun.Measurer) run their epochs through protocol.run_epoch,
 so what one records (the data-wait counters of --data) the other does too."""
 from hpcai.workloads import distributed, inrun, protocol
-from hpcai.workloads.adaptive import resolve_protocol
+from hpcai.measure.adaptive import resolve_protocol
 from hpcai.workloads.protocol import Progress
 
 

@@ -14,10 +14,10 @@ from hpcai.gpu.base import GpuInfo, GpuReading
 from hpcai.launcher import runtime
 from hpcai.launcher.plan import Node, select_gpus
 from hpcai.launcher.visibility import visible_gpus
-from hpcai.workloads import power_sources
+from hpcai.measure import power_sources
 from hpcai.workloads import result as R
-from hpcai.workloads import telemetry
-from hpcai.workloads.telemetry import Mark, Sampler
+from hpcai.measure import telemetry
+from hpcai.measure.telemetry import Mark, Sampler
 
 
 def _nvidia(n, **kw):

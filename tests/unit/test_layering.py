@@ -20,14 +20,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-# Cycles other parts of issue 24 are removing (the measure core moves node power
-# into hpcai.measure; the in-image part splits the entrypoint). Each must still
-# exist, so that the merge that removes it also empties its entry here.
-KNOWN_CYCLES = [
-    ["hpcai.workloads.node_power", "hpcai.workloads.node_power_ipmi",
-     "hpcai.workloads.node_power_redfish"],
-    ["hpcai.workloads.entrypoint", "hpcai.workloads.selfcheck"],
-]
 FRAMEWORKS = ("torch", "torchvision", "tensorflow", "lightning", "litgpt", "sglang",
               "diffusers", "transformers")
 
@@ -206,12 +198,8 @@ def test_measure_imports_neither_the_launcher_nor_a_framework(graph):
 
 def test_no_import_cycles(graph):
     found = graph.cycles()
-    stale = [c for c in KNOWN_CYCLES if c not in found]
-    assert not stale, f"no longer a cycle, remove it from KNOWN_CYCLES: {stale}"
     messages = []
     for component in found:
-        if component in KNOWN_CYCLES:
-            continue
         members = set(component)
         start = component[0]
         loop = graph.chain(start, lambda name: name == start) or [start]

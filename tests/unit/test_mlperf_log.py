@@ -6,7 +6,7 @@ from report_docs import make_result
 
 
 class RecordedSampler:
-    """What workloads/telemetry.Sampler keeps: sample times and one reading per source."""
+    """What hpcai/measure/telemetry.Sampler keeps: sample times and one reading per source."""
 
     def __init__(self, times, watts):
         self.times = list(times)

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from hpcai.workloads import node_power as NP
+from hpcai.measure import node_power as NP
+from hpcai.measure.source import Channel, PowerSource, Sample
 
 RAPL_RANGE = 262143328850  # a real package's max_energy_range_uj
 
@@ -157,19 +158,19 @@ def test_pm_energy_counter_backwards_falls_back_to_power(tmp_path):
 
 def test_window_energy_from_counter_interpolated(tmp_path):
     run = NP.SourceRun(object(), interval_s=1.0)
-    run.samples = [NP.Sample(float(t), {"node": 500.0}, {"node": 500.0 * t}) for t in range(11)]
+    run.samples = [Sample(float(t), {"node": 500.0}, {"node": 500.0 * t}) for t in range(11)]
     out = NP._channel_window(run, "node", [s.t for s in run.samples], (2.5, 7.5))
     assert out["energy_basis"] == "energy counter"
     assert out["energy_j"] == pytest.approx(2500.0)
     assert out["mean_power_w"] == pytest.approx(500.0)
 
 
-class HungSource:
-    kind, api, channels, max_power_w = "ipmi", "test", [NP.Channel("node", "node")], 1e4
+class HungSource(PowerSource):
+    kind, api, channels, max_power_w = "ipmi", "test", [Channel("node", "node")], 1e4
 
     def read(self):
         time.sleep(3)
-        return NP.Sample(time.monotonic(), {"node": 100.0}, {"node": None})
+        return Sample(time.monotonic(), {"node": 100.0}, {"node": None})
 
 
 def test_hung_source_does_not_hold_up_stop():

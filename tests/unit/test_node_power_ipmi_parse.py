@@ -3,8 +3,8 @@ freeipmi ipmi-dcmi/ipmi-dcmi.c `_output_power_statistics`, and from
 ipmi-sensors against ipmi_sim), and the credentials file's faults."""
 import pytest
 
-from hpcai.workloads.node_power import NodePowerSampler, SourceError
-from hpcai.workloads.node_power_ipmi import IpmiDcmiSource, parse_dcmi, parse_sensor
+from hpcai.measure.node_power import NodePowerSampler, SourceError
+from hpcai.measure.ipmi import IpmiDcmiSource, parse_dcmi, parse_sensor
 
 DCMI = """Current Power                        : 248 Watts
 Minimum Power over sampling duration : 2 watts

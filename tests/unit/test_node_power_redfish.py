@@ -13,8 +13,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from hpcai.workloads import node_power as NP
-from hpcai.workloads.node_power_redfish import RedfishSource
+from hpcai.measure import node_power as NP
+from hpcai.measure.redfish import RedfishSource
 
 USER, SECRET = "root", "Rf-Secret-9"
 

@@ -8,10 +8,10 @@ from fakes import fake_gpu_state as fgs
 from test_node_power import pm_set, pm_tree
 
 from hpcai.gpu.base import GpuReading
-from hpcai.workloads import node_power as NP
-from hpcai.workloads import power_sources
+from hpcai.measure import node_power as NP
+from hpcai.measure import power_sources
 from hpcai.workloads import result as R
-from hpcai.workloads.telemetry import Sampler
+from hpcai.measure.telemetry import Sampler
 
 SPEC = {"power": {"node_overhead_w": 100.0}, "devices": {"gpu_indices": [0]},
         "protocol": {"telemetry": True}}

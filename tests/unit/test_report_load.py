@@ -4,7 +4,8 @@ import json
 import pytest
 
 from hpcai.errors import ConfigError, UsageError
-from hpcai.launcher.report.load import load_reference, load_results, short_gpu_name
+from hpcai.launcher.report.load import load_reference, load_results
+from hpcai.measure.gpu_names import short_name as short_gpu_name
 from report_docs import crafted_set, make_result, write_result
 
 

@@ -6,7 +6,8 @@ import pytest
 from hpcai.gpu.base import GpuReading
 from hpcai.launcher.results import apply_limits, cap_held
 from hpcai.workloads import result as R
-from hpcai.workloads.telemetry import Mark, Sampler, integrate_power_j, percentile, summarize
+from hpcai.measure.stats import percentile, summarize, throughput_stats
+from hpcai.measure.telemetry import Mark, Sampler, integrate_power_j
 
 
 def epoch(index, units, duration, warmup=False, start=0.0):
@@ -28,7 +29,7 @@ def test_node_throughput_uses_the_slowest_rank_per_epoch_and_skips_warmup():
 
 
 def test_throughput_stats_match_a_hand_computed_t_interval():
-    stats = R.throughput_stats([10.0, 12.0, 14.0])
+    stats = throughput_stats([10.0, 12.0, 14.0])
     assert stats["mean"] == 12.0
     assert stats["std"] == pytest.approx(2.0)
     half = 4.303 * 2.0 / math.sqrt(3)  # t(0.975, 2 dof)

@@ -162,7 +162,7 @@ def test_zero_node_overhead_is_a_value_and_result_and_report_agree():
     from hpcai.gpu.base import GpuReading
     from hpcai.launcher.report.load import Run
     from hpcai.workloads import result as R
-    from hpcai.workloads.telemetry import Mark, Sampler
+    from hpcai.measure.telemetry import Mark, Sampler
 
     class Package:  # a RAPL domain as power_sources.discover returns it
         name, path = "package-0", Path("/sys/class/powercap/intel-rapl:0")

@@ -36,7 +36,7 @@ def test_steps_per_epoch_has_help(cpu_node):
 
 
 def test_a_failed_validity_check_is_said_by_name():
-    from hpcai.workloads import validity
+    from hpcai.measure import validity
 
     doc = _doc([7.0, 7.05, 7.02], seconds=STEADY_MEASURED_S + 1, preset="paper")
     doc["throughput"]["stats_node"]["cv"] = 0.9  # epochs that disagree beyond any mean

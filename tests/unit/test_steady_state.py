@@ -9,7 +9,7 @@ import pytest
 
 from hpcai.workloads import distributed
 from hpcai.workloads import llm_serve as S
-from hpcai.workloads import steady_state as SS
+from hpcai.measure import steady_state as SS
 from hpcai.workloads.catalog import LLAMA3_8B_INFERENCE
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "sglang-bench-requests.json"

@@ -5,8 +5,8 @@ import time
 import pytest
 
 from fakes import fake_gpu_state
-from hpcai.workloads import power_sources
-from hpcai.workloads.telemetry import Sampler
+from hpcai.measure import power_sources
+from hpcai.measure.telemetry import Sampler
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Validity checks (workloads/validity.py): each one failing on purpose on a
+"""Validity checks (hpcai/measure/validity.py): each one failing on purpose on a
 crafted result (tests/report_docs.py) that otherwise passes, a CPU run's GPU
 checks not applicable, the settle drift of in-run segments, an idle FAKE GPU
 read through the real sampler, and how the report treats failed and older
@@ -11,9 +11,9 @@ import pytest
 from fakes import fake_gpu_state as fgs
 from hpcai.launcher.report import ReportOptions, make_report
 from hpcai.launcher.report.load import load_results
-from hpcai.workloads import power_sources, validity
+from hpcai.measure import power_sources, validity
 from hpcai.workloads import result as R
-from hpcai.workloads.telemetry import Sampler
+from hpcai.measure.telemetry import Sampler
 from report_docs import make_result, write_result
 
 

@@ -14,9 +14,10 @@ before the minimum window (seconds and power samples), never after the maximum.
 """
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass
+
+from hpcai.measure.stats import relative_half_width
 
 # The protocol's measurement settings, where a preset or the command line sets
 # none. 30 s and 30 samples: ML.ENERGY's validator asks for >= 30 s of steady
@@ -77,24 +78,6 @@ def check_window_settings(protocol: dict) -> str | None:
         return (f"--max-window-s {hi:g} is shorter than --min-window-s {lo:g}: "
                 "give a maximum at least as long as the minimum")
     return None
-
-
-def t95(dof: int) -> float:
-    """Two-sided 95% Student t quantile (table, then the normal limit)."""
-    table = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-             2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-             2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
-    return table[dof - 1] if dof <= len(table) else 1.96 + 2.4 / dof
-
-
-def relative_half_width(values: list[float]) -> float | None:
-    """95% confidence half-width of the mean, over the mean; None below 2 values."""
-    if len(values) < 2:
-        return None
-    mean = statistics.fmean(values)
-    if mean == 0:
-        return None
-    return t95(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values)) / abs(mean)
 
 
 @dataclass

@@ -1,5 +1,7 @@
 """Node power beyond the GPU board: RAPL (CPU packages, DRAM), HPE Cray
-pm_counters (node, accelerators, CPU, memory) and the BMC (IPMI DCMI).
+pm_counters (node, accelerators, CPU, memory) and the BMC (IPMI DCMI,
+Redfish). Each is a PowerSource (source.py) in its own module, opened here by
+kind (OPENERS); none of them imports this module.
 
 Each source runs in its own thread at its own natural rate (a BMC updates
 about once a second), so a slow or hung source never stalls the GPU sampler
@@ -18,164 +20,26 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-SCOPES = ("node", "cpu_package", "dram", "accelerator", "module")
-BOUNDARY = {"node": "node", "cpu_package": "CPU package", "dram": "DRAM",
-            "accelerator": "accelerator (GPU module)", "module": "module"}
-KINDS = ("rapl", "pm_counters", "ipmi", "redfish")
+from hpcai.measure.efficiency import energy_with_overhead_j
+from hpcai.measure.ipmi import IpmiDcmiSource
+from hpcai.measure.pm_counters import PmCountersSource
+from hpcai.measure.rapl import POWERCAP_ROOT, RaplSource
+from hpcai.measure.redfish import RedfishSource
+from hpcai.measure.source import BOUNDARY, DEFAULT_MAX_POWER_W, PowerSource, SourceError
+
+# kind -> how to open it from its site section and the per-channel power limit.
+OPENERS = {
+    "rapl": lambda section, max_w: RaplSource(Path(section.get("root", POWERCAP_ROOT)), max_w),
+    "pm_counters": lambda section, max_w: PmCountersSource(
+        Path(section.get("root", "/sys/cray/pm_counters")), max_w),
+    "ipmi": IpmiDcmiSource,
+    "redfish": RedfishSource,
+}
+KINDS = tuple(OPENERS)
 BMC_KINDS = ("ipmi", "redfish")
 DEFAULT_INTERVAL_S = {"rapl": 1.0, "pm_counters": 1.0, "ipmi": 1.0, "redfish": 1.0}
 MIN_INTERVAL_S = {"rapl": 0.1, "pm_counters": 0.1, "ipmi": 1.0, "redfish": 1.0}  # never poll a BMC faster
-DEFAULT_MAX_POWER_W = 20000.0  # above this, per channel, a reading is absurd
 SLOW_FACTOR = 2.0  # a read taking longer than this many intervals is "slow"
-
-
-class SourceError(Exception):
-    """A source could not be read; the message is the reason (no secrets)."""
-
-
-@dataclass
-class Channel:
-    name: str  # e.g. "package-0", "dram-0", "node", "accel0"
-    scope: str
-
-
-@dataclass
-class Sample:
-    t: float
-    power_w: dict  # channel -> W or None
-    energy_j: dict  # channel -> cumulative J (since the source started) or None
-
-
-# ---- RAPL ---------------------------------------------------------------------
-
-class RaplSource:
-    """CPU packages and their DRAM domains from Linux powercap (intel-rapl).
-
-    energy_uj counts up and wraps at max_energy_range_uj (kernel
-    Documentation/power/powercap/powercap.rst); a drop is a wrap only when the
-    unwrapped change is a plausible energy, otherwise the counter ran backwards.
-    """
-    kind = "rapl"
-    api = "Linux powercap sysfs (intel-rapl energy_uj)"
-
-    def __init__(self, root: Path = Path("/sys/class/powercap"),
-                 max_power_w: float = DEFAULT_MAX_POWER_W):
-        self.root = Path(root)
-        self.max_power_w = max_power_w
-        self.zones: dict[str, tuple[Path, int]] = {}
-        if not self.root.is_dir():
-            raise SourceError(f"{self.root} does not exist (no Linux powercap driver)")
-        unreadable = []
-        for path in sorted(self.root.glob("intel-rapl:*")):
-            try:
-                name = (path / "name").read_text().strip()
-                rng = int((path / "max_energy_range_uj").read_text())
-                int((path / "energy_uj").read_text())
-            except PermissionError:
-                unreadable.append(path.name)
-                continue
-            except (OSError, ValueError):
-                continue
-            parts = path.name.split(":")
-            if len(parts) == 2 and name.startswith("package"):
-                self.zones[f"package-{parts[1]}"] = (path, rng)
-            elif len(parts) == 3 and name == "dram":
-                self.zones[f"dram-{parts[1]}"] = (path, rng)
-        if not self.zones:
-            if unreadable:
-                raise SourceError(f"RAPL counters {', '.join(unreadable)} are readable only by root")
-            raise SourceError(f"no RAPL package or DRAM domains under {self.root}")
-        self.channels = [Channel(n, "dram" if n.startswith("dram") else "cpu_package")
-                         for n in self.zones]
-        self._last: dict[str, tuple[float, int]] = {}
-        self._total: dict[str, float] = {n: 0.0 for n in self.zones}
-        self.backwards: set[str] = set()
-
-    def read(self) -> Sample:
-        t = time.monotonic()
-        power, energy = {}, {}
-        for name, (path, rng) in self.zones.items():
-            uj = int((path / "energy_uj").read_text())
-            last = self._last.get(name)
-            power[name] = None
-            if last is not None:
-                t0, uj0 = last
-                delta = uj - uj0
-                if delta < 0:
-                    delta += rng
-                    if t > t0 and delta / 1e6 / (t - t0) > self.max_power_w:
-                        self.backwards.add(name)  # not a wrap: the counter ran backwards
-                        delta = 0
-                self._total[name] += delta / 1e6
-                if t > t0:
-                    power[name] = delta / 1e6 / (t - t0)
-            self._last[name] = (t, uj)
-            energy[name] = self._total[name]
-        return Sample(t, power, energy)
-
-
-# ---- HPE Cray pm_counters --------------------------------------------------------
-
-def _pm_value(path: Path) -> float:
-    """pm_counters files read "<value> <unit> <timestamp> us" (unit W or J)."""
-    text = path.read_text().split()
-    if not text:
-        raise SourceError(f"{path.name} is empty")
-    return float(text[0])
-
-
-class PmCountersSource:
-    """/sys/cray/pm_counters: node power/energy (including accelerators),
-    accel<N>_, cpu_ and memory_ power and energy; `freshness` counts up at
-    about 10 Hz while the data is updated (Cray-HPE docs-csm,
-    operations/power_management/User_Access_to_Compute_Node_Power_Data.md)."""
-    kind = "pm_counters"
-    api = "HPE Cray pm_counters sysfs"
-    PREFIXES = ("", "cpu_", "memory_")  # node, CPU and memory domains
-
-    def __init__(self, root: Path = Path("/sys/cray/pm_counters"),
-                 max_power_w: float = DEFAULT_MAX_POWER_W):
-        self.root = Path(root)
-        self.max_power_w = max_power_w
-        if not (self.root / "power").is_file():
-            raise SourceError(f"{self.root}/power does not exist (not an HPE Cray EX node)")
-        self.files: dict[str, tuple[str, str]] = {}  # channel -> (power file, energy file)
-        for prefix in self.PREFIXES:
-            if (self.root / f"{prefix}power").is_file():
-                self.files[prefix.rstrip("_") or "node"] = (f"{prefix}power", f"{prefix}energy")
-        for path in sorted(self.root.glob("accel*_power")):
-            name = path.name[: -len("_power")]
-            self.files[name] = (path.name, f"{name}_energy")
-        scope_of = {"node": "node", "cpu": "cpu_package", "memory": "dram"}
-        self.channels = [Channel(n, scope_of.get(n, "accelerator")) for n in self.files]
-        try:
-            _pm_value(self.root / "power")
-        except PermissionError:
-            raise SourceError(f"{self.root}/power is not readable by this user") from None
-        self._first: dict[str, float] = {}
-        self._freshness: tuple[float, float] | None = None
-        self.stale = False
-
-    def read(self) -> Sample:
-        t = time.monotonic()
-        fresh_path = self.root / "freshness"
-        if fresh_path.is_file():
-            fresh = _pm_value(fresh_path)
-            if self._freshness is not None and fresh == self._freshness[1] \
-                    and t - self._freshness[0] >= 0.5:
-                self.stale = True  # freshness stands still: the values are old
-                raise SourceError("freshness did not advance: the counters are not being updated")
-            if self._freshness is None or fresh != self._freshness[1]:
-                self._freshness = (t, fresh)
-        power, energy = {}, {}
-        for name, (pfile, efile) in self.files.items():
-            power[name] = _pm_value(self.root / pfile)
-            energy[name] = None
-            if (self.root / efile).is_file():
-                value = _pm_value(self.root / efile)
-                self._first.setdefault(name, value)
-                energy[name] = value - self._first[name]
-        return Sample(t, power, energy)
 
 
 # ---- the per-source thread ---------------------------------------------------------
@@ -183,7 +47,7 @@ class PmCountersSource:
 @dataclass
 class SourceRun:
     """One source sampled in its own thread; the samples and what went wrong."""
-    source: object
+    source: PowerSource
     interval_s: float
     samples: list = field(default_factory=list)
     faults: dict = field(default_factory=dict)  # reason -> count
@@ -211,7 +75,7 @@ class SourceRun:
         self.read_cost_s.append(took)
         if took > SLOW_FACTOR * self.interval_s:
             self.fault(f"slow answer (a read took more than {SLOW_FACTOR * self.interval_s:g} s)")
-        limit = getattr(self.source, "max_power_w", DEFAULT_MAX_POWER_W)
+        limit = self.source.max_power_w
         for name, watts in list(sample.power_w.items()):
             if watts is None:
                 continue
@@ -227,10 +91,8 @@ class SourceRun:
                 before = prev.energy_j.get(name)
                 if e is not None and before is not None and e < before:
                     self.fault(f"{name}: energy counter went backwards")
-        for name in getattr(self.source, "backwards", ()):
+        for name in sorted(self.source.take_backwards()):
             self.fault(f"{name}: energy counter went backwards")
-        if hasattr(self.source, "backwards"):
-            self.source.backwards.clear()
         self.samples.append(sample)
 
     def _loop(self) -> None:
@@ -260,8 +122,7 @@ class SourceRun:
                 return
             if self.source.kind not in BMC_KINDS:  # a last counter read, so the samples cover
                 self.tick()  # the window's end (a BMC's is bounded, but slow: not it)
-        if hasattr(self.source, "close"):
-            self.source.close()
+        self.source.close()
 
 
 # ---- configuration -----------------------------------------------------------------
@@ -292,21 +153,11 @@ def open_sources(config: dict | None) -> tuple[list[SourceRun], list[dict]]:
     return runs, status
 
 
-def _open(kind: str, config: dict, max_w: float):
-    section = config.get(kind, {})
-    if kind == "rapl":
-        return RaplSource(Path(section.get("root", "/sys/class/powercap")), max_w)
-    if kind == "pm_counters":
-        return PmCountersSource(Path(section.get("root", "/sys/cray/pm_counters")), max_w)
-    if kind == "ipmi":
-        from hpcai.workloads.node_power_ipmi import IpmiDcmiSource
-
-        return IpmiDcmiSource(section, max_w)
-    if kind == "redfish":
-        from hpcai.workloads.node_power_redfish import RedfishSource
-
-        return RedfishSource(section, max_w)
-    raise SourceError(f"unknown node power source {kind!r}")
+def _open(kind: str, config: dict, max_w: float) -> PowerSource:
+    opener = OPENERS.get(kind)
+    if opener is None:
+        raise SourceError(f"unknown node power source {kind!r}")
+    return opener(config.get(kind, {}), max_w)
 
 
 class NodePowerSampler:
@@ -417,7 +268,5 @@ def energy_with_node(node_power: dict | None, gpu_energy_j: float | None,
     the GPUs' energy plus the site's fixed overhead. Returns (J, basis)."""
     if node_power and node_power.get("node_energy_j") is not None:
         return node_power["node_energy_j"], f"measured ({node_power['node_energy_from']})"
-    from hpcai.workloads.efficiency import energy_with_overhead_j
-
     return (energy_with_overhead_j(gpu_energy_j, overhead_w, window_s),
             f"fixed overhead ({overhead_w:g} W per node)")

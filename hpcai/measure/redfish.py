@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import time
 
-from hpcai.workloads.node_power import Channel, Sample, SourceError
-from hpcai.workloads.node_power_ipmi import read_credentials
+from hpcai.measure.credentials import read_credentials
+from hpcai.measure.source import Channel, PowerSource, Sample, SourceError
 
 
-class RedfishSource:
+class RedfishSource(PowerSource):
     kind = "redfish"
 
     def __init__(self, section: dict, max_power_w: float):

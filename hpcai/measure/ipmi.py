@@ -25,12 +25,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from hpcai.workloads.node_power import Channel, Sample, SourceError
+from hpcai.measure.credentials import read_credentials
+from hpcai.measure.source import Channel, PowerSource, Sample, SourceError
 
 DCMI_UNSUPPORTED = "command invalid or unsupported"
 
 
-class IpmiDcmiSource:
+class IpmiDcmiSource(PowerSource):
     kind = "ipmi"
 
     def __init__(self, section: dict, max_power_w: float):
@@ -114,25 +115,6 @@ class IpmiDcmiSource:
         out = self._run("ipmi-sensors", ["--sdr-cache-directory", self._cache, "--quiet-cache",
                                          "--no-header-output", "--comma-separated-output"])
         return parse_sensor(out, self.sensor)
-
-
-def read_credentials(path) -> tuple[str, str]:
-    """(username, password) from a FreeIPMI-style file; errors name the file only."""
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise SourceError(f"credentials file {path} cannot be read "
-                          f"({exc.strerror or type(exc).__name__})") from None
-    values = {}
-    for line in text.splitlines():
-        parts = line.split(None, 1)
-        if len(parts) == 2 and parts[0] in ("username", "password"):
-            values[parts[0]] = parts[1].strip()
-    missing = [k for k in ("username", "password") if k not in values]
-    if missing:
-        raise SourceError(f"credentials file {path} has no {missing[0]} line "
-                          "(a FreeIPMI config file: `username NAME`, `password SECRET`)")
-    return values["username"], values["password"]
 
 
 def parse_dcmi(text: str) -> float:

@@ -17,6 +17,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from hpcai.gpu.base import GpuReading
+from hpcai.measure.stats import percentile, summarize
 
 SAMPLE_COLUMNS = [
     "t", "source", "power_w", "energy_j", "sm_clock_mhz", "memory_clock_mhz",
@@ -182,35 +183,12 @@ def _fmt(value) -> str:
     return str(value)
 
 
-def percentile(values: list[float], q: float) -> float:
-    """Linear-interpolated percentile (numpy's default), without numpy."""
-    data = sorted(values)
-    if len(data) == 1:
-        return data[0]
-    pos = (len(data) - 1) * q / 100
-    lo = int(pos)
-    hi = min(lo + 1, len(data) - 1)
-    return data[lo] + (data[hi] - data[lo]) * (pos - lo)
-
-
 def integrate_power_j(series: list[tuple[float, GpuReading]]) -> float | None:
     """Trapezoidal energy over the samples' span."""
     points = [(t, r.power_w) for t, r in series if r.power_w is not None]
     if len(points) < 2:
         return None
     return sum((t1 - t0) * (p0 + p1) / 2 for (t0, p0), (t1, p1) in zip(points, points[1:]))
-
-
-def summarize(values: list[float]) -> dict | None:
-    values = [v for v in values if v is not None]
-    if not values:
-        return None
-    return {
-        "mean": statistics.fmean(values),
-        "median": statistics.median(values),
-        "p95": percentile(values, 95),
-        "max": max(values),
-    }
 
 
 def _mean(values):
