@@ -131,3 +131,8 @@ def get_workload(name: str) -> Workload:
 def family_workloads(family: str) -> list[str]:
     """The workloads an image family carries, in catalog order."""
     return [w.name for w in WORKLOADS.values() if w.image_family == family]
+
+
+def params_for(spec: dict):
+    """The typed parameters of a spec (its workload's params dataclass)."""
+    return get_workload(spec["workload"]).params.from_spec(spec)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from hpcai.errors import UsageError
 from hpcai.workloads import datasets
-from hpcai.workloads import params as workload_params
+from hpcai.workloads import catalog
 
 # ImageNet's channel statistics, as torchvision's reference recipe uses.
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -109,7 +109,7 @@ class InputPipeline:
                              f"batch ({batch_size} x {ctx.world_size})",
                              "make a larger dataset (--samples)")
         self.ctx, self.memory_format = ctx, memory_format
-        workers = workload_params.for_spec(spec).data_workers
+        workers = catalog.params_for(spec).data_workers
         self.workers = int(workers) if workers is not None else default_workers(ctx)
         self.pin = ctx.device_type == "cuda"
         self.sampler = DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank,

@@ -82,10 +82,3 @@ class TrainParams(WorkloadParams):
     fused_optimizer: bool = False
     optimizer: str | None = None  # "adam"; None: the workload's
     lr: float | None = None  # None: scaled from the batch
-
-
-def for_spec(spec: dict) -> WorkloadParams:
-    """The typed parameters of a spec, by its workload's declaration."""
-    from hpcai.workloads.catalog import get_workload
-
-    return get_workload(spec["workload"]).params.from_spec(spec)

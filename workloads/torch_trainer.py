@@ -13,7 +13,6 @@ import abc
 from hpcai.errors import UsageError
 from hpcai.workloads import batch_search, catalog, distributed, flops
 from hpcai.workloads import precision as prec
-from hpcai.workloads import params as workload_params
 from hpcai.workloads.base import StepWorkload
 from hpcai.workloads.memory import torch_peak_memory
 
@@ -25,7 +24,7 @@ class TorchTrainer(StepWorkload):
         import torch
 
         self.spec, self.ctx, self.params = spec, ctx, spec["params"]
-        self.p = workload_params.for_spec(spec)  # typed: the workload's TrainParams
+        self.p = catalog.params_for(spec)  # typed: the workload's TrainParams
         self.precision = prec.resolve(self.p.precision, ctx.device_type)
         if self.precision == "bf16-true":
             raise UsageError("bf16-true is for LLM pretraining (LitGPT)",
