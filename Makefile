@@ -103,7 +103,7 @@ bench: setup
 
 lint: setup
 	$(BIN)/python -m pip install --quiet ruff==0.17.6
-	$(BIN)/ruff check hpcai launcher workloads site tests bench
+	$(BIN)/ruff check hpcai launcher workloads site tests bench examples
 
 clean:
 	rm -rf $(VENV) results bench/out *.egg-info

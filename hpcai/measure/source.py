@@ -53,5 +53,5 @@ class PowerSource(ABC):
         """The channels whose energy counter ran backwards since the last call."""
         return set()
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (optional: most sources hold nothing)
         """Release what the source holds (a cache folder, a client)."""

@@ -202,7 +202,7 @@ def test_no_import_cycles(graph):
     for component in found:
         members = set(component)
         start = component[0]
-        loop = graph.chain(start, lambda name: name == start) or [start]
+        loop = graph.chain(start, lambda name, start=start: name == start) or [start]
         # The chain back to the start stays inside the component, by construction.
         assert set(loop) <= members
         messages.append(graph.describe(loop))
