@@ -69,11 +69,13 @@ def test_vary_gpus_with_caps_runs_every_point_and_reports_device_parallelism(
     assert any(p["name"].startswith("parallelism-") for p in rep["plots"])
 
 
+# Four real runs again (two batch sizes, two repeats): room for a loaded machine.
+@pytest.mark.timeout(1800)
 def test_vary_batch_size_draws_the_trend_and_keeps_points_apart(cpu_node, tmp_path,
                                                                 result_schema):
     node = cpu_node
     done = node.launch(*TINY, "--nproc", "1", "--vary", "batch_size=2,4", "--repeat", "2",
-                       "--order", "alternate", "-o", str(node.results))
+                       "--order", "alternate", "-o", str(node.results), timeout=1500)
     assert done.returncode == 0, done.stderr
     folder, doc = sweep_of(node)
     assert [(r["point"]["batch_size"], r["repeat"]) for r in doc["runs"]] == \
