@@ -17,7 +17,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from hpcai.gpu.base import GpuReading
-from hpcai.measure.stats import percentile, summarize
+from hpcai.measure.stats import summarize
 
 SAMPLE_COLUMNS = [
     "t", "source", "power_w", "energy_j", "sm_clock_mhz", "memory_clock_mhz",
@@ -122,15 +122,7 @@ class Sampler:
 
     # ---- what the result needs -------------------------------------------
     def achieved_intervals(self) -> dict | None:
-        gaps = [b - a for a, b in zip(self.times, self.times[1:])]
-        if not gaps:
-            return None
-        return {
-            "mean": statistics.fmean(gaps),
-            "median": statistics.median(gaps),
-            "p95": percentile(gaps, 95),
-            "max": max(gaps),
-        }
+        return summarize([b - a for a, b in zip(self.times, self.times[1:])])
 
     def overhead(self) -> dict | None:
         """The sampler's own cost: per tick, and its share of one CPU core."""
