@@ -275,6 +275,25 @@ class RunSpec(_Part):
     def with_cap(self, cap_w: float | None) -> RunSpec:
         return self.replace(power=self.power.replace(cap_w=cap_w))
 
+    def with_clocks(self, clocks: Clocks | Mapping) -> RunSpec:
+        """Clock caps, MHz per GPU (the launcher sets and restores them)."""
+        clocks = clocks if isinstance(clocks, Clocks) else Clocks.from_json(clocks, "power.clocks.")
+        return self.replace(power=self.power.replace(clocks=clocks))
+
+    def with_protocol(self, protocol: Protocol | Mapping) -> RunSpec:
+        """The protocol as planned (adaptive windows filled in and checked)."""
+        return self.replace(protocol=protocol if isinstance(protocol, Protocol)
+                            else Protocol.from_json(protocol, "protocol."))
+
+    def on_gpus(self, uuids, visible_ids) -> RunSpec:
+        """The GPUs by identity: the sampler keeps the UUIDs, the workload is handed the ids."""
+        return self.replace(devices=self.devices.replace(gpu_uuids=freeze(uuids),
+                                                         visible_ids=freeze(visible_ids)))
+
+    def at_site(self, node_power: Mapping, facility: Mapping) -> RunSpec:
+        """The site's node power sources (the sampler reads them) and facility figures."""
+        return self.replace(node_power=freeze(node_power), facility=freeze(facility))
+
     def as_process(self, protocol: Mapping, channel: str, segments: int) -> RunSpec:
         """An in-run sweep's process: its protocol resolved for segments, its channel."""
         return self.replace(protocol=Protocol.from_json(protocol),

@@ -16,6 +16,7 @@ from pathlib import Path
 from hpcai.errors import ImageError, RuntimeNotFoundError
 from hpcai.launcher.images import store
 from hpcai.launcher.images.apptainer import Apptainer
+from hpcai.spec import RunSpec
 
 # Host variables a run needs inside: device visibility, the scheduler's view of
 # the job, rendezvous, communication libraries' tuning, hpcai's own settings.
@@ -95,10 +96,10 @@ def _path_params(params: dict) -> list[str]:
     return found
 
 
-def command(spec: dict, site: dict, spec_path: str, inner: list[str]) -> list[str]:
+def command(spec: RunSpec, site: dict, spec_path: str, inner: list[str]) -> list[str]:
     """`inner` is the host runtime's command; its Python becomes the image's."""
-    rt = spec["runtime"]
-    run_dir = Path(spec["output_dir"])
+    rt = spec.runtime
+    run_dir = Path(spec.output_dir)
     args = [rt["apptainer"]["executable"]]
     single = inner[1:3] != ["-m", "torch.distributed.run"]
     args += ["run"] if single else ["exec"]
@@ -113,7 +114,7 @@ def command(spec: dict, site: dict, spec_path: str, inner: list[str]) -> list[st
         source = _mount_source(site, name)
         if source:
             binds.append(f"{source}:{inside}" + ("" if name == "scratch" else ":ro"))
-    binds += [f"{p}:{p}:ro" for p in _path_params(spec.get("params", {}))]
+    binds += [f"{p}:{p}:ro" for p in _path_params(spec.params)]
     for bind in binds:
         args += ["--bind", bind]
     args += list(site["apptainer"].get("options", []))

@@ -15,6 +15,7 @@ run per cap.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import signal
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from hpcai.launcher.options import log
 from hpcai.launcher.plan import RunPlan, make_plan
 from hpcai.launcher.process import (ORPHAN_WAIT_S, WorkloadProcess, await_file, finish_result,
                                     limits_in_force, placeholder_result)
+from hpcai.spec import RunSpec
 from hpcai.workloads import control
 
 
@@ -32,15 +34,15 @@ from hpcai.workloads import control
 class Segments:
     """The launcher's end of the control channel, and the segments' results."""
 
-    def __init__(self, spec: dict, plan: list, place, summary, session, backend,
+    def __init__(self, spec: RunSpec, plan: list, place, summary, session, backend,
                  indices: list[int]):
-        self.spec = spec
+        self.spec = spec  # the process's
         self.plan = plan  # [(position, Slot)] in the order the workload measures them
-        # place(spec, position, slot): a segment's run id, folder and spec.sweep
+        # place(spec, position, slot) -> spec: a segment's run id, folder and spec.sweep
         # (a sweep folder's run, or a Slurm job's run on this node: placements below).
         self.place, self.summary = place, summary
         self.session, self.backend, self.indices = session, backend, indices
-        self.folder = Path(spec["output_dir"]) / control.CONTROL_DIR
+        self.folder = Path(spec.output_dir) / control.CONTROL_DIR
         self.next = 0
         self.open: dict | None = None  # answered, result not yet filed
 
@@ -79,25 +81,22 @@ class Segments:
     def _start(self, k: int, position: int, slot) -> None:
         from hpcai.launcher import output_check
 
-        spec = copy.deepcopy(self.spec)
-        spec.pop("inrun", None)
-        spec["power"]["cap_w"] = slot.cap_w
-        self.place(spec, position, slot)
-        run_dir = Path(spec["output_dir"])
+        spec = self.place(self.spec.as_segment().with_cap(slot.cap_w), position, slot)
+        doc, run_dir = spec.to_json(), Path(spec.output_dir)
         # A `running` result first: any ending marks it, none leaves it counted.
-        output_check.first_write(run_dir, spec, placeholder_result(spec, run_dir))
+        output_check.first_write(run_dir, doc, placeholder_result(spec, run_dir))
         enforced = {str(i): g["enforced_w"] if g["enforced_w"] is not None else g["applied_w"]
                     for i, g in self.session.gpus.items()}
         self.open = {"k": k, "position": position, "slot": slot, "spec": spec, "dir": run_dir,
                      "limits": copy.deepcopy(self.session.gpus), "enforced": enforced}
-        self.summary.set_run(position, status="running", run_id=spec["run_id"], skipped=False,
-                             result=f"{spec['run_id']}/result.json", message=None)
+        self.summary.set_run(position, status="running", run_id=spec.run_id, skipped=False,
+                             result=f"{spec.run_id}/result.json", message=None)
         log(f"in-run segment {k + 1}/{len(self.plan)}: {slot.describe()}, enforced "
             f"{', '.join(f'{w:g} W' for w in enforced.values() if w is not None)}")
         control.write_atomic(control.answer_path(self.folder, k), {
             "segment": k, "done": False, "cap_w": slot.cap_w, "enforced_w": enforced,
-            "spec": {key: spec[key] for key in ("run_id", "output_dir", "power", "sweep", "slurm")
-                     if key in spec}})
+            "spec": {key: doc[key] for key in ("run_id", "output_dir", "power", "sweep", "slurm")
+                     if key in doc}})
 
     def file(self, code: int | None, interrupted: Interrupted | None = None) -> None:
         """The open segment's result.json: the workload's segment.json with the
@@ -130,7 +129,7 @@ class Segments:
             results.mark_interrupted(doc, "the process stopped")
         # Stopped before the workload opened it: the placeholder says which segment it was.
         doc.setdefault("segment", {"index": seg["k"], "in_run": True,
-                                   "process_run_id": self.spec["run_id"],
+                                   "process_run_id": self.spec.run_id,
                                    "after_segment": seg["k"] - 1 if seg["k"] else None,
                                    "cap_w": seg["slot"].cap_w, "enforced_w": seg["enforced"]})
         doc = finish_result(doc, seg["dir"], seg["spec"], code, seg["limits"], end)
@@ -150,50 +149,51 @@ class Segments:
 def run(opts, slots: list, todo: list[int], digest: str, sweep_dir: Path, seed: int,
         summary) -> None:
     """One process for every slot still to do, in the sweep's order."""
-    import dataclasses
-
     first = slots[todo[0]]
     plan = make_plan(dataclasses.replace(opts, cap_w=first.cap_w, caps=None,
                                          output=str(sweep_dir)))
+    process_id = plan.spec.run_id + "-inrun"
+    plan = process_plan(plan, len(todo), plan.spec.placed(
+        run_id=process_id, output_dir=str(sweep_dir / process_id)))
     spec = plan.spec
-    spec["run_id"] = spec["run_id"] + "-inrun"
-    spec["output_dir"] = str(sweep_dir / spec["run_id"])
-    plan.command = process_command(spec, plan.site, len(todo))
     block = {"id": sweep_dir.name, "key": digest, "repeats": opts.repeat, "order": opts.order,
-             "seed": seed, "in_run": True, "process_run_id": spec["run_id"]}
-    log(f"in-run sweep: one process measures {len(todo)} segment(s) in {spec['output_dir']}")
+             "seed": seed, "in_run": True, "process_run_id": spec.run_id}
+    log(f"in-run sweep: one process measures {len(todo)} segment(s) in {spec.output_dir}")
     execute(plan, lambda session, backend, indices: Segments(
         spec, [(i, slots[i]) for i in todo], sweep_place(sweep_dir, block), summary,
         session, backend, indices))
 
 
-def process_command(spec: dict, site: dict, segments: int) -> list[str]:
-    """The in-run process's spec (its protocol resolved for segments, its control
-    channel) and command. Its folder holds the spec, the log and the channel; its
-    record is process.json, not a result (each segment writes one)."""
+def process_plan(plan: RunPlan, segments: int, spec: RunSpec | None = None) -> RunPlan:
+    """The in-run process's plan: its spec (`spec`, else the plan's) with the protocol
+    resolved for segments and the control channel, and its command. Its folder holds
+    the spec, the log and the channel; its record is process.json, not a result (each
+    segment writes one)."""
     from hpcai.launcher import runtime
     from hpcai.measure.adaptive import resolve_protocol
 
-    spec["protocol"] = resolve_protocol(spec["protocol"], spec["preset"], in_run=True)
-    spec["inrun"] = {"channel": control.CONTROL_DIR, "segments": segments}
-    return runtime.command(spec, site, str(Path(spec["output_dir"]) / "spec.json"))
+    spec = plan.spec if spec is None else spec
+    spec = spec.as_process(resolve_protocol(spec.protocol.to_json(), spec.preset, in_run=True),
+                           control.CONTROL_DIR, segments)
+    command = runtime.command(spec, plan.site, str(Path(spec.output_dir) / "spec.json"))
+    return dataclasses.replace(plan, spec=spec, command=command)
 
 
 def sweep_place(sweep_dir: Path, block: dict):
     """Each segment a run folder of the sweep, with a run id of its own."""
     from hpcai.launcher.spec import make_run_id
 
-    def place(spec: dict, position: int, slot) -> None:
-        spec["run_id"] = make_run_id(spec["workload"], spec["preset"], slot.cap_w)
-        spec["output_dir"] = str(sweep_dir / spec["run_id"])
-        spec["sweep"] = {**block, "position": position, "repeat": slot.repeat}
+    def place(spec: RunSpec, position: int, slot) -> RunSpec:
+        run_id = make_run_id(spec.workload, spec.preset, slot.cap_w)
+        return spec.placed(run_id=run_id, output_dir=str(sweep_dir / run_id)).in_sweep(
+            {**block, "position": position, "repeat": slot.repeat})
     return place
 
 
 def execute(plan: RunPlan, make_segments) -> None:
     """One workload process (launcher/process.py) with the control channel served
     while it runs; every segment's result filed before the limits come back."""
-    spec, run_dir = plan.spec, Path(plan.spec["output_dir"])
+    spec, run_dir = plan.spec, Path(plan.spec.output_dir)
     failure: BaseException | None = None
     with WorkloadProcess(plan, cap_note=" for the warm-up; the limits from before the "
                          "sweep are restored when it ends") as proc:
@@ -216,7 +216,7 @@ def execute(plan: RunPlan, make_segments) -> None:
         raise failure
 
 
-def _make_folder(run_dir: Path, spec: dict) -> None:
+def _make_folder(run_dir: Path, spec: RunSpec) -> None:
     from hpcai.launcher import output_check
 
     try:
@@ -224,7 +224,7 @@ def _make_folder(run_dir: Path, spec: dict) -> None:
     except OSError as exc:
         raise output_check.write_error(run_dir.parent, exc, "the run folder",
                                        "free space or make the folder writable") from None
-    output_check.write_new_json(run_dir / "spec.json", spec, "the run spec")
+    output_check.write_new_json(run_dir / "spec.json", spec.to_json(), "the run spec")
 
 
 def _file_last(proc: WorkloadProcess, segments: Segments, run_dir: Path):

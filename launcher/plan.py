@@ -14,6 +14,7 @@ from hpcai.errors import CapOutOfRangeError, UsageError
 from hpcai.launcher import output_check, runtime, sites
 from hpcai.launcher.options import Options, log
 from hpcai.launcher.spec import build_spec
+from hpcai.spec import RunSpec
 from hpcai.workloads.catalog import get_workload
 
 
@@ -41,7 +42,7 @@ class Node:
 class RunPlan:
     """Everything decided and checked for one workload process; nothing changed yet."""
 
-    spec: dict
+    spec: RunSpec
     command: list[str]
     site: dict
     node: Node
@@ -49,13 +50,13 @@ class RunPlan:
 
     @property
     def indices(self) -> list[int]:
-        return self.spec["devices"]["gpu_indices"] or []
+        return list(self.spec.devices.gpu_indices or [])
 
     def backend(self):
         """The power backend for this plan's GPUs (a context manager)."""
         from hpcai.launcher.power import make_backend
 
-        return make_backend(self.spec["power"]["method"], self.node.vendor,
+        return make_backend(self.spec.power.method, self.node.vendor,
                             self.site["power"]["command"])
 
 
@@ -88,9 +89,9 @@ def make_plan(opts: Options, placement: dict | None = None,
                                opts.image, log),
         gpu_name=_gpu_name(node, gpu_indices) if device == "cuda" else None,
     )
-    _complete_spec(spec, site, opts, picked if gpu_indices else None)
-    _place(spec, output, placement, run_id)
-    command = runtime.command(spec, site, str(Path(spec["output_dir"]) / "spec.json"))
+    spec = _complete_spec(spec, site, opts, picked if gpu_indices else None)
+    spec = _place(spec, output, placement, run_id)
+    command = runtime.command(spec, site, str(Path(spec.output_dir) / "spec.json"))
     return RunPlan(spec, command, site, node, journal_path(site, opts.journal))
 
 
@@ -147,28 +148,27 @@ def _processes(opts: Options, workload, preset: str, device: str,
     return visible_gpus(node.gpus), nproc
 
 
-def _complete_spec(spec: dict, site: dict, opts: Options, picked: list | None) -> None:
+def _complete_spec(spec: RunSpec, site: dict, opts: Options, picked: list | None) -> RunSpec:
     """What build_spec leaves to the launcher: windows, node power, clocks, GPU ids."""
-    spec["protocol"] = _window_protocol(spec)
-    spec["node_power"] = site["node_power"]  # node sources the workload's sampler reads
+    spec = spec.with_protocol(_window_protocol(spec))
     clocks = clock_request(opts)
     if clocks:  # clock caps, MHz per GPU (launcher/power/clocks.py sets and restores them)
-        spec["power"]["clocks"] = clocks
-        spec["run_id"] += "".join(f"-{name}{clocks[key]}MHz" for name, key in
-                                  (("sm", "sm_mhz"), ("mem", "mem_mhz")) if clocks[key] is not None)
-    spec["facility"] = site["facility"]  # PUE, carbon and price, for the report
+        spec = spec.with_clocks(clocks).placed(run_id=spec.run_id + "".join(
+            f"-{name}{clocks[key]}MHz" for name, key in (("sm", "sm_mhz"), ("mem", "mem_mhz"))
+            if clocks[key] is not None))
+    # Node sources the workload's sampler reads; PUE, carbon and price, for the report.
+    spec = spec.at_site(site["node_power"], site["facility"])
     # GPUs by identity: the workload is handed these ids, its sampler keeps these UUIDs.
-    spec["devices"]["gpu_uuids"] = [g.uuid for g, _ in picked] if picked else None
-    spec["devices"]["visible_ids"] = [i for _, i in picked] if picked else None
+    return spec.on_gpus([g.uuid for g, _ in picked] if picked else None,
+                        [i for _, i in picked] if picked else None)
 
 
-def _place(spec: dict, output: Path, placement: dict | None, run_id: str | None) -> None:
-    if run_id is not None:
-        spec["run_id"] = run_id
-    spec["output_dir"] = str(output / spec["run_id"])
-    if placement is not None:
-        spec["slurm"] = placement
-        spec["output_dir"] = str(output / spec["run_id"] / f"node-{placement['node_rank']}")
+def _place(spec: RunSpec, output: Path, placement: dict | None, run_id: str | None) -> RunSpec:
+    run_id = spec.run_id if run_id is None else run_id
+    if placement is None:
+        return spec.placed(run_id=run_id, output_dir=str(output / run_id))
+    return spec.placed(run_id=run_id, output_dir=str(output / run_id / f"node-{placement['node_rank']}")
+                       ).on_node(placement)
 
 
 def select_gpus(node: Node, requested: int | None) -> list[tuple]:
@@ -207,17 +207,17 @@ def clock_label(sm_mhz: int | None, mem_mhz: int | None) -> str:
     return ", ".join(parts)
 
 
-def _window_protocol(spec: dict) -> dict:
+def _window_protocol(spec: RunSpec) -> dict:
     """Adaptive windows (--ci-target): their settings filled in and checked. An
     engine that cannot (SGLang serving: one load wave per window) measures the
     preset's fixed epochs: its spec says so."""
     from hpcai.launcher.inrun_support import adaptive_supported
     from hpcai.measure.adaptive import check_window_settings, resolve_protocol
 
-    protocol = dict(spec["protocol"])
-    if adaptive_supported(spec["workload"], spec["impl"]) is not None:
+    protocol = spec.protocol.to_json()
+    if adaptive_supported(spec.workload, spec.impl) is not None:
         protocol["ci_target"] = None
-    protocol = resolve_protocol(protocol, spec["preset"])
+    protocol = resolve_protocol(protocol, spec.preset)
     problem = check_window_settings(protocol)
     if problem is not None:
         what, fix = problem.split(": ", 1)
@@ -299,12 +299,12 @@ def _check_clocks(backend, indices: list[int], sm_mhz: int | None, mem_mhz: int 
     check_clocks(controls_for(backend, indices), sm_mhz, mem_mhz)
 
 
-def caps_unchecked_note(spec: dict) -> str:
+def caps_unchecked_note(spec: RunSpec) -> str:
     """A dry run on a machine without GPUs (a login node) still shows the plan."""
     return (f"note: no GPU is visible here, so the cap(s) were not checked; they are checked "
             f"against each GPU's limits where the run happens, which refuses a cap out of range. "
-            f"This plan is this machine's (device {spec['devices']['type']}, preset "
-            f"{spec['preset']}); on a GPU node the device and the default preset follow its GPUs")
+            f"This plan is this machine's (device {spec.devices.type}, preset "
+            f"{spec.preset}); on a GPU node the device and the default preset follow its GPUs")
 
 
 # ---- preflight: what can refuse a run, before anything is measured or set -------------
@@ -317,7 +317,7 @@ def preflight(run: RunPlan, folder: Path) -> None:
     check_output_dir(folder)
     output_check.check_free_space(folder, output_check.min_free_mb(run.site))
     spec = run.spec
-    runtime.check_ready(spec, get_workload(spec["workload"]).impl(spec["impl"]).framework)
+    runtime.check_ready(spec, get_workload(spec.workload).impl(spec.impl).framework)
 
 
 def check_output_dir(path: Path) -> Path:

@@ -22,6 +22,7 @@ from hpcai.launcher.options import log
 from hpcai.launcher.plan import RunPlan, clock_label
 from hpcai.launcher.workload_log import LogFollower
 from hpcai.signals import install_signal_handlers
+from hpcai.spec import RunSpec
 
 CHILD_GRACE_S = 30  # after a forwarded signal, before the workload is killed
 # Under Slurm the caps must be back before its SIGKILL, KillWait after the SIGTERM
@@ -44,7 +45,7 @@ class WorkloadProcess:
 
     def __init__(self, plan: RunPlan, cap_note: str = "; it is restored when the run ends"):
         self.plan, self.spec = plan, plan.spec
-        self.run_dir = Path(plan.spec["output_dir"])
+        self.run_dir = Path(plan.spec.output_dir)
         self.indices = plan.indices
         self.cap_note = cap_note
         self.env = runtime.environment(plan.spec, plan.site)
@@ -71,8 +72,8 @@ class WorkloadProcess:
         from hpcai.launcher.power import CapSession
         from hpcai.launcher.power.clocks import ClockSession
 
-        cap_w = self.spec["power"]["cap_w"]
-        clocks = self.spec["power"].get("clocks") or {}
+        cap_w = self.spec.power.cap_w
+        clocks = self.spec.power.clocks.to_json() if self.spec.power.clocks else {}
         self.backend = self.plan.backend()
         self._stack.callback(self.backend.close)
         # Entered last, so it exits first: limits come back before anything else.
@@ -109,15 +110,15 @@ class WorkloadProcess:
     def attach(self) -> None:
         """The lifeline (held until the workload has exited: if this launcher dies,
         the workload stops) and the follower of the workload's log."""
-        lifeline = self._stack.enter_context(Lifeline(self.run_dir, self.spec["run_id"]))
+        lifeline = self._stack.enter_context(Lifeline(self.run_dir, self.spec.run_id))
         if lifeline.problem:
             log(f"no lifeline for the workload ({lifeline.problem}); "
                 "if this launcher is killed, stop the workload by hand")
-        self.env.update(lifeline.environment(container=self.spec["runtime"]["kind"] == "apptainer"))
+        self.env.update(lifeline.environment(container=self.spec.runtime["kind"] == "apptainer"))
         self.follower = LogFollower(self.run_dir)
         self._stack.callback(self.follower.stop)
-        if self.spec["runtime"]["kind"] == "apptainer":
-            image = self.spec["runtime"]["image"]
+        if self.spec.runtime["kind"] == "apptainer":
+            image = self.spec.runtime["image"]
             log(f"runtime: apptainer, image {image['path']} (sha256 {image['sha256'][:12]})")
 
     def run(self, poll=None) -> None:
@@ -142,14 +143,14 @@ class WorkloadProcess:
         self.child = self.signals.child = start_workload(self.plan.command, self.env,
                                                          self.follower, self.run_dir)
         self.follower.start()
-        if self.spec["power"]["cap_w"] is not None and self.session is not None:
+        if self.spec.power.cap_w is not None and self.session is not None:
             from hpcai.launcher.power.journal import record_workload
 
-            record_workload(self.plan.journal, self.child.pid, self.spec["run_id"])
+            record_workload(self.plan.journal, self.child.pid, self.spec.run_id)
         if self.clock_session is not None:
             from hpcai.launcher.power.clocks import record_clock_workload
 
-            record_clock_workload(self.plan.journal, self.child.pid, self.spec["run_id"])
+            record_clock_workload(self.plan.journal, self.child.pid, self.spec.run_id)
 
     def stop(self, signum: int, already_sent: bool | None = None) -> None:
         self.signals.stop(signum, already_sent)
@@ -184,7 +185,7 @@ def limits_in_force(backend, indices: list[int]) -> dict[int, float | None]:
     return found
 
 
-def placeholder_result(spec: dict, run_dir: Path) -> dict:
+def placeholder_result(spec: RunSpec, run_dir: Path) -> dict:
     """The result as it stands before the workload starts: `running`, no figures."""
     from hpcai.workloads.entrypoint import Run
     from hpcai.workloads.result import clean
@@ -199,10 +200,10 @@ class ChildSignals:
     under Slurm only noted: Slurm signals every process of the step itself
     (scancel, time limit), so forwarding would make it a second signal."""
 
-    def __init__(self, spec: dict):
-        self.under_slurm = "slurm" in spec
-        self.grace_s = slurm_grace_s(spec["slurm"].get("kill_wait_s")) if self.under_slurm \
-            else CHILD_GRACE_S
+    def __init__(self, spec: RunSpec):
+        self.under_slurm = bool(spec.slurm)
+        self.grace_s = slurm_grace_s(spec.slurm.to_json().get("kill_wait_s")) \
+            if self.under_slurm else CHILD_GRACE_S
         self.child: subprocess.Popen | None = None
         self.forwarded: list[int] = []
 
@@ -268,7 +269,7 @@ def result_is_final(path: Path) -> bool:
 
 
 # ---- the result ---------------------------------------------------------------------
-def finish_result(doc: dict, run_dir: Path, spec: dict, code: int | None, limits: dict,
+def finish_result(doc: dict, run_dir: Path, spec: RunSpec, code: int | None, limits: dict,
                   end_limits: dict | None = None, interrupted: Interrupted | None = None,
                   clock_session=None) -> dict:
     """The workload's result completed by the launcher, for a single run and an
@@ -282,15 +283,14 @@ def finish_result(doc: dict, run_dir: Path, spec: dict, code: int | None, limits
             results.mark_interrupted(doc, interrupted.one_line())
         else:
             results.mark_crashed(doc, code)
-    results.apply_limits(doc, limits, spec["power"]["cap_w"],
-                         float(spec["power"]["cap_tolerance_frac"]))
+    results.apply_limits(doc, limits, spec.power.cap_w, float(spec.power.cap_tolerance_frac))
     if clock_session is not None:
         from hpcai.launcher.power.clocks import clocks_record
 
         doc["power"]["clocks"] = clocks_record(clock_session, measured_clocks(doc))
     doc["launcher"] = {"command_exit_code": code,
                        "gpu_limits": results.limits_record(limits, end_limits or {})}
-    idle = results.sweep_idle_baseline(run_dir, spec)
+    idle = results.sweep_idle_baseline(run_dir, bool(spec.sweep))
     if idle is not None:
         doc["launcher"]["idle_baseline"] = idle
     # Again, now that the enforced limits and the idle baseline are in.

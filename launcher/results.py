@@ -77,11 +77,11 @@ def mark_interrupted(doc: dict, why: str) -> None:
     doc["timestamps"]["finished"] = now_iso()
 
 
-def sweep_idle_baseline(run_dir: Path, spec: dict) -> dict | None:
+def sweep_idle_baseline(run_dir: Path, in_sweep: bool) -> dict | None:
     """The idle power per GPU that the run's sweep measured before its first run
     (sweep.json beside the run's folder), for the power_range check; None when
     the run is not part of a sweep or the sweep has no usable baseline."""
-    if not spec.get("sweep"):
+    if not in_sweep:
         return None
     try:
         idle = json.loads((Path(run_dir).parent / "sweep.json").read_text()).get("idle_baseline") or {}

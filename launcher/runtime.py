@@ -13,6 +13,7 @@ import sys
 
 from hpcai.errors import RuntimeNotFoundError, UsageError
 from hpcai.provenance import usable_cpus
+from hpcai.spec import RunSpec
 
 RUNTIMES = ("auto", "host", "apptainer")
 HOST = {"kind": "host", "image": None}
@@ -85,28 +86,29 @@ def select(requested: str, site: dict, vendor: str | None, family: str,
                                    log=log)
 
 
-def command(spec: dict, site: dict, spec_path: str) -> list[str]:
-    inner = entrypoint_command(spec_path, spec["devices"]["nproc"], slurm=spec.get("slurm"))
-    if spec["runtime"]["kind"] == "host":
+def command(spec: RunSpec, site: dict, spec_path: str) -> list[str]:
+    inner = entrypoint_command(spec_path, spec.devices.nproc,
+                               slurm=spec.slurm.to_json() if spec.slurm else None)
+    if spec.runtime["kind"] == "host":
         return inner
     from hpcai.launcher import container
 
     return container.command(spec, site, spec_path, inner)
 
 
-def environment(spec: dict, site: dict) -> dict[str, str]:
-    devices = spec["devices"]
+def environment(spec: RunSpec, site: dict) -> dict[str, str]:
+    devices = spec.devices.to_json()
     vendor = None if devices["vendor"] == "auto" else devices["vendor"]
     env = child_environment(vendor, devices["gpu_indices"], devices["type"], devices["nproc"],
                             devices.get("visible_ids"))
-    if spec["runtime"]["kind"] == "host":
+    if spec.runtime["kind"] == "host":
         return env
     from hpcai.launcher import container
 
     return container.environment(env, site)
 
 
-def check_ready(spec: dict, framework: str) -> None:
+def check_ready(spec: RunSpec, framework: str) -> None:
     """Before any cap: the host must have the framework; an image carries its own."""
-    if spec["runtime"]["kind"] == "host":
+    if spec.runtime["kind"] == "host":
         check_host_frameworks(framework)

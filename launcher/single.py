@@ -12,6 +12,7 @@ from hpcai.launcher.options import Options, log
 from hpcai.launcher.plan import RunPlan, check_limits, clock_request, make_plan, preflight
 from hpcai.launcher.process import (ORPHAN_WAIT_S, WorkloadProcess, await_file, finish_result,
                                     placeholder_result, result_is_final)
+from hpcai.spec import RunSpec
 from hpcai.workloads.catalog import get_workload
 
 
@@ -22,31 +23,31 @@ def run_single(opts: Options, placement: dict | None = None, run_id: str | None 
     run = make_plan(opts, placement, run_id)
     spec = run.spec
     if opts.protocol.get("ci_target") not in (None, "off") and \
-            spec["protocol"].get("ci_target") is None:
-        log(f"note: {spec['workload']} measures the preset's fixed protocol (serving: one "
+            spec.protocol.get("ci_target") is None:
+        log(f"note: {spec.workload} measures the preset's fixed protocol (serving: one "
             "load of --steps-per-epoch requests); --ci-target applies to the training workloads")
     clocks = clock_request(opts)
     check_limits(run, [opts.cap_w], [(clocks["sm_mhz"], clocks["mem_mhz"])] if clocks else [])
     if opts.dry_run:
-        print(json.dumps(spec, indent=2))
+        print(json.dumps(spec.to_json(), indent=2))
         print("command: " + shlex.join(run.command))
         return 0
-    preflight(run, Path(spec["output_dir"]).parent)
+    preflight(run, Path(spec.output_dir).parent)
     return execute(run)
 
 
 def execute(run: RunPlan) -> int:
     """One workload process under the plan's limits; its result finished."""
-    spec, run_dir = run.spec, Path(run.spec["output_dir"])
+    spec, run_dir = run.spec, Path(run.spec.output_dir)
     end_limits: dict[int, float | None] = {}
     with WorkloadProcess(run) as proc:
         # Only now, with the cap in place, does the run leave anything on disk:
         # the folder, its spec and a `running` result that any ending will mark.
-        output_check.first_write(run_dir, spec, placeholder_result(spec, run_dir))
+        output_check.first_write(run_dir, spec.to_json(), placeholder_result(spec, run_dir))
         proc.attach()
-        devices = spec["devices"]
-        log(f"run {spec['run_id']}: {spec['workload']} preset {spec['preset']} on "
-            f"{devices['nproc']} {'GPU' if devices['type'] == 'cuda' else 'CPU process'}(es); "
+        devices = spec.devices
+        log(f"run {spec.run_id}: {spec.workload} preset {spec.preset} on "
+            f"{devices.nproc} {'GPU' if devices.type == 'cuda' else 'CPU process'}(es); "
             f"results in {run_dir}")
         proc.run()  # a signal from here on marks the `running` result interrupted
         # Before the limits come back: what was in force when the workload ended.
@@ -65,7 +66,7 @@ def execute(run: RunPlan) -> int:
     return _summarize(doc, run_dir)
 
 
-def write_result(run_dir: Path, spec: dict, proc: WorkloadProcess, end_limits: dict) -> dict:
+def write_result(run_dir: Path, spec: RunSpec, proc: WorkloadProcess, end_limits: dict) -> dict:
     """The workload's result.json, finished (launcher/process.py) and written back."""
     from hpcai.workloads.result import write_json_atomic
 

@@ -1,5 +1,6 @@
-"""Builds the run spec: one JSON document that says everything needed to
-repeat a run. It travels to the entrypoint and is kept in the result.
+"""Builds the run spec (hpcai/spec.py's RunSpec): everything needed to repeat a
+run. The launcher places it (run id, folder, sweep slot, node), each placing a
+new spec; its JSON travels to the entrypoint and is kept in the result.
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def build_spec(
     runtime: dict,
     seed: int = 0,
     gpu_name: str | None = None,
-) -> dict:
+) -> RunSpec:
     """gpu_name: the model of the run's GPUs (NVML/amdsmi's name), for settings
     a preset sets per GPU (the paper's ViT-L/16 batch on H100 and MI300X)."""
     from hpcai.launcher.comparability import assess
@@ -83,7 +84,7 @@ def build_spec(
         power=Power(cap_w=cap_w, method=power_method, cap_tolerance_frac=cap_tolerance_frac,
                     node_overhead_w=node_overhead_w),
         site=freeze(site), runtime=freeze(runtime), output_dir=output_dir, seed=seed,
-    ).to_json()
+    )
 
 
 def _check_dataset_shape(workload, params) -> None:

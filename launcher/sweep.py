@@ -498,7 +498,7 @@ def _plan_sweep(opts) -> _Sweep:
     device = None
     if opts.vary:  # a CPU run's `gpus` are its processes: the device decides
         device = make_plan(dataclasses.replace(opts, cap_w=None, caps=None, sm_clocks=None,
-                                               mem_clocks=None)).spec["devices"]["type"]
+                                               mem_clocks=None)).spec.devices.type
     sweep = _Sweep(opts, caps, list(opts.sm_clocks) if opts.sm_clocks else [None],
                    list(opts.mem_clocks) if opts.mem_clocks else [None],
                    grid.points(opts.vary or []), device, in_run)
@@ -516,7 +516,7 @@ def _first_slot(sweep: _Sweep) -> Slot:
 
 def _find_folder(sweep: _Sweep) -> None:
     """The sweep's id and folder from what it measures; its seed and done slots."""
-    opts, spec = sweep.opts, sweep.plan.spec
+    opts, spec = sweep.opts, sweep.plan.spec.to_json()
     key = measurement_key(spec)
     if opts.vary:  # the first point's values are in the spec; the grid names them all
         key["vary"] = [[name, values] for name, values in opts.vary]
@@ -565,8 +565,8 @@ def _new_summary(sweep: _Sweep) -> Summary:
     tried = attempts(sweep.folder, sweep.digest)
     summary = Summary(sweep.folder / SUMMARY_FILE, {
         "kind": "hpcai.sweep", "sweep_version": SUMMARY_VERSION, "sweep_id": sweep.folder.name,
-        "key": sweep.digest, "measurement": sweep.key, "workload": spec["workload"],
-        "preset": spec["preset"], "caps_w": sweep.caps,
+        "key": sweep.digest, "measurement": sweep.key, "workload": spec.workload,
+        "preset": spec.preset, "caps_w": sweep.caps,
         **_clock_axes(sweep.sm_clocks, sweep.mem_clocks),
         "repeat": opts.repeat, "order": opts.order, "in_run": sweep.in_run,
         **({"vary": [[name, values] for name, values in opts.vary]} if opts.vary else {}),
@@ -589,7 +589,7 @@ def _run_todo(sweep: _Sweep, summary: Summary, todo: list[int]) -> None:
     """The idle baseline (once, before the first run), then the runs still to do."""
     from hpcai.launcher import grid, inrun
 
-    opts, spec = sweep.opts, sweep.plan.spec
+    opts, spec = sweep.opts, sweep.plan.spec.to_json()
     if todo and not (summary.doc["idle_baseline"] or {}).get("available"):
         # Before the first run, while the GPUs are idle and at their own limits.
         summary.doc["idle_baseline"] = measure_idle(
@@ -610,20 +610,20 @@ def _run_slot(opts, slot: Slot, position: int, total: int, digest: str, sweep_di
     from hpcai.launcher.single import execute
 
     plan = make_plan(dataclasses.replace(_slot_options(opts, slot), output=str(sweep_dir)))
-    spec = plan.spec
-    spec["sweep"] = {"id": sweep_dir.name, "key": digest, "position": position,
-                     "repeat": slot.repeat, "repeats": opts.repeat, "order": opts.order,
-                     "seed": seed}
+    block = {"id": sweep_dir.name, "key": digest, "position": position, "repeat": slot.repeat,
+             "repeats": opts.repeat, "order": opts.order, "seed": seed}
     if slot.point:
-        spec["sweep"]["point"] = [[name, value] for name, value in slot.point]
+        block["point"] = [[name, value] for name, value in slot.point]
+    plan = dataclasses.replace(plan, spec=plan.spec.in_sweep(block))
+    spec = plan.spec
     log(f"sweep run {position + 1}/{total}: {slot.describe()}")
-    summary.set_run(position, status="running", run_id=spec["run_id"], skipped=False,
-                    result=f"{spec['run_id']}/result.json", message=None)
+    summary.set_run(position, status="running", run_id=spec.run_id, skipped=False,
+                    result=f"{spec.run_id}/result.json", message=None)
     try:
         execute(plan)
     except (WorkloadError, ResultError) as exc:
         # This run failed; the others may still work (another cap, a transient error).
-        status = _result_status(sweep_dir / spec["run_id"] / "result.json")
+        status = _result_status(sweep_dir / spec.run_id / "result.json")
         summary.set_run(position, status=status, message=exc.one_line())
         log(f"sweep run {position + 1}/{total} {status}: {exc.one_line()}; continuing")
         return

@@ -53,12 +53,12 @@ def segment_place(job, node_rank: int, block: dict):
     """Segment K is job run K on this node: its run id, node folder and spec.sweep."""
     from hpcai.launcher.slurm.job import node_dir
 
-    def place(spec: dict, position: int, slot) -> None:
+    def place(spec, position: int, slot):
         run = job.run(position)
-        spec["run_id"] = run.run_id
-        spec["output_dir"] = str(node_dir(job.folder, run.run_id, node_rank))
-        spec["sweep"] = {**block, "position": position, "repeat": slot.repeat}
-        spec["slurm"] = {**spec["slurm"], "run_index": position}
+        return (spec.placed(run_id=run.run_id,
+                            output_dir=str(node_dir(job.folder, run.run_id, node_rank)))
+                .in_sweep({**block, "position": position, "repeat": slot.repeat})
+                .on_node(spec.slurm.replace(run_index=position)))
     return place
 
 
@@ -111,11 +111,11 @@ def run_node(job_dir: str) -> int:
     workload.refuse_unhonoured(opts.impl, opts.params)
     entry = slurm_entry(placement, runs[0].index, "allocation")
     plan = make_plan(opts, entry, block["process_run_id"])
-    spec = plan.spec
     # Every cap checked on this node's GPUs before the first is set.
     check_limits(plan, [run.cap_w for run in runs])
-    plan.command = inrun.process_command(spec, plan.site, len(runs))
-    preflight(plan, Path(spec["output_dir"]).parent)
+    plan = inrun.process_plan(plan, len(runs))
+    spec = plan.spec
+    preflight(plan, Path(spec.output_dir).parent)
     sweep_block = {"id": job.folder.name, "key": block["key"],
                    "repeats": max(r.repeat for r in runs) + 1, "order": job.doc["order"],
                    "in_run": True, "process_run_id": block["process_run_id"]}
@@ -123,7 +123,7 @@ def run_node(job_dir: str) -> int:
         sweep_block["seed"] = job.doc["seed"]
     record = NodeSegments(len(runs))
     log(f"in-run sweep on node {placement.node_rank}: one process measures {len(runs)} "
-        f"segment(s) in {spec['output_dir']}")
+        f"segment(s) in {spec.output_dir}")
     order = [(r.index, Slot(r.cap_w, r.repeat)) for r in runs]
     inrun.execute(plan, lambda session, backend, indices: inrun.Segments(
         spec, order, segment_place(job, placement.node_rank, sweep_block),
@@ -136,5 +136,5 @@ def run_node(job_dir: str) -> int:
             f"not complete (first: run {position}, "
             f"{Slot(runs[position].cap_w, runs[position].repeat).describe()}, {status}"
             + (f": {message}" if message else "") + ")",
-            f"see {Path(spec['output_dir']) / 'workload.log'}")
+            f"see {Path(spec.output_dir) / 'workload.log'}")
     return 0

@@ -89,5 +89,5 @@ def run_node(job_dir: str, run_index: int) -> int:
     if any(name == "gpus" for name, _ in slot.point):  # a CPU node's `gpus` are processes
         from hpcai.launcher.plan import make_plan
 
-        device = make_plan(job.options(slot.cap_w), entry, slot.run_id).spec["devices"]["type"]
+        device = make_plan(job.options(slot.cap_w), entry, slot.run_id).spec.devices.type
     return run_single(job.slot_options(slot, device), placement=entry, run_id=slot.run_id)

@@ -11,7 +11,7 @@ def spec(**kw):
                 node_overhead_w=100.0, site={"name": "default"}, output_dir="/tmp/x",
                 runtime={"kind": "host"})
     args.update(kw)
-    return build_spec(get_workload("resnet50"), kw.pop("preset", "paper"), **args)
+    return build_spec(get_workload("resnet50"), kw.pop("preset", "paper"), **args).to_json()
 
 
 def test_paper_preset_follows_the_seed_paper_protocol():

@@ -12,6 +12,7 @@ from hpcai.launcher import container, runtime
 from hpcai.launcher.images import store
 from hpcai.launcher.images.build import export_source
 from hpcai.launcher.sites import DEFAULTS
+from hpcai.spec import RunSpec
 
 
 def site(**sections) -> dict:
@@ -24,8 +25,12 @@ def site(**sections) -> dict:
     return doc
 
 
-def spec(tmp_path, nproc=2, vendor="auto", gpu_flag=None, params=None) -> dict:
-    return {
+def spec(tmp_path, nproc=2, vendor="auto", gpu_flag=None, params=None) -> RunSpec:
+    return RunSpec.from_json({
+        "run_id": "run1", "workload": "resnet50", "preset": "tiny",
+        "protocol": {"warmup_epochs": 0, "epochs": 1, "steps_per_epoch": 1,
+                     "sample_interval_s": 0.1},
+        "power": {"cap_w": None, "method": "auto", "node_overhead_w": 0.0},
         "output_dir": str(tmp_path / "results" / "run1"),
         "params": params or {},
         "devices": {"type": "cpu", "vendor": vendor, "nproc": nproc, "gpu_indices": None},
@@ -33,7 +38,7 @@ def spec(tmp_path, nproc=2, vendor="auto", gpu_flag=None, params=None) -> dict:
                     "image": {"path": "/images/hpcai-cpu-cv.sif", "sha256": "0" * 64, "labels": {}},
                     "apptainer": {"executable": "/usr/bin/apptainer", "version": "1.4.5",
                                   "gpu_flag": gpu_flag}},
-    }
+    })
 
 
 def test_several_processes_run_torchrun_inside_the_image(tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hpcai.launcher.inrun import adaptive_supported, supported
 from hpcai.launcher.plan import _window_protocol
+from hpcai.spec import RunSpec
 from hpcai.workloads import distributed
 from hpcai.workloads.inrun import Measurer
 from hpcai.workloads.protocol import Epoch, Progress
@@ -34,11 +35,18 @@ def test_serving_measures_in_run_but_not_adaptively(monkeypatch):
 
 
 def test_a_serving_spec_keeps_no_ci_target_a_training_spec_does():
-    protocol = {"warmup_epochs": 1, "epochs": 1, "steps_per_epoch": 8, "ci_target": 0.02}
-    serve = _window_protocol({"workload": "llama3-8b-inference", "impl": None,
-                              "preset": "tiny", "protocol": protocol})
-    train = _window_protocol({"workload": "resnet50", "impl": None, "preset": "tiny",
-                              "protocol": protocol})
+    protocol = {"warmup_epochs": 1, "epochs": 1, "steps_per_epoch": 8, "sample_interval_s": 0.1,
+                "ci_target": 0.02}
+
+    def spec(workload: str) -> RunSpec:
+        return RunSpec.from_json({"run_id": "r", "workload": workload, "impl": None,
+                                  "preset": "tiny", "params": {}, "protocol": protocol,
+                                  "devices": {"type": "cpu"},
+                                  "power": {"cap_w": None, "method": "auto",
+                                            "node_overhead_w": 0.0}}, need_output=False)
+
+    serve = _window_protocol(spec("llama3-8b-inference"))
+    train = _window_protocol(spec("resnet50"))
     assert serve.get("ci_target") is None and train["ci_target"] == 0.02
 
 

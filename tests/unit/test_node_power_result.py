@@ -111,7 +111,7 @@ def test_the_entrypoint_starts_the_sites_node_sources_and_writes_node_power(tmp_
                       protocol_overrides={"warmup_epochs": 0, "epochs": 1}, device_type="cpu",
                       vendor=None, nproc=1, gpu_indices=None, cap_w=None, power_method="auto",
                       cap_tolerance_frac=0.05, node_overhead_w=100.0, site={"name": "default"},
-                      output_dir=str(tmp_path), runtime=dict(HOST))
+                      output_dir=str(tmp_path), runtime=dict(HOST)).to_json()
     spec["node_power"] = {"sources": ["pm_counters"],
                           "pm_counters": {"root": str(pm_tree(tmp_path / "pm", accels=0))}}
     real_import = entrypoint.importlib.import_module

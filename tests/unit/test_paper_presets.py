@@ -20,7 +20,7 @@ def paper_spec(workload, gpu=H100, vendor="nvidia", gpus=None, preset="paper", i
                       nproc=count, gpu_indices=list(range(count)) if device == "cuda" else None,
                       cap_w=None, power_method="auto", cap_tolerance_frac=0.05,
                       node_overhead_w=100.0, site={"name": "default"}, output_dir="/tmp/x",
-                      runtime={"kind": "host"}, gpu_name=gpu if device == "cuda" else None)
+                      runtime={"kind": "host"}, gpu_name=gpu if device == "cuda" else None).to_json()
 
 
 CV_PROTOCOL = {"warmup_epochs": 1, "epochs": 10, "steps_per_epoch": 50}

@@ -3,6 +3,7 @@ where no GPU is visible (a dry run on a login node)."""
 from pathlib import Path
 
 from hpcai.launcher.plan import Node, RunPlan, check_limits, outside_site_range
+from hpcai.spec import RunSpec
 
 
 def site(allowed=None) -> dict:
@@ -18,8 +19,12 @@ def test_the_site_range_rule():
 
 
 def test_without_gpus_the_limits_are_noted_not_checked(capsys):
-    spec = {"devices": {"type": "cpu", "gpu_indices": None}, "preset": "tiny",
-            "power": {"method": "nvml"}}
+    spec = RunSpec.from_json({
+        "run_id": "r", "workload": "resnet50", "preset": "tiny", "params": {},
+        "protocol": {"warmup_epochs": 0, "epochs": 1, "steps_per_epoch": 1,
+                     "sample_interval_s": 0.1},
+        "devices": {"type": "cpu", "gpu_indices": None},
+        "power": {"cap_w": None, "method": "nvml", "node_overhead_w": 0.0}}, need_output=False)
     plan = RunPlan(spec, ["true"], site([200, 300]), Node(None, []), Path("journal.json"))
     # Out of the site's range, but no GPU here: the node that runs it refuses it.
     check_limits(plan, [None, 900.0], [(1410, None)])

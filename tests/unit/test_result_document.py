@@ -17,7 +17,7 @@ def _spec(tmp_path, **protocol):
                       protocol_overrides=protocol, device_type="cpu", vendor=None, nproc=1,
                       gpu_indices=None, cap_w=None, power_method="auto", cap_tolerance_frac=0.05,
                       node_overhead_w=100.0, site={"name": "default"}, output_dir=str(tmp_path),
-                      runtime=dict(HOST))
+                      runtime=dict(HOST)).to_json()
 
 
 def _run(tmp_path, durations, warmup=1, status="complete", epochs=None):

@@ -57,7 +57,7 @@ def _built(tmp_path) -> dict:
                       nproc=2, gpu_indices=[0, 1], cap_w=300.0, power_method="nvml",
                       cap_tolerance_frac=0.05, node_overhead_w=100.0,
                       site={"name": "default", "path": None}, output_dir=str(tmp_path),
-                      runtime=dict(HOST))
+                      runtime=dict(HOST)).to_json()
 
 
 def test_a_spec_built_by_the_launcher_round_trips_exactly(tmp_path, result_schema):

@@ -14,6 +14,7 @@ from hpcai.launcher.slurm.job import Job, SlurmOptions, new_job_doc
 from hpcai.launcher.slurm.script import render
 from hpcai.launcher.slurm.submit import run_slots
 from hpcai.launcher.sweep import Slot
+from hpcai.spec import RunSpec
 from conftest import one_line_error
 
 
@@ -117,12 +118,19 @@ def test_segment_k_lands_in_run_ks_node_folder(tmp_path):
     job = in_run_job(tmp_path)
     block = {"id": job.folder.name, "key": "k", "in_run": True, "process_run_id": "p"}
     place = inrun_node.segment_place(job, 1, block)
-    spec = {"slurm": {"job_id": "9", "node_rank": 1, "nodes": 2, "run_index": 0}}
-    place(spec, 1, Slot(job.runs[1].cap_w, 0))
+    process = RunSpec.from_json({
+        "run_id": "p", "workload": "resnet50", "preset": "tiny", "params": {}, "output_dir": "/o",
+        "protocol": {"warmup_epochs": 0, "epochs": 1, "steps_per_epoch": 1,
+                     "sample_interval_s": 0.1}, "devices": {"type": "cpu"},
+        "power": {"cap_w": None, "method": "auto", "node_overhead_w": 0.0},
+        "slurm": {"job_id": "9", "node_rank": 1, "nodes": 2, "run_index": 0}})
+    spec = place(process, 1, Slot(job.runs[1].cap_w, 0)).to_json()
     assert spec["run_id"] == job.runs[1].run_id
     assert spec["output_dir"] == str(job.folder / job.runs[1].run_id / "node-1")
     assert spec["sweep"] == {**block, "position": 1, "repeat": 0}
     assert spec["slurm"]["run_index"] == 1 and spec["slurm"]["node_rank"] == 1
+    # Placing returned a new spec: the process's is as it was.
+    assert (process.run_id, process.output_dir, process.slurm.run_index) == ("p", "/o", 0)
 
 
 def test_a_node_knows_which_segments_did_not_complete():
