@@ -281,7 +281,7 @@ def measure_idle(vendor: str, gpu_indices: list[int] | None, seconds: float,
     """Power drawn with nothing running, once per sweep, through the same sampler;
     node_power: the site's [node_power], whose sources are read beside the GPUs."""
     from hpcai.measure.power_sources import discover
-    from hpcai.measure.telemetry import Sampler, window_stats
+    from hpcai.measure.telemetry import Sampler
 
     if seconds <= 0:
         return {"available": False, "reason": "skipped (--idle-s 0)", "seconds": 0}
@@ -317,8 +317,7 @@ def measure_idle(vendor: str, gpu_indices: list[int] | None, seconds: float,
             sampler.stop()
             if node is not None:
                 node.stop()
-        devices = [_idle_device(sampler, i, who, start, end, window_stats)
-                   for i, who in enumerate(names)]
+        devices = [_idle_device(sampler, i, who, start, end) for i, who in enumerate(names)]
         verdict = _idle_verdict(devices)
         baseline = {"available": verdict["available"], "source": discovery.kind,
                     "reason": verdict["reason"], "seconds": end.t - start.t,
@@ -333,9 +332,11 @@ def measure_idle(vendor: str, gpu_indices: list[int] | None, seconds: float,
 
 
 # ---- the summary file -------------------------------------------------------------
-def _idle_device(sampler, i: int, who: dict, start, end, window_stats) -> dict:
+def _idle_device(sampler, i: int, who: dict, start, end) -> dict:
     """One source's idle power: its energy counter's mean where it has one, else
     the samples' mean; its utilisation, to tell an idle GPU from a busy one."""
+    from hpcai.measure.telemetry import window_stats
+
     stats = window_stats(sampler.series(i, start.t, end.t))
     # Utilisation is read once a second (telemetry.FULL_READ_S), so a short
     # baseline may hold no reading inside its marks: judge it on every one taken.
