@@ -12,11 +12,11 @@ from hpcai.errors import HpcaiError
 from hpcai.launcher.guarded import run_guarded as _run_guarded
 from hpcai.measure.adaptive import SWEEP_CI_TARGET
 
-try:
-    from hpcai.workloads.catalog import WORKLOADS
-except HpcaiError as _broken:  # a workload plugin that cannot load: one line, no traceback
-    click.echo(f"hpcai-launch: error: {_broken.one_line()}", err=True)
-    sys.exit(_broken.exit_code)
+from hpcai.workloads.catalog import WORKLOADS, check_plugins
+
+# Commands that must work while an installed workload plugin is broken: putting
+# limits back after a crash cannot wait for someone to fix a third-party package.
+WITHOUT_PLUGINS = ("power",)
 
 PRECISIONS = ("auto", "fp32", "tf32", "32-true", "bf16-mixed", "fp16-mixed", "bf16-true")
 POWER_METHODS = ("auto", "nvml", "amdsmi", "command", "none")
@@ -101,6 +101,8 @@ class OneLineErrors(click.Group):
 
     def resolve_command(self, ctx, args):
         name = args[0] if args else None
+        if name not in WITHOUT_PLUGINS:
+            _run_guarded(check_plugins)  # a broken plugin: its one line, no traceback
         if name and not name.startswith("-") and self.get_command(ctx, name) is None:
             known = ", ".join(sorted(WORKLOADS))
             commands = ", ".join(sorted(c for c in self.list_commands(ctx) if c not in WORKLOADS

@@ -33,12 +33,19 @@ IMAGE_FAMILIES = ("cv", "llm-train", "llm-serve")
 ENTRY_POINT_GROUP = "hpcai.workloads"
 
 
+# The plugins that could not be loaded, each a one-line error naming its distribution.
+# They are left out of the catalog rather than raised at import: `hpcai-launch power
+# restore` must still put limits back while a broken package is installed; the
+# other commands refuse with the first one (launcher/cli.py).
+PLUGIN_PROBLEMS: list[UsageError] = []
+
+
 def discover() -> dict[str, Workload]:
-    """Every registry module's WORKLOAD and every plugin's, in declared order (then by name)."""
+    """Every registry module's WORKLOAD and every plugin's that loads, in declared
+    order (then by name); the plugins that do not are in PLUGIN_PROBLEMS."""
     found = _registry_workloads()
-    for workload in _plugin_workloads(found):
-        found.append((workload.name, workload))
-    return {w.name: w for _, w in sorted(found, key=lambda item: (item[1].order, item[1].name))}
+    found += _plugin_workloads({w.name for w in found}, PLUGIN_PROBLEMS)
+    return {w.name: w for w in sorted(found, key=lambda w: (w.order, w.name))}
 
 
 def _distribution(point) -> str:
@@ -47,10 +54,9 @@ def _distribution(point) -> str:
     return f"distribution {dist.name!r}" if dist is not None else f"entry point {point.value!r}"
 
 
-def _plugin_workloads(builtin: list[tuple[str, Workload]]) -> list[Workload]:
-    """The workloads of the entry-point group; a broken or doubled one is a one-line
-    UsageError naming its distribution (the CLI prints it without a traceback)."""
-    names = {w.name for _, w in builtin}
+def _plugin_workloads(names: set[str], problems: list[UsageError]) -> list[Workload]:
+    """The workloads of the entry-point group; a broken or doubled one is left out
+    and added to `problems` as a one-line UsageError naming its distribution."""
     plugins = []
     for point in entry_points(group=ENTRY_POINT_GROUP):
         where = f"workload plugin {point.name!r} ({_distribution(point)})"
@@ -62,11 +68,13 @@ def _plugin_workloads(builtin: list[tuple[str, Workload]]) -> list[Workload]:
             _check_family(workload)
         except Exception as exc:  # a plugin's own bug, whatever its type: one line
             reason = exc.one_line() if isinstance(exc, UsageError) else f"{type(exc).__name__}: {exc}"
-            raise UsageError(f"{where} cannot be loaded: {reason}",
-                             "fix or uninstall that package") from None
+            problems.append(UsageError(f"{where} cannot be loaded: {reason}",
+                                       "fix or uninstall that package"))
+            continue
         if workload.name in names:
-            raise UsageError(f"{where} declares workload {workload.name!r}, which another "
-                             "workload already declares", "uninstall one of them")
+            problems.append(UsageError(f"{where} declares workload {workload.name!r}, which another "
+                                       "workload already declares", "uninstall one of them"))
+            continue
         names.add(workload.name)
         plugins.append(workload)
     return plugins
@@ -78,9 +86,9 @@ def _check_family(workload: Workload) -> None:
                         f"{', '.join(IMAGE_FAMILIES)}")
 
 
-def _registry_workloads() -> list[tuple[str, Workload]]:
+def _registry_workloads() -> list[Workload]:
     """hpcai's own workloads: one module of hpcai.workloads.registry each."""
-    found: list[tuple[str, Workload]] = []
+    found: list[Workload] = []
     for module in pkgutil.iter_modules(registry.__path__):
         if module.name.startswith("_"):
             continue
@@ -88,8 +96,8 @@ def _registry_workloads() -> list[tuple[str, Workload]]:
         if not isinstance(workload, Workload):
             raise TypeError(f"hpcai.workloads.registry.{module.name} declares no WORKLOAD = Workload(...)")
         _check_family(workload)
-        found.append((module.name, workload))
-    names = [w.name for _, w in found]
+        found.append(workload)
+    names = [w.name for w in found]
     doubled = sorted({n for n in names if names.count(n) > 1})
     if doubled:
         raise TypeError(f"workloads declared twice in hpcai.workloads.registry: {', '.join(doubled)}")
@@ -136,3 +144,9 @@ def family_workloads(family: str) -> list[str]:
 def params_for(spec: dict):
     """The typed parameters of a spec (its workload's params dataclass)."""
     return get_workload(spec["workload"]).params.from_spec(spec)
+
+
+def check_plugins() -> None:
+    """The first plugin that could not be loaded, as its one-line error."""
+    if PLUGIN_PROBLEMS:
+        raise PLUGIN_PROBLEMS[0]

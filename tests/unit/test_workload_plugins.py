@@ -46,6 +46,20 @@ def test_a_broken_or_doubled_plugin_is_one_line_naming_its_distribution(tmp_path
     assert says in done.stderr
 
 
+def test_power_restore_still_runs_while_a_plugin_is_broken(tmp_path):
+    """Limits left by a crash must come back even with a broken package installed:
+    `power` commands do not load plugins' errors; every other command refuses."""
+    fake_distribution(tmp_path, "centre-bench", "centre_bench", "import no_such_framework_here\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+           "HPCAI_STATE_DIR": str(tmp_path / "state")}
+    restore = subprocess.run([*LAUNCHER, "power", "restore"], capture_output=True, text=True,
+                             cwd=ROOT, env=env)
+    assert restore.returncode == 0, restore.stderr
+    assert "nothing to restore" in restore.stdout + restore.stderr
+    assert "centre-bench" not in restore.stderr
+    assert launch_list(tmp_path).returncode == 2
+
+
 def test_a_preset_setting_no_field_is_refused_when_declared():
     with pytest.raises(UsageError, match="unknown parameter image_sise"):
         Workload("w", "a workload", "images", {"pytorch": Impl("w", "torch")}, params=TrainParams,
