@@ -55,7 +55,8 @@ def architecture(params: dict) -> dict:
         "flat": filters[-1] * (cube // pooled) ** 3,  # what the last pooling leaves, flattened
         "fc_sizes": [max(1, round(REFERENCE["fc1_size"] * width)), max(1, round(REFERENCE["fc2_size"] * width))],
         "dropout": float(dropout),
-        **{k: REFERENCE[k] for k in ("channels", "kernel_size", "target_size", "leaky_slope")},
+        "channels": p.channels,  # as the dataset's shape check reads it (datasets.sample_shape)
+        **{k: REFERENCE[k] for k in ("kernel_size", "target_size", "leaky_slope")},
     }
 
 

@@ -103,3 +103,15 @@ def test_the_knobs_land_in_the_spec_and_break_comparability(cpu_node):
 def test_cosmoflow_is_in_the_cv_image_family():
     assert "cosmoflow" in catalog.family_workloads("cv")
     assert catalog.get_workload("cosmoflow").unit == "samples"
+
+
+def test_the_model_takes_the_channels_the_dataset_check_reads():
+    """One channel count: the model's input and the shape `--data` is checked against
+    (datasets.sample_shape) come from the same parameter."""
+    from hpcai.workloads import datasets
+    from hpcai.workloads.registry.cosmoflow import CosmoFlowParams
+
+    params = {"cube": 64, "channels": 2}
+    arch = cf.architecture(params)
+    assert arch["channels"] == 2
+    assert datasets.sample_shape("npy", CosmoFlowParams.from_dict(params))[0] == arch["channels"]
