@@ -15,6 +15,7 @@ from hpcai.launcher import output_check, runtime, sites
 from hpcai.launcher.options import Options, log
 from hpcai.launcher.spec import build_spec
 from hpcai.spec import RunSpec
+from hpcai.workloads import catalog
 from hpcai.workloads.catalog import get_workload
 
 
@@ -86,7 +87,8 @@ def make_plan(opts: Options, placement: dict | None = None,
         node_overhead_w=float(site["power"]["node_overhead_w"]),
         site={"name": site["name"], "path": site["path"]}, output_dir=str(output),
         runtime=runtime.select(opts.runtime, site, node.vendor, workload.image_family,
-                               opts.image, log),
+                               opts.image, log,
+                               plugin=workload.name if workload.name in catalog.PLUGINS else None),
         gpu_name=_gpu_name(node, gpu_indices) if device == "cuda" else None,
     )
     spec = _complete_spec(spec, site, opts, picked if gpu_indices else None)

@@ -70,15 +70,21 @@ def child_environment(vendor: str | None, gpu_indices: list[int] | None,
 
 
 def select(requested: str, site: dict, vendor: str | None, family: str,
-           image: str | None = None, log=lambda message: None) -> dict:
+           image: str | None = None, log=lambda message: None, plugin: str | None = None) -> dict:
     """The spec's runtime entry. auto: Apptainer when it is installed and the
-    workload's image is in the images folder, else the host."""
+    workload's image is in the images folder, else the host. plugin: the name of a
+    workload from an installed package, which hpcai's images do not carry: auto
+    runs it on the host (an --image built with it may still be named)."""
     if requested not in RUNTIMES:
         raise UsageError(f"unknown runtime {requested!r}", f"choose one of: {', '.join(RUNTIMES)}")
     if image and requested == "host":
         raise UsageError("--image needs the apptainer runtime", "drop --runtime host")
     from hpcai.launcher import container
 
+    if requested == "auto" and plugin and not image:
+        log(f"runtime: host ({plugin} comes from an installed package, which hpcai's images "
+            "do not carry; name an image built with it through --image to run it there)")
+        return dict(HOST)
     if requested == "host" or (requested == "auto" and not image
                                and not container.auto_available(site, vendor, family)):
         return dict(HOST)

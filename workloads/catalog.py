@@ -38,13 +38,18 @@ ENTRY_POINT_GROUP = "hpcai.workloads"
 # restore` must still put limits back while a broken package is installed; the
 # other commands refuse with the first one (launcher/cli.py).
 PLUGIN_PROBLEMS: list[UsageError] = []
+# The names of the workloads that came from installed packages: hpcai's images
+# do not carry them (launcher/runtime.py runs them on the host by default).
+PLUGINS: set[str] = set()
 
 
 def discover() -> dict[str, Workload]:
     """Every registry module's WORKLOAD and every plugin's that loads, in declared
     order (then by name); the plugins that do not are in PLUGIN_PROBLEMS."""
     found = _registry_workloads()
-    found += _plugin_workloads({w.name for w in found}, PLUGIN_PROBLEMS)
+    plugins = _plugin_workloads({w.name for w in found}, PLUGIN_PROBLEMS)
+    PLUGINS.update(w.name for w in plugins)
+    found += plugins
     return {w.name: w for w in sorted(found, key=lambda w: (w.order, w.name))}
 
 

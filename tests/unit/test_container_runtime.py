@@ -98,6 +98,19 @@ def test_host_runtime_with_image_is_a_usage_error():
         runtime.select("host", site(), None, "cv", image="/x.sif")
 
 
+def test_auto_runs_a_plugin_workload_on_the_host_though_an_image_is_there(monkeypatch):
+    """hpcai's images carry hpcai's workloads, not a centre's installed package."""
+    monkeypatch.setattr(container, "auto_available", lambda *a: True)
+    monkeypatch.setattr(container, "runtime_entry", lambda *a, **k: {"kind": "apptainer"})
+    said = []
+    assert runtime.select("auto", site(), "nvidia", "cv", log=said.append)["kind"] == "apptainer"
+    assert runtime.select("auto", site(), "nvidia", "cv", log=said.append,
+                          plugin="mlp-example") == runtime.HOST
+    assert "mlp-example comes from an installed package" in said[-1]
+    # Asked for by name, an image (one built with the package) still runs it.
+    assert runtime.select("apptainer", site(), "nvidia", "cv", plugin="mlp-example") == {"kind": "apptainer"}
+
+
 def test_image_names_flavours_and_registry_addresses(monkeypatch, tmp_path):
     monkeypatch.delenv("HPCAI_IMAGES_DIR", raising=False)
     assert store.flavour_for("nvidia") == "cuda" and store.flavour_for("amd") == "rocm"
