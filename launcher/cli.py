@@ -407,7 +407,7 @@ def _run_options_of(workload, v: dict, extra: dict, axes, batch):
 def _run_workload(workload, values: dict):
     """What `hpcai-launch WORKLOAD ...` does: check the options, then launch."""
     from hpcai.launcher.data_cli import resolve_data
-    from hpcai.launcher.inrun import check_request
+    from hpcai.launcher.inrun_support import check_request
     from hpcai.launcher.run import launch
 
     v = {k: values[k] for k in _COMMAND_PARAMS}

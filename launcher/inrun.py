@@ -20,8 +20,6 @@ import signal
 from pathlib import Path
 
 from hpcai.errors import HpcaiError, Interrupted, ResultError
-from hpcai.launcher.inrun_support import (  # noqa: F401 (imported from here too)
-    adaptive_supported, check_request, choose, supported)
 from hpcai.launcher.options import log
 from hpcai.launcher.plan import RunPlan, make_plan
 from hpcai.launcher.process import (ORPHAN_WAIT_S, WorkloadProcess, await_file, finish_result,

@@ -4,7 +4,7 @@ plans through launcher/plan.py and runs through launcher/process.py.
 """
 from __future__ import annotations
 
-from hpcai.launcher.options import Options  # noqa: F401 (cli.py imports it from here)
+from hpcai.launcher.options import Options
 
 
 def launch(opts: Options, placement: dict | None = None, run_id: str | None = None) -> int:

@@ -13,13 +13,11 @@ from hpcai.launcher.plan import RunPlan, check_limits, clock_request, make_plan,
 from hpcai.launcher.process import (ORPHAN_WAIT_S, WorkloadProcess, await_file, finish_result,
                                     placeholder_result, result_is_final)
 from hpcai.spec import RunSpec
-from hpcai.workloads.catalog import get_workload
 
 
 def run_single(opts: Options, placement: dict | None = None, run_id: str | None = None) -> int:
     """Inside a Slurm job, `placement` is this node's place and `run_id` the id all
     nodes share (launcher/plan.py)."""
-    get_workload(opts.workload).refuse_unhonoured(opts.impl, opts.params)
     run = make_plan(opts, placement, run_id)
     spec = run.spec
     if opts.protocol.get("ci_target") not in (None, "off") and \

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import click
 
+from hpcai.launcher.guarded import run_guarded
+
 SITE_OPTION_HELP = "site name or .toml path (default: $HPCAI_SITE, else matched by hostname)"
 
 
 def _guarded(fn, *args):
-    # Imported here, not at module level: cli.py imports this module while it loads.
-    from hpcai.launcher.guarded import run_guarded as _run_guarded
-
-    return _run_guarded(fn, *args)
+    return run_guarded(fn, *args)
 
 
 @click.group(name="site")

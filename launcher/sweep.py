@@ -23,7 +23,7 @@ from pathlib import Path
 
 from hpcai.errors import HpcaiError, Interrupted, ResultError, UsageError, WorkloadError
 from hpcai.launcher.options import log
-from hpcai.launcher.plan import clock_label  # noqa: F401 (the report imports it from here)
+from hpcai.launcher.plan import clock_label
 from hpcai.signals import install_signal_handlers
 
 SUMMARY_FILE = "sweep.json"

@@ -20,11 +20,6 @@ from hpcai.measure import adaptive
 from hpcai.workloads import distributed
 from hpcai.workloads.protocol import Epoch, run_epoch
 
-# Which implementations measure in-run, and how, is their declaration's
-# Impl.in_run: "epochs" (the harness drives the steps, or LitGPT's step clock
-# feeds the same program) or "waves" (SGLang serving: a segment's window is one
-# run of the benchmark client, not adaptive blocks; --ci-target does not apply).
-
 
 def rank0(ctx, value):
     """Rank 0's value, on every rank (a collective: every rank calls it)."""

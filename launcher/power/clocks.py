@@ -31,6 +31,7 @@ from hpcai.errors import (
 )
 from hpcai.gpu.clocks import DOMAIN_NAMES, DOMAINS, clock_control
 from hpcai.launcher.power.restoring import RestoringSession, describe
+from hpcai.launcher.power.stale import pid_alive, stop_or_refuse
 
 log = logging.getLogger(__name__)
 
@@ -101,8 +102,6 @@ def record_clock_workload(power_journal, pgid: int, tag: str) -> None:
 
 
 def refuse_stale_clock_journal(power_journal) -> None:
-    from hpcai.launcher.power.stale import pid_alive as _pid_alive
-
     path = clock_journal_path(power_journal)
     if not path.exists():
         return
@@ -111,7 +110,7 @@ def refuse_stale_clock_journal(power_journal) -> None:
     except ConfigError:
         record = {}
     pid = record.get("pid", "unknown")
-    running = ", still running" if _pid_alive(record.get("pid")) else ""
+    running = ", still running" if pid_alive(record.get("pid")) else ""
     raise StaleJournalError(
         f"a clock journal from an earlier run exists at {path} (pid {pid}{running}): "
         "its GPUs' clocks may still be capped",
@@ -263,7 +262,6 @@ def restore_clocks_from_journal(backend, power_journal, force: bool = False) -> 
     "error"}]}; PowerError (journal kept) when any could not be restored.
     """
     from hpcai.launcher.power.journal import remove_journal
-    from hpcai.launcher.power.stale import pid_alive as _pid_alive, stop_or_refuse as _stop_or_refuse
 
     path = clock_journal_path(power_journal)
     record = load_clock_journal(path)
@@ -273,10 +271,10 @@ def restore_clocks_from_journal(backend, power_journal, force: bool = False) -> 
     if record.get("hostname") not in (None, host):
         raise PowerError(f"the clock journal {path} was written on {record['hostname']}, "
                          f"not on this host ({host})", "run `hpcai-launch power restore` on that node")
-    if not force and _pid_alive(record.get("pid")):
+    if not force and pid_alive(record.get("pid")):
         raise PowerError(f"the run that wrote {path} (pid {record['pid']}) is still running",
                          "stop it first (it restores the clocks when it exits), or pass --force")
-    _stop_or_refuse(record.get("workload"), path, force)
+    stop_or_refuse(record.get("workload"), path, force)
     by_uuid = {g.uuid: g.index for g in backend.gpus()}
     results, failures = [], []
     for entry in record["gpus"]:

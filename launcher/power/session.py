@@ -25,7 +25,7 @@ from hpcai.errors import (
 )
 from hpcai.launcher.power.backends import PowerBackend
 from hpcai.launcher.power.restoring import RestoringSession, describe
-from hpcai.launcher.power.stale import pid_alive as _pid_alive, stop_or_refuse as _stop_or_refuse
+from hpcai.launcher.power.stale import pid_alive, stop_or_refuse
 from hpcai.launcher.power.journal import default_journal_path, load_journal, remove_journal, write_journal
 from hpcai.signals import install_signal_handlers
 
@@ -54,7 +54,7 @@ def refuse_stale_journal(path) -> None:
     except ConfigError:
         record = {}
     pid = record.get("pid", "unknown")
-    running = ", still running" if _pid_alive(record.get("pid")) else ""
+    running = ", still running" if pid_alive(record.get("pid")) else ""
     raise StaleJournalError(
         f"a power journal from an earlier run exists at {path} (pid {pid}{running}): "
         "its GPUs may still be capped",
@@ -245,12 +245,12 @@ def restore_from_journal(backend: PowerBackend, journal_path=None, force: bool =
             f"the power journal {path} was written on {record['hostname']}, not on this host ({host})",
             "run `hpcai-launch power restore` on that node",
         )
-    if not force and _pid_alive(record.get("pid")):
+    if not force and pid_alive(record.get("pid")):
         raise PowerError(
             f"the run that wrote {path} (pid {record['pid']}) is still running",
             "stop it first (it restores the limits when it exits), or pass --force",
         )
-    _stop_or_refuse(record.get("workload"), path, force)
+    stop_or_refuse(record.get("workload"), path, force)
     by_uuid = {g.uuid: g.index for g in backend.gpus()}
     results, failures = [], []
     for entry in record["gpus"]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hpcai.errors import UsageError
-from hpcai.launcher.report.points import RefPoint, workload_key  # noqa: F401 (their old home)
+from hpcai.launcher.report.points import RefPoint
 from hpcai.measure.efficiency import units_per_joule
 from hpcai.measure.gpu_names import short_name
 

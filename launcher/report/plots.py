@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpcai.launcher.report.efficiency import Analysis
-from hpcai.launcher.report.load import RefPoint, Run, workload_key
+from hpcai.launcher.report.load import Run
+from hpcai.launcher.report.points import RefPoint, workload_key
 from hpcai.launcher.report.stats import Cell, Group, cap_label, cap_sort_key
 
 

@@ -16,7 +16,8 @@ import statistics
 from dataclasses import dataclass
 
 from hpcai import devices
-from hpcai.launcher.report.load import RefPoint, Run, workload_key
+from hpcai.launcher.report.load import Run
+from hpcai.launcher.report.points import RefPoint, workload_key
 from hpcai.launcher.report.tables import Table, TCell, fmt
 
 # The seed paper's devices as the device table names them. Its Table 2 (device

@@ -41,7 +41,7 @@ class Group:
     @property
     def clocks(self) -> str:
         """"SM 1410 MHz, memory 2619 MHz"; "" for the GPU's own clocks."""
-        from hpcai.launcher.sweep import clock_label
+        from hpcai.launcher.plan import clock_label
 
         return clock_label(self.sm_clock_cap_mhz, self.mem_clock_cap_mhz)
 

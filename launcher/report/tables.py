@@ -9,7 +9,8 @@ from dataclasses import dataclass, field, replace
 
 from hpcai.launcher.report import reference as ref
 from hpcai.launcher.report.efficiency import Analysis, edp_per_unit, fixed_work
-from hpcai.launcher.report.load import RefPoint, Run, shown_path, workload_key
+from hpcai.launcher.report.load import Run, shown_path
+from hpcai.launcher.report.points import RefPoint, workload_key
 from hpcai.launcher.report.stats import Cell, cap_label, cap_sort_key, group_of
 
 NOISY_MARK = "†"
@@ -376,7 +377,7 @@ def runs_table(runs: list[Run]) -> Table:
              measured(r, r.per_gpu), measured(r, r.units_per_joule_with_overhead),
              _t(shown_path(r.path))] for r in runs]
     if any(r.sm_clock_cap_mhz is not None or r.mem_clock_cap_mhz is not None for r in runs):
-        from hpcai.launcher.sweep import clock_label
+        from hpcai.launcher.plan import clock_label
 
         header.insert(6, "Clock caps")  # only where some run capped clocks
         for r, row in zip(runs, rows):

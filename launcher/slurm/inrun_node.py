@@ -34,7 +34,7 @@ def choose(opts, slurm, log) -> bool:
     """Whether a Slurm sweep runs in-run: as without Slurm, the default for a cap
     sweep of a workload that can (--no-in-run: one step per run), in one
     allocation; an --array job is one task per run by its own request."""
-    from hpcai.launcher import inrun
+    from hpcai.launcher import inrun_support
     from hpcai.launcher.sweep import _other_axes
 
     if opts.in_run is False:
@@ -45,8 +45,8 @@ def choose(opts, slurm, log) -> bool:
                              "one task per run", "drop --array (one allocation), or use --no-in-run")
         return False
     caps = list(opts.caps) if opts.caps else [opts.cap_w]
-    inrun.check_request(opts.in_run, caps, other_axes=_other_axes(opts))
-    return inrun.choose(opts, log, other_axes=_other_axes(opts))
+    inrun_support.check_request(opts.in_run, caps, other_axes=_other_axes(opts))
+    return inrun_support.choose(opts, log, other_axes=_other_axes(opts))
 
 
 def segment_place(job, node_rank: int, block: dict):
@@ -92,7 +92,6 @@ def run_node(job_dir: str) -> int:
     from hpcai.launcher.slurm.node import Placement, slurm_entry
     from hpcai.launcher.sweep import Slot
     from hpcai.measure.adaptive import SWEEP_CI_TARGET
-    from hpcai.workloads.catalog import get_workload
 
     job = Job.load(job_dir)
     block = job.doc.get("in_run")
@@ -107,8 +106,6 @@ def run_node(job_dir: str) -> int:
     opts = job.options(runs[0].cap_w)
     if opts.protocol.get("ci_target") is None:  # sweeps measure adaptively by default
         opts = dataclasses.replace(opts, protocol={**opts.protocol, "ci_target": SWEEP_CI_TARGET})
-    workload = get_workload(opts.workload)
-    workload.refuse_unhonoured(opts.impl, opts.params)
     entry = slurm_entry(placement, runs[0].index, "allocation")
     plan = make_plan(opts, entry, block["process_run_id"])
     # Every cap checked on this node's GPUs before the first is set.

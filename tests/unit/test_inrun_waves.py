@@ -2,7 +2,7 @@
 benchmark client run per segment), which --ci-target cannot stop early."""
 from __future__ import annotations
 
-from hpcai.launcher.inrun import adaptive_supported, supported
+from hpcai.launcher.inrun_support import adaptive_supported, supported
 from hpcai.launcher.plan import _window_protocol
 from hpcai.spec import RunSpec
 from hpcai.workloads import distributed

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from hpcai.workloads.declaration import Impl, Preset, Workload
 from hpcai.workloads.params import TrainParams, param
 
-# The reference implementation: paths below are in this repository and commit.
 @dataclass(frozen=True)
 class CosmoFlowParams(TrainParams):
     cube: int = param(128, flag="--cube", type="int", choices=(64, 128, 256),
@@ -28,6 +27,7 @@ class CosmoFlowParams(TrainParams):
     base_batch_size: int = 64
 
 
+# The reference implementation: paths below are in this repository and commit.
 UPSTREAM = "mlcommons/hpc@2c627d4"
 _CONFIG = "cosmoflow/configs/cosmo.yaml"
 _MODEL = "cosmoflow/models/cosmoflow.py"
