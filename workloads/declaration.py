@@ -27,6 +27,8 @@ PROTOCOL_DEFAULTS = {
 # harness drives its steps (or its engine runs the harness's programs), or
 # "waves", each segment is one load wave against one running server.
 IN_RUN_KINDS = ("epochs", "waves")
+# The params fields a workload with inputs from storage needs, by data format.
+DATA_SHAPE_FIELDS = {"jpeg": ("image_size", "num_classes"), "npy": ("channels", "cube")}
 
 
 def module_path(name: str) -> str:
@@ -189,6 +191,9 @@ class Workload:
                 self.params.check(values, f"{self.name} model {size}")
         for name in self.vary_params:
             self.params.check({name: None}, f"{self.name} vary_params")
+        # Data on disk has the shape these fields give (workloads/datasets.py: sample_shape).
+        for name in DATA_SHAPE_FIELDS.get(self.data_format, ()):
+            self.params.check({name: None}, f"{self.name} data_format {self.data_format}")
 
     @property
     def options(self) -> tuple[Option, ...]:

@@ -103,3 +103,10 @@ def test_reading_a_plugin_declaration_imports_no_framework():
             "print(sorted(m for m in ('torch', 'tensorflow', 'litgpt', 'sglang') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_data_from_storage_needs_the_fields_its_shape_is_made_of():
+    """A workload that reads --data declares the params its samples' shape comes from."""
+    with pytest.raises(UsageError, match="data_format npy: unknown parameter channels"):
+        Workload("w", "a workload", "samples", {"pytorch": Impl("w", "torch")}, params=TrainParams,
+                 data_format="npy")
