@@ -5,6 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.hpcai-installed
 ARGS   ?=
+TEST_JOBS ?= 2
 
 .PHONY: setup setup-system images run test test-fast bench lint clean
 
@@ -84,14 +85,16 @@ setup-system:
 images: setup
 	$(BIN)/hpcai-launch images build $(if $(FLAVOUR),--flavour $(FLAVOUR)) $(IMAGES_ARGS)
 
+# Two pytest-xdist workers (TEST_JOBS): the service tests (Slurm, registry, Apptainer,
+# Chromium, IPMI) run one after another on one of them (tests/conftest.py).
 test: setup setup-system
-	$(BIN)/python -m pytest -q $(ARGS)
+	$(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadgroup $(ARGS)
 
 # No root, no setup-system: the unit tests and every integration test that needs no
 # system service (those needing Chromium, Apptainer, the OCI registry or Slurm carry
 # the `system` marker, which this deselects; `make test` runs them all).
 test-fast: setup
-	$(BIN)/python -m pytest -q -m "not system" $(ARGS)
+	$(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadgroup -m "not system" $(ARGS)
 
 # The observer effect and start-up costs, the input pipeline's cost (data from
 # storage against preloaded), and the wall time of an in-run cap sweep against

@@ -36,6 +36,34 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(getattr(pytest.mark, service))
         if services:
             item.add_marker(pytest.mark.system)
+            # Under pytest-xdist (--dist loadgroup) the service tests share one worker:
+            # the Slurm cluster's ports are fixed and the image and registry are built once.
+            item.add_marker(pytest.mark.xdist_group("services"))
+
+
+@pytest.fixture(autouse=True)
+def _one_core_per_xdist_worker(request):
+    """Under pytest-xdist, pin each worker's non-service tests to a core of their own.
+    Every workload a test starts inherits the affinity, so it sizes its threads to
+    one core (hpcai.provenance.usable_cpus) instead of two workers' torch thread pools
+    fighting over every core, which slows CPU runs 10-50x. Service tests keep every
+    core: the daemons they start size themselves from what they see, and the
+    affinity is restored after each test so a daemon started later sees them all."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if (not worker.startswith("gw") or request.node.get_closest_marker("system")
+            or not hasattr(os, "sched_setaffinity")):
+        yield
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if len(cores) < 2 or workers < 2:
+        yield
+        return
+    os.sched_setaffinity(0, {cores[int(worker[2:]) % len(cores)]})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, cores)
 
 
 class FakeNode:

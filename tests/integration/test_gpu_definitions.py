@@ -53,7 +53,8 @@ from packaging.requirements import Requirement
 
 from hpcai.workloads.catalog import IMAGE_FAMILIES
 
-pytestmark = pytest.mark.slow
+# One pytest-xdist worker runs this module: its tests download into one shared wheel folder.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group('wheels')]
 
 REPO = Path(__file__).resolve().parents[2]
 REQS = REPO / "definitions" / "requirements"

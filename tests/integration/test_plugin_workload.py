@@ -13,7 +13,8 @@ import pytest
 
 from conftest import ROOT, assert_valid_result
 
-pytestmark = pytest.mark.slow
+# One pytest-xdist worker runs this module: its module fixture installs the plugin once.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group('plugin-workload')]
 TINY = ["mlp-example", "--preset", "tiny", "--nproc", "1", "--device", "cpu"]
 
 

@@ -37,7 +37,8 @@ from hpcai.workloads import distributed, llm_assets
 from hpcai.workloads import llm_serve as S
 from hpcai.workloads.catalog import LLAMA3_8B_INFERENCE
 
-pytestmark = pytest.mark.slow
+# One pytest-xdist worker runs this module: its session fixture builds one venv in a shared cache folder.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group('sglang-client')]
 
 ROOT = Path(__file__).resolve().parents[2]
 STANDINS = ROOT / "tests" / "standins"
