@@ -154,6 +154,8 @@ def counter_problem(sampler, index: int, t0: float, t1: float,
               if t0 <= t <= t1 and row[index] is not None and row[index].energy_j is not None]
     if any(b.energy_j < a.energy_j for (_, a), (_, b) in zip(points, points[1:])):
         return "ran backwards"
+    if any(getattr(r, "counter_backwards", False) for _, r in points):
+        return "ran backwards"  # a reader that unwraps its counter saw it (RAPL)
     if len(points) >= 2 and points[-1][0] - points[0][0] >= FROZEN_AFTER_S:
         drawn = [r.power_w for _, r in points if r.power_w]
         if points[-1][1].energy_j == points[0][1].energy_j and drawn and max(drawn) > 1.0:

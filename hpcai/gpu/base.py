@@ -56,6 +56,9 @@ class GpuReading:
     power_limit_w: float | None = None
     # None: not read this tick, or the device cannot say (not "never throttled").
     throttle_reasons: list[str] | None = field(default_factory=list)
+    # The energy counter ran backwards since the last reading (RAPL's counter, which
+    # hpcai unwraps itself): energy_j skipped that step, so it must not be the figure.
+    counter_backwards: bool = False
 
 
 class GpuDevice(abc.ABC):

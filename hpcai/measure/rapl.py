@@ -66,12 +66,17 @@ class RaplDomain:
         self._counter = RaplCounter(path)
 
     def read(self) -> GpuReading:
-        """Cumulative energy, and power from the change since the last read."""
+        """Cumulative energy, and power from the change since the last read. A step
+        the counter ran backwards (here or in an energy_j() mark read since the last
+        reading) is flagged on this reading, so the result does not trust the counter."""
         energy, power = self._counter.read()
-        return GpuReading(power_w=power, power_source="rapl", energy_j=energy)
+        backwards, self._counter.backwards = self._counter.backwards, False
+        return GpuReading(power_w=power, power_source="rapl", energy_j=energy,
+                          counter_backwards=backwards)
 
     def energy_j(self) -> float:
-        return self.read().energy_j
+        # Leaves the backwards flag for the next sampled reading to carry.
+        return self._counter.read()[0]
 
 
 def find_rapl_domains(root: Path = POWERCAP_ROOT) -> tuple[list[RaplDomain], str | None]:

@@ -228,6 +228,37 @@ def test_a_backwards_energy_counter_is_not_used():
     assert energy["used"] == "integrated" and "ran backwards" in energy["note"]
 
 
+def test_a_rapl_counter_that_ran_backwards_is_flagged_and_not_used(tmp_path):
+    """RAPL's energy_uj dropping by more than a plausible wrap is a backwards step:
+    the unwrapped total skips it (so it stays monotonic), the reading says so, and
+    the result falls back to integrated power instead of counting 0 J silently."""
+    pkg = tmp_path / "intel-rapl:0"
+    pkg.mkdir()
+    (pkg / "name").write_text("package-0\n")
+    (pkg / "max_energy_range_uj").write_text("262143328850\n")
+    from hpcai.measure.rapl import RaplDomain
+
+    domain = RaplDomain(pkg)
+    readings, uj = [], 5_000_000_000
+    for step in range(7):
+        if step == 3:
+            uj = 1_000_000  # far below: no wrap at any plausible power
+        else:
+            uj += 150_000_000  # 150 J a step
+        (pkg / "energy_uj").write_text(f"{uj}\n")
+        readings.append(domain.read())
+    assert [r.counter_backwards for r in readings] == [False, False, False, True, False, False, False]
+    assert all(b.energy_j >= a.energy_j for a, b in zip(readings, readings[1:]))
+    s = Sampler(sources=[object()], interval_s=0.1)
+    s.times = [i * 0.5 for i in range(7)]
+    s.readings = [[r if r.power_w is not None else GpuReading(power_w=300.0, energy_j=r.energy_j,
+                                                               counter_backwards=r.counter_backwards)]
+                  for r in readings]
+    s.marks = []
+    energy = R.source_energy(s, 0, 0.0, 3.0)
+    assert energy["used"] == "integrated" and "ran backwards" in energy["note"]
+
+
 def test_short_windows_and_missing_power_samples_are_flagged(tmp_path, monkeypatch, result_schema):
     import jsonschema
 
