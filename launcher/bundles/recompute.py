@@ -106,8 +106,10 @@ def samples_agreement(doc: dict, samples_csv: bytes | None) -> list[dict]:
         return [validity.check("samples_agreement", "n/a", None, None, threshold,
                                "no GPU power stated over a measured window")]
     if samples_csv is None:
-        return [validity.check("samples_agreement", "warn", None, None, threshold,
-                               "samples.csv was not kept: the stated power cannot be checked")]
+        named = (doc.get("sidecar") or {}).get("samples")
+        return [validity.check("samples_agreement", "warn" if named else "n/a", None, None, threshold,
+                               f"{named} (named by the result) is missing: the stated power "
+                               "cannot be checked" if named else "the run kept no samples file")]
     means = _sample_means(samples_csv, t0, t1)
     out = []
     for gpu in used:
