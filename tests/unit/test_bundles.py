@@ -1,0 +1,124 @@
+"""Result bundles' parts without a run: key generation, DSSE's encoding, the
+recomputed validity that `check` prints (a hand-edited figure fails), and the
+comparability verdict. End to end (real runs, the real registry):
+tests/integration/test_result_bundles.py."""
+from __future__ import annotations
+
+import copy
+import os
+import stat
+
+import pytest
+
+from report_docs import make_result, write_result
+
+from hpcai.errors import UsageError
+from hpcai.launcher.bundles import dsse, keys
+from hpcai.launcher.bundles.compare import CAVEATS, COMPARABLE, NOT_COMPARABLE, compare
+from hpcai.launcher.bundles.recompute import recompute
+from hpcai.measure import validity
+
+
+def test_keygen_makes_a_private_key_only_its_owner_reads_and_never_overwrites(tmp_path):
+    private, public, keyid = keys.generate(tmp_path / "site.key")
+    assert stat.S_IMODE(os.stat(private).st_mode) == 0o600 and public == tmp_path / "site.key.pub"
+    assert keys.key_id(keys.load_public(public)) == keyid
+    assert keys.key_id(keys.load_private(private).public_key()) == keyid
+    before = private.read_bytes(), public.read_bytes()
+    with pytest.raises(UsageError, match="already exists: keygen never overwrites"):
+        keys.generate(private)
+    assert (private.read_bytes(), public.read_bytes()) == before
+    # A .pub left alone (or a link planted there) stops keygen before it writes the private key.
+    (tmp_path / "other.key.pub").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(UsageError, match="already exists"):
+        keys.generate(tmp_path / "other.key")
+    assert not (tmp_path / "other.key").exists() and not (tmp_path / "elsewhere").exists()
+
+
+def test_pae_is_dsse_v1_and_a_signature_covers_type_and_payload(tmp_path):
+    # The test vector of DSSE's protocol.md ("PAE" section).
+    assert dsse.pae("http://example.com/HelloWorld", b"hello world") == \
+        b"DSSEv1 29 http://example.com/HelloWorld 11 hello world"
+    private, public, keyid = keys.generate(tmp_path / "k")
+    env = dsse.sign(b'{"a":1}', keys.load_private(private), keyid)
+    parsed, payload = dsse.parse(__import__("json").dumps(env).encode())
+    assert dsse.signature_by(parsed, payload, keys.load_public(public), keyid)
+    assert not dsse.signature_by(parsed, b'{"a":3}', keys.load_public(public), keyid)
+    other = keys.generate(tmp_path / "k2")
+    assert not dsse.signature_by(parsed, payload, keys.load_public(other[1]), other[2])
+
+
+def good_doc(**kw) -> dict:
+    """A result every validity check passes (as tests/unit/test_validity.py's)."""
+    doc = make_result(gpus=2, power_per_gpu_w=280.0, window_s=60.0, **{"cap_w": 300.0, **kw})
+    doc["power"]["quality"] = {"min_window_s": 10.0, "window_short": False,
+                               "power_samples_expected": 600, "power_samples_min": 598,
+                               "samples_short": False}
+    doc["protocol"]["sample_interval_achieved_s"] = {"mean": 0.1, "median": 0.1, "p95": 0.11,
+                                                     "max": 0.2}
+    for g in doc["gpus"]:
+        g.update(utilization_pct_mean=97.0, temperature_c={"mean": 60.0, "max": 65.0},
+                 throttle_reasons={"sw_power_cap": 0.9})
+    cap = doc["spec"]["power"]["cap_w"]
+    doc["launcher"]["gpu_limits"] = [{"index": i, "requested_w": cap, "enforced_at_start_w": cap,
+                                      "enforced_at_end_w": cap} for i in range(2)]
+    doc["validity"] = validity.evaluate(doc, "launcher")
+    return doc
+
+
+def test_recomputed_validity_fails_a_hand_edited_throughput_that_the_stored_block_passes():
+    doc = good_doc()
+    assert recompute(doc, None)["failed"] == []
+    edited = copy.deepcopy(doc)
+    edited["throughput"]["node"] *= 3
+    edited["throughput"]["per_gpu"] *= 3
+    block = recompute(edited, None)
+    assert edited["validity"]["verdict"] != "fail"  # what the file says about itself
+    assert block["verdict"] == "fail" and block["failed"] == ["figures_consistency"]
+    (bad,) = [c for c in block["checks"] if c["name"] == "figures_consistency"]
+    assert "throughput.node" in bad["note"] and "measured_units / measured_seconds" in bad["note"]
+
+
+def test_recomputed_validity_holds_the_stated_power_to_samples_csv(tmp_path):
+    doc = good_doc()
+    path = write_result(tmp_path, doc, samples=True)
+    samples = (path.parent / "samples.csv").read_bytes()
+    ok = recompute(doc, samples)
+    assert {c["verdict"] for c in ok["checks"] if c["name"] == "samples_agreement"} == {"pass"}
+    doc["gpus"][0]["power_w"]["mean"] *= 0.7  # "our GPUs drew less"
+    bad = [c for c in recompute(doc, samples)["checks"] if c["name"] == "samples_agreement"]
+    assert [c["verdict"] for c in bad] == ["fail", "pass"] and bad[0]["subject"] == "GPU 0"
+
+
+def test_check_recomputes_and_names_a_stored_verdict_that_no_longer_holds(tmp_path, capsys):
+    from hpcai.launcher.check import check_results
+
+    doc = good_doc()
+    doc["throughput"]["per_gpu"] *= 3
+    doc["throughput"]["node"] *= 3
+    path = write_result(tmp_path, doc)
+    assert check_results([str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "validity FAIL" in out and "the stored verdict (by the launcher) was PASS: DIFFERS" in out
+    assert any("figures_consistency" in line and "FAIL" in line for line in out.splitlines())
+
+
+def test_compare_names_each_reason_and_grades_it():
+    a, b = good_doc(site="alpha"), good_doc(site="beta")
+    va, vb = recompute(a, None), recompute(b, None)
+    assert compare(a, b, va, vb)["verdict"] == COMPARABLE
+    b2 = copy.deepcopy(b)
+    b2["software"]["gpu_library"] = {"driver": "999.1"}
+    result = compare(a, b2, va, vb)
+    assert result["verdict"] == CAVEATS and any("driver" in r["reason"] for r in result["reasons"])
+    # The 94 GB H100 NVL is not the 80 GB H100 SXM, whatever both are called.
+    nvl = good_doc(site="beta", gpu="NVIDIA H100 NVL")
+    for g in nvl["gpus"]:
+        g["memory_total_bytes"] = 94 * 2**30
+    result = compare(a, nvl, va, recompute(nvl, None))
+    assert result["verdict"] == NOT_COMPARABLE
+    assert any("H100 SXM vs H100 NVL" in r["reason"] for r in result["reasons"])
+    capped = good_doc(site="beta", cap_w=250.0)
+    result = compare(a, capped, va, recompute(capped, None))
+    assert result["verdict"] == NOT_COMPARABLE
+    assert {"grade": NOT_COMPARABLE, "reason": "cap 300.0 W vs 250.0 W"} in result["reasons"]
