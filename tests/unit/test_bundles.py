@@ -122,3 +122,24 @@ def test_compare_names_each_reason_and_grades_it():
     result = compare(a, capped, va, recompute(capped, None))
     assert result["verdict"] == NOT_COMPARABLE
     assert {"grade": NOT_COMPARABLE, "reason": "cap 300.0 W vs 250.0 W"} in result["reasons"]
+
+
+def test_trusted_keys_come_from_the_site_file_with_dates_and_relative_paths(tmp_path):
+    import datetime as dt
+
+    from hpcai.errors import ConfigError
+    from hpcai.launcher import sites
+    from hpcai.launcher.bundles.trust import trusted_keys
+
+    keys.generate(tmp_path / "alpha")
+    site_file = tmp_path / "v.toml"
+    site_file.write_text('name = "v"\n[results]\ntrusted_keys = [{ site = "alpha", key = "alpha.pub", '
+                         'expires = 2027-06-30 }, { site = "alpha", key = "alpha.pub" }]\n')
+    (first, second) = trusted_keys(sites.parse(site_file))
+    assert first.site == "alpha" and first.expires == dt.date(2027, 6, 30) and second.expires is None
+    site_file.write_text('name = "v"\n[results]\ntrusted_keys = [{ site = "alpha", key = "missing.pub" }]\n')
+    with pytest.raises(ConfigError, match=r"results.trusted_keys\[0\]: public key .*missing.pub does not exist"):
+        trusted_keys(sites.parse(site_file))
+    site_file.write_text('name = "v"\n[results]\ntrusted_keys = [{ key = "alpha.pub" }]\n')
+    with pytest.raises(ConfigError, match="'site' is a required property"):
+        sites.parse(site_file)
