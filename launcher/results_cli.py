@@ -82,18 +82,17 @@ def bundle(runs, output, site, key, tar):
 
 
 def _verdicts(items: list[str], site_selector: str | None, expect_site: str | None) -> list:
-    import tempfile
-
     from hpcai.launcher.bundles import registry
     from hpcai.launcher.bundles.bundle import unpack
     from hpcai.launcher.bundles.files import read_regular
     from hpcai.launcher.bundles.trust import trusted_keys
+    from hpcai.launcher.bundles.temp import scratch
     from hpcai.launcher.bundles.verify import verify_bundle
     from hpcai.errors import UsageError
 
     site = _site(site_selector)
     trusted = trusted_keys(site)
-    work = Path(tempfile.mkdtemp(prefix="hpcai-verify-"))
+    work = scratch("hpcai-verify-")
     found = []
     for i, item in enumerate(items):
         if registry.is_reference(item):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from hpcai.errors import UsageError
 from hpcai.launcher.bundles import dsse, keys
-from hpcai.launcher.bundles.files import list_tree, new_folder, read_regular, write_new
+from hpcai.launcher.bundles.files import MAX_FILE_BYTES, list_tree, new_folder, read_regular, write_new
 from hpcai.launcher.bundles.recompute import recompute
 from hpcai.launcher.bundles.statement import run_predicate, serialise, statement
 
@@ -136,6 +136,9 @@ def unpack(data: bytes, out: Path) -> Path:
             if not member.isfile() or name.is_absolute() or ".." in name.parts:
                 raise UsageError(f"the packed bundle holds {member.name!r}, which is not a plain "
                                  "file inside it", "the bundle was altered; do not use it")
+            if member.size > MAX_FILE_BYTES:
+                raise UsageError(f"the packed bundle's {member.name} is larger than "
+                                 f"{MAX_FILE_BYTES >> 20} MB", "a bundle holds result files, not data sets")
             target = folder / name
             target.parent.mkdir(parents=True, exist_ok=True)
             write_new(target, tar.extractfile(member).read())

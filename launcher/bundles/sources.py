@@ -4,7 +4,6 @@
 trusted keys). Each run comes with its origin and verification."""
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,6 +11,7 @@ from hpcai.errors import UsageError
 from hpcai.launcher.bundles.bundle import ENVELOPE_FILE, RUN_FILES, unpack
 from hpcai.launcher.bundles.files import read_regular
 from hpcai.launcher.bundles.recompute import recompute
+from hpcai.launcher.bundles.temp import scratch
 from hpcai.launcher.bundles.verify import FAILED, UNSIGNED, Verdict, verify_bundle
 
 
@@ -55,7 +55,7 @@ def load(items: list[str], trusted: list, https: bool, workdir: Path | None = No
     folder by default, kept as long as the process runs)."""
     from hpcai.launcher.bundles import registry
 
-    workdir = workdir or Path(tempfile.mkdtemp(prefix="hpcai-bundles-"))
+    workdir = workdir or scratch("hpcai-bundles-")
     out = []
     for i, item in enumerate(items):
         path = Path(item)

@@ -10,7 +10,6 @@ never averaged. origins_table() and sites_table() are the report's section.
 from __future__ import annotations
 
 import json
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,12 +36,13 @@ def resolve(paths: list) -> tuple[list, dict[Path, Origin]]:
                _bundles_under(Path(p), ENVELOPE_FILE) for p in paths):
         return list(paths), {}
     from hpcai.launcher import sites
+    from hpcai.launcher.bundles.temp import scratch
     from hpcai.launcher.bundles.trust import trusted_keys
     from hpcai.launcher.bundles.verify import verify_bundle
 
     site = sites.load(None)  # --site is not a report option: $HPCAI_SITE or the host's
     trusted, https = trusted_keys(site), bool(site["images"].get("registry_https", True))
-    work = Path(tempfile.mkdtemp(prefix="hpcai-report-bundles-"))
+    work = scratch("hpcai-report-bundles-")
     plain, origins = [], {}
     for i, given in enumerate(paths):
         text = str(given)
