@@ -5,6 +5,7 @@ tests/integration/test_result_bundles.py."""
 from __future__ import annotations
 
 import copy
+import json
 import os
 import stat
 
@@ -41,7 +42,7 @@ def test_pae_is_dsse_v1_and_a_signature_covers_type_and_payload(tmp_path):
         b"DSSEv1 29 http://example.com/HelloWorld 11 hello world"
     private, public, keyid = keys.generate(tmp_path / "k")
     env = dsse.sign(b'{"a":1}', keys.load_private(private), keyid)
-    parsed, payload = dsse.parse(__import__("json").dumps(env).encode())
+    parsed, payload = dsse.parse(json.dumps(env).encode())
     assert dsse.signature_by(parsed, payload, keys.load_public(public), keyid)
     assert not dsse.signature_by(parsed, b'{"a":3}', keys.load_public(public), keyid)
     other = keys.generate(tmp_path / "k2")
@@ -57,7 +58,8 @@ def good_doc(**kw) -> dict:
     doc["protocol"]["sample_interval_achieved_s"] = {"mean": 0.1, "median": 0.1, "p95": 0.11,
                                                      "max": 0.2}
     for g in doc["gpus"]:
-        g.update(utilization_pct_mean=97.0, temperature_c={"mean": 60.0, "max": 65.0},
+        g.update(utilization_pct_mean=97.0, temperature_c={"mean": 60.0, "median": 60.0,
+                                                           "p95": 64.0, "max": 65.0},
                  throttle_reasons={"sw_power_cap": 0.9})
     cap = doc["spec"]["power"]["cap_w"]
     doc["launcher"]["gpu_limits"] = [{"index": i, "requested_w": cap, "enforced_at_start_w": cap,
@@ -143,3 +145,72 @@ def test_trusted_keys_come_from_the_site_file_with_dates_and_relative_paths(tmp_
     site_file.write_text('name = "v"\n[results]\ntrusted_keys = [{ key = "alpha.pub" }]\n')
     with pytest.raises(ConfigError, match="'site' is a required property"):
         sites.parse(site_file)
+
+
+@pytest.fixture
+def alpha(tmp_path):
+    """Site alpha's key, a verifier trusting it, and one of alpha's runs (with samples)."""
+    from hpcai.launcher.bundles.trust import TrustedKey
+
+    private, public, keyid = keys.generate(tmp_path / "alpha.key")
+    run = write_result(tmp_path / "runs", good_doc(site="alpha"), samples=True).parent
+    trusted = [TrustedKey("alpha", public, keys.load_public(public), keyid, None)]
+    return {"site": {"name": "alpha", "results": {"sign_key": str(private)}}, "run": run,
+            "trusted": trusted, "tmp": tmp_path}
+
+
+def make_bundle(alpha, name="b"):
+    from hpcai.launcher.bundles.bundle import make
+
+    return make([str(alpha["run"])], str(alpha["tmp"] / name), alpha["site"], None, False)["folder"]
+
+
+def test_bundling_never_follows_a_link_in_a_run_folder(alpha):
+    samples = alpha["run"] / "samples.csv"
+    samples.rename(alpha["tmp"] / "elsewhere.csv")
+    samples.symlink_to(alpha["tmp"] / "elsewhere.csv")
+    with pytest.raises(UsageError, match="samples.csv is a symbolic link: not followed"):
+        make_bundle(alpha)
+    assert not (alpha["tmp"] / "b").exists()  # every input checked before anything is written
+
+
+def test_verify_fails_a_planted_link_an_extra_file_and_a_schema_breaking_result(alpha):
+    from hpcai.launcher.bundles import dsse as d
+    from hpcai.launcher.bundles.statement import serialise, sha256
+    from hpcai.launcher.bundles.verify import verify_bundle
+
+    folder = make_bundle(alpha)
+    assert verify_bundle(folder, alpha["trusted"]).status == "verified"
+    (folder / "runs" / "notes.txt").write_text("added later")
+    verdict = verify_bundle(folder, alpha["trusted"])
+    assert verdict.status == "failed" and "runs/notes.txt is in the bundle but not in the signed" \
+        in verdict.reason
+    (folder / "runs" / "notes.txt").unlink()
+    (folder / "runs" / "link").symlink_to("/etc/passwd")
+    verdict = verify_bundle(folder, alpha["trusted"])
+    assert verdict.status == "failed" and "is a symbolic link" in verdict.reason
+    (folder / "runs" / "link").unlink()
+    # The site signs a result that breaks the schema: signature and hashes hold, the schema does not.
+    result = next(folder.rglob("result.json"))
+    doc = json.loads(result.read_text())
+    doc["status"] = "splendid"
+    result.unlink()
+    result.write_text(json.dumps(doc))
+    env, payload = d.parse((folder / "statement.dsse.json").read_bytes())
+    stmt = json.loads(payload)
+    for s in stmt["subject"]:
+        if s["name"].endswith("result.json"):
+            s["digest"]["sha256"] = sha256(result.read_bytes())
+    key = keys.load_private(alpha["site"]["results"]["sign_key"])
+    (folder / "statement.dsse.json").write_text(json.dumps(
+        d.sign(serialise(stmt), key, alpha["trusted"][0].keyid)))
+    verdict = verify_bundle(folder, alpha["trusted"])
+    assert verdict.status == "failed" and "does not match the result schema" in verdict.reason
+
+
+def test_an_unsigned_folder_is_unsigned_not_verified(alpha):
+    from hpcai.launcher.bundles.verify import verify_bundle
+
+    folder = make_bundle(alpha)
+    (folder / "statement.dsse.json").unlink()
+    assert verify_bundle(folder, alpha["trusted"]).status == "unsigned"
