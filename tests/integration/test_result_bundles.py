@@ -32,8 +32,8 @@ def write_site(folder, name, sign_key, trusted):
 
 @pytest.fixture(scope="module")
 def centres(tmp_path_factory):
-    """Two sites' keys and site files, a verifier trusting both, and three runs:
-    alpha at 300 W, beta at 300 W and at 250 W."""
+    """Two sites' keys and site files, a verifier trusting both, alpha's run at
+    300 W and beta's sweep (one in-run process) at 300 W and 250 W."""
     tmp = tmp_path_factory.mktemp("centres")
     node = FakeNode(tmp, fgs.make_devices(1, "nvidia", utilization_pct=95.0))
     node.env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests" / "standins"), node.env["PYTHONPATH"]])
@@ -49,12 +49,15 @@ def centres(tmp_path_factory):
     sites["verifier"] = write_site(tmp, "verifier", "", [("alpha", keys / "alpha.pub", "2099-12-31"),
                                                          ("beta", keys / "beta.pub", None)])
     runs = {}
-    for label, site, cap in (("alpha", "alpha", "300"), ("beta", "beta", "300"),
-                             ("beta250", "beta", "250")):
+    for label, caps in (("alpha", "300"), ("beta", "300,250")):
         out = tmp / f"runs-{label}"
-        done = node.launch(*SERVE, "--cap", cap, "--site", str(sites[site]), "-o", str(out))
+        done = node.launch(*SERVE, "--cap", caps, "--site", str(sites[label]), "-o", str(out))
         assert done.returncode == 0, done.stderr[-3000:]
-        (runs[label],) = [p.parent for p in out.glob("*/result.json")]
+        for result in out.rglob("result.json"):
+            runs[label + ("250" if "cap250W" in result.parent.name else "")] = result.parent
+    (sweep,) = [p.parent for p in (tmp / "runs-beta").glob("*/sweep.json")]
+    runs["beta-sweep"] = sweep
+    assert sorted(runs) == ["alpha", "beta", "beta-sweep", "beta250"]
     yield {"node": node, "tmp": tmp, "keys": keys, "sites": sites, "runs": runs}
     node.stop_everything()
 
@@ -107,6 +110,19 @@ def test_bundle_and_verify_roundtrip_with_the_statement_saying_what_produced_the
         done = launch(centres, "results", "verify", str(target), "--site", str(centres["sites"]["verifier"]))
         assert done.returncode == 0, done.stdout + done.stderr
         assert "VERIFIED: signed by site 'alpha'" in done.stdout
+
+
+def test_a_sweep_bundles_as_its_runs_and_its_summary(centres, tmp_path):
+    out = bundle(centres, "beta-sweep", "beta", tmp_path / "b")
+    sweep = centres["runs"]["beta-sweep"].name
+    assert (out / "runs" / sweep / "sweep.json").is_file()
+    assert sorted(p.parent.name for p in out.rglob("result.json")) == \
+        sorted([centres["runs"]["beta"].name, centres["runs"]["beta250"].name])
+    done = launch(centres, "results", "verify", str(out), "--site", str(centres["sites"]["verifier"]),
+                  "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    (verdict,) = json.loads(done.stdout)
+    assert verdict["status"] == "verified" and verdict["site"] == "beta" and len(verdict["runs"]) == 2
 
 
 def test_a_site_bundles_only_what_it_measured(centres, tmp_path):
@@ -249,6 +265,12 @@ def test_push_pull_and_verify_through_the_real_registry(centres, registry, tmp_p
     manifest = json.loads(urllib.request.urlopen(request, timeout=30).read())
     assert manifest["config"]["mediaType"] == "application/vnd.hpcai.result-bundle.config.v1+json"
     assert [x["mediaType"] for x in manifest["layers"]] == ["application/vnd.hpcai.result-bundle.v1.tar"]
+    # The report reads the reference itself: pulled, verified, its origin shown.
+    env = {**centres["node"].env, "HPCAI_SITE": site}
+    done = centres["node"].launch("report", ref, "-o", str(tmp_path / "rep"), env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = json.loads((tmp_path / "rep" / "report.json").read_text())["tables"]["origins"]["rows"]
+    assert [r[2:] for r in rows] == [["alpha", "verified", "included"]]
     # A pull never writes over a folder that holds something.
     done = launch(centres, "results", "pull", ref, "-o", str(tmp_path / "pulled"), "--site", site)
     one_line_error(done, "already exists and is not an empty folder")
