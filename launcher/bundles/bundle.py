@@ -10,6 +10,7 @@ from pathlib import Path
 from hpcai.errors import UsageError
 from hpcai.launcher.bundles import dsse, keys
 from hpcai.launcher.bundles.files import MAX_FILE_BYTES, list_tree, new_folder, read_regular, write_new
+from hpcai.launcher.bundles.image_status import signature_status
 from hpcai.launcher.bundles.recompute import recompute
 from hpcai.launcher.bundles.statement import run_predicate, serialise, statement
 
@@ -57,7 +58,7 @@ def _result(folder: Path, data: bytes) -> dict:
     return doc
 
 
-def collect(given: list[str], site_name: str) -> tuple[dict[str, bytes], list[dict]]:
+def collect(given: list[str], site: dict) -> tuple[dict[str, bytes], list[dict]]:
     """Bundle path -> bytes for every file, and each run's predicate. Every input is
     read and checked before anything is written."""
     files: dict[str, bytes] = {}
@@ -69,15 +70,16 @@ def collect(given: list[str], site_name: str) -> tuple[dict[str, bytes], list[di
         data = read_regular(run / "result.json", "result")
         doc = _result(run, data)
         measured_at = ((doc.get("spec") or {}).get("site") or {}).get("name")
-        if measured_at and measured_at != site_name:
-            raise UsageError(f"{run} was measured under site {measured_at!r}, not {site_name!r}",
+        if measured_at and measured_at != site["name"]:
+            raise UsageError(f"{run} was measured under site {measured_at!r}, not {site['name']!r}",
                              "a site signs only its own results: bundle with --site "
                              f"{measured_at} and that site's key")
         for name in RUN_FILES:
             if (run / name).exists() or (run / name).is_symlink():
                 files[f"{prefix}/{name}"] = read_regular(run / name, name)
         samples = files.get(f"{prefix}/samples.csv")
-        runs.append(run_predicate(prefix, doc, recompute(doc, samples)))
+        image = (doc.get("runtime") or {}).get("image")
+        runs.append(run_predicate(prefix, doc, recompute(doc, samples), signature_status(site, image)))
     if len(files) != len(set(files)):
         raise UsageError("two runs share a folder name", "bundle them separately")
     return files, runs
@@ -97,7 +99,7 @@ def make(given: list[str], out: str, site: dict, key_path: str | None, tar: bool
     tar_path = Path(f"{out_dir}.tar") if tar else None
     if tar_path and (tar_path.exists() or tar_path.is_symlink()):
         raise UsageError(f"{tar_path} already exists: not overwritten", "choose another -o")
-    files, runs = collect(given, site["name"])
+    files, runs = collect(given, site)
     predicate = {"site": site["name"], "producer": provenance.hpcai_versions(),
                  "bundled_by": provenance.host_info()["hostname"], "runs": runs}
     payload = serialise(statement(files, predicate))

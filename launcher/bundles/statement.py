@@ -32,7 +32,7 @@ def _gpu(g: dict, driver: str | None) -> dict:
             "pci_bus_id": g.get("pci_bus_id"), "driver": driver}
 
 
-def run_predicate(folder: str, doc: dict, recomputed: dict) -> dict:
+def run_predicate(folder: str, doc: dict, recomputed: dict, image_signature: str | None = None) -> dict:
     """What one run's record says about how it was produced."""
     software = doc.get("software") or {}
     driver = (software.get("gpu_library") or {}).get("driver")
@@ -48,10 +48,10 @@ def run_predicate(folder: str, doc: dict, recomputed: dict) -> dict:
         "host": doc.get("host"),
         "hpcai": {"version": software.get("hpcai"), "commit": software.get("hpcai_commit")},
         "runtime": runtime.get("kind"),
-        # Whether the SIF's signature was checked is decided when the run starts
-        # (images.verify_key) and not written into results: only its digest is known here.
+        # The run records only the SIF's digest: its signature is checked when bundled
+        # (bundles/image_status.py).
         "image": ({"sha256": image.get("sha256"), "labels": image.get("labels"),
-                   "signature": "not recorded by the run"} if image else None),
+                   "signature": image_signature or "not checked"} if image else None),
         "gpus": [_gpu(g, driver) for g in doc.get("gpus") or [] if g.get("used")],
         "driver": software.get("gpu_library"),
         "caps": {"requested_w": (power.get("cap") or {}).get("requested_w"),

@@ -274,3 +274,26 @@ def test_push_pull_and_verify_through_the_real_registry(centres, registry, tmp_p
     # A pull never writes over a folder that holds something.
     done = launch(centres, "results", "pull", ref, "-o", str(tmp_path / "pulled"), "--site", site)
     one_line_error(done, "already exists and is not an empty folder")
+
+
+def test_the_images_signature_is_checked_when_bundled(apptainer_exe, tiny_image, signing_keys, tmp_path):
+    """A real SIF signed and verified by real Apptainer with a real PEM key pair."""
+    from hpcai.launcher.bundles.image_status import signature_status
+    from hpcai.launcher.images.apptainer import Apptainer
+    from hpcai.launcher.images.store import describe
+
+    private, public = signing_keys
+    signed = tmp_path / "signed.sif"
+    shutil.copy(tiny_image, signed)
+    apptainer = Apptainer(apptainer_exe)
+    apptainer.sign(signed, private)
+    site = {"images": {"verify_key": str(public)}, "apptainer": {"executable": apptainer_exe}}
+    record = describe(signed, {})
+    assert signature_status(site, record).startswith("verified with images.verify_key")
+    assert signature_status(site, describe(tiny_image, {})).startswith("failed: tiny.sif does not verify")
+    assert signature_status({"images": {"verify_key": ""}}, record) == \
+        "not checked: the site names no images.verify_key"
+    with open(signed, "ab") as fh:
+        fh.write(b"\0")
+    assert "no longer the image the run used" in signature_status(site, record)
+    assert signature_status(site, None) is None  # the host runtime: no image
