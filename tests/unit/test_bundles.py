@@ -214,3 +214,23 @@ def test_an_unsigned_folder_is_unsigned_not_verified(alpha):
     folder = make_bundle(alpha)
     (folder / "statement.dsse.json").unlink()
     assert verify_bundle(folder, alpha["trusted"]).status == "unsigned"
+
+
+def test_bad_input_is_one_error_before_anything_is_written(alpha, tmp_path):
+    from hpcai.launcher.bundles import registry
+    from hpcai.launcher.bundles.bundle import make
+
+    unsigned_site = {"name": "alpha", "results": {"sign_key": ""}}
+    with pytest.raises(UsageError, match="site 'alpha' names no signing key"):
+        make([str(alpha["run"])], str(tmp_path / "b"), unsigned_site, None, False)
+    with pytest.raises(UsageError, match="holds neither result.json nor sweep.json"):
+        make([str(tmp_path)], str(tmp_path / "b"), alpha["site"], None, False)
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("mine")
+    with pytest.raises(UsageError, match="already exists and is not an empty folder"):
+        make([str(alpha["run"])], str(tmp_path / "full"), alpha["site"], None, False)
+    assert not (tmp_path / "b").exists() and sorted(p.name for p in (tmp_path / "full").iterdir()) == ["x"]
+    with pytest.raises(UsageError, match="is not a registry reference"):
+        registry.push(str(alpha["run"]), "registry.example.org/x:1", True, "alpha", [])
+    with pytest.raises(UsageError, match="is not a bundle"):
+        registry.push(str(alpha["run"]), "oras://registry.example.org/ns/x:1", True, "alpha", [])
