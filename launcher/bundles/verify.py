@@ -120,10 +120,11 @@ def _check_files(folder: Path, names: list[str], stmt: dict) -> None:
             raise _Fail("the signed statement has a malformed subject")
         signed[s["name"]] = s["digest"]["sha256"]
     present = set(names) - {ENVELOPE_FILE}
-    for name in sorted(set(signed) - present):
-        raise _Fail(f"{name} is signed but missing from the bundle")
-    for name in sorted(present - set(signed)):
-        raise _Fail(f"{name} is in the bundle but not in the signed statement: added after signing")
+    missing, added = sorted(set(signed) - present), sorted(present - set(signed))
+    if missing:
+        raise _Fail(f"{missing[0]} is signed but missing from the bundle")
+    if added:
+        raise _Fail(f"{added[0]} is in the bundle but not in the signed statement: added after signing")
     for name in sorted(signed):
         if sha256(read_regular(folder / name)) != signed[name]:
             raise _Fail(f"{name} is not the file that was signed (its SHA-256 differs): "
