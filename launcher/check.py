@@ -1,8 +1,10 @@
 """`hpcai-launch check RESULT...`: each result's validity checks as a table.
 
-The checks a result carries (`validity`, hpcai/measure/validity.py) are printed as
-written; a result from before validity existed is evaluated now, from its
-document alone, and says so. Exit status 1 when any result has a failed
+Validity is recomputed, never taken from the block the result carries: the
+checks of hpcai/measure/validity.py with this version's thresholds, plus the
+figures held to their own records and to samples.csv (launcher/bundles/
+recompute.py), so a hand-edited throughput fails. Where the stored verdict
+differs from the recomputed one, the line says so. Exit status 1 when any result has a failed
 check; a file that is not an hpcai result is a one-line error, before any
 table is printed.
 """
@@ -42,15 +44,34 @@ def load_result(given: str) -> tuple[Path, dict]:
     return path, doc
 
 
-def validity_of(doc: dict) -> tuple[dict, str]:
-    """The result's validity block, or one computed now; and where it came from."""
-    from hpcai.measure import validity
+def validity_of(doc: dict, samples: bytes | None = None) -> tuple[dict, str]:
+    """The validity recomputed now from doc and its samples, and how it compares
+    with the block the result carries (if any)."""
+    from hpcai.launcher.bundles.recompute import recompute
 
+    found = recompute(doc, samples)
     stored = doc.get("validity")
-    if isinstance(stored, dict) and isinstance(stored.get("checks"), list):
-        return stored, f"as recorded (by the {stored.get('evaluated_by', '?')})"
-    return (validity.evaluate(doc, "check"),
-            "computed now: the result predates validity checks (thresholds of this version)")
+    if not (isinstance(stored, dict) and isinstance(stored.get("checks"), list)):
+        return found, ("computed now: the result predates validity checks "
+                       "(thresholds of this version)")
+    said = str(stored.get("verdict", "?")).upper()
+    agrees = "agrees" if stored.get("verdict") == found["verdict"] else "DIFFERS"
+    return found, (f"recomputed with this version's thresholds; the stored verdict "
+                   f"(by the {stored.get('evaluated_by', '?')}) was {said}: {agrees}")
+
+
+def _samples(path: Path, doc: dict) -> bytes | None:
+    """The run's samples.csv beside its result (never through a link), or None."""
+    from hpcai.errors import HpcaiError
+    from hpcai.launcher.bundles.files import read_regular
+
+    name = (doc.get("sidecar") or {}).get("samples")
+    if not isinstance(name, str) or Path(name).name != name:
+        return None
+    try:
+        return read_regular(path.parent / name, "samples")
+    except HpcaiError:
+        return None
 
 
 def _value(c: dict) -> str:
@@ -77,7 +98,7 @@ def check_results(paths: list[str]) -> int:
     loaded = [load_result(p) for p in paths]  # every file, before any output
     failed_any = False
     for i, (path, doc) in enumerate(loaded):
-        found, origin = validity_of(doc)
+        found, origin = validity_of(doc, _samples(path, doc))
         verdict = found.get("verdict", "?")
         failed_any |= verdict == "fail"
         if i:

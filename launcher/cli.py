@@ -516,7 +516,7 @@ def power_restore(site, power_method, journal, force):
 
 
 @main.command()
-@click.argument("results", nargs=-1, required=True, type=click.Path(exists=True))
+@click.argument("results", nargs=-1, required=True)  # paths, bundles, oras:// references
 @click.option("--output", "-o", default="report", show_default=True,
               help="folder for report.md/.html/.json, the CSV files and plots/")
 @click.option("--node-overhead-w", type=click.FloatRange(min=0),
@@ -548,6 +548,9 @@ def report(results, output, node_overhead_w, max_slowdown, work, noisy_cv, refer
 
     RESULTS are result.json files, run folders, sweep folders or results
     folders (searched recursively); several GPUs and sites may be mixed.
+    Signed bundles (folders, .tar files, oras:// references) are verified
+    against $HPCAI_SITE's trusted keys; each run's origin and verification is
+    shown, and a failed bundle is never averaged in.
     """
     from hpcai.launcher.report import ReportOptions, build_report
 
@@ -639,6 +642,9 @@ from hpcai.launcher.selftest import selftest_command  # noqa: E402
 from hpcai.launcher.data_cli import data as _data_group  # noqa: E402
 
 main.add_command(_data_group)
+from hpcai.launcher.results_cli import results as _results_group  # noqa: E402
+
+main.add_command(_results_group)
 
 main.add_command(selftest_command(_run_guarded))
 

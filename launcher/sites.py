@@ -44,6 +44,8 @@ DEFAULTS = {
     "images": {"dir": "", "registry": "", "registry_https": True, "sign_key": "", "verify_key": "",
                "build_binds": [], "build_args": {}},
     "apptainer": {"executable": "apptainer", "options": [], "env": {}, "forward_env": []},
+    # Signed result bundles: this site's Ed25519 key; [{site, key, expires}] it trusts.
+    "results": {"sign_key": "", "trusted_keys": []},
     "scheduler": {"kind": "slurm", "partition": "", "account": "", "time": "",
                   "extra_options": []},
 }

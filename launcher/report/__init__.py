@@ -99,9 +99,12 @@ def make_report(paths: list, opts: ReportOptions) -> dict:
 
 
 def _load(paths: list, opts: ReportOptions) -> _Parts:
+    from hpcai.launcher.report import origins
     from hpcai.launcher.report.load import load_reference, load_results
 
+    paths, where = origins.resolve(paths)  # bundles pulled, unpacked and verified first
     runs, sweeps = load_results(paths, allow_empty=opts.reference)
+    origins.mark(runs, where)
     reference = load_reference(opts.reference_file) if opts.reference else None
     if opts.power_run and all(r.run_id != opts.power_run for r in runs):
         raise UsageError(f"--power-run {opts.power_run!r} is not among the results read",
@@ -132,6 +135,7 @@ def _tabulate(parts: _Parts, opts: ReportOptions) -> None:
     from hpcai.launcher.report.boundaries import boundaries_table
     from hpcai.launcher.report.clocks import clock_table
     from hpcai.launcher.report.facility import facility_table
+    from hpcai.launcher.report.origins import origins_table, sites_table
 
     cells, analyses, runs = parts.cells, parts.analyses, parts.runs
     named = parts.named
@@ -147,7 +151,8 @@ def _tabulate(parts: _Parts, opts: ReportOptions) -> None:
     named["excluded"] = tables.excluded_table(runs)
     named["sweeps"] = tables.idle_table(parts.sweeps)
     named["runs"] = tables.runs_table(runs)
-    parts.all_tables = [t for t in (
+    named["origins"], named["sites"] = origins_table(runs), sites_table(runs)
+    parts.all_tables = [t for t in (named["origins"], named["sites"],
         *named["throughput"], named["clocks"], *named["efficiency"], named["recommendations"],
         named["fixed"], named["facility"], named["boundaries"], named["statistics"],
         named["excluded"], named["sweeps"], named["runs"]) if t is not None]
@@ -234,6 +239,7 @@ def _sections(parts: _Parts) -> list[tuple[str, list]]:
             ("Roofline and hardware correlation", [*roof_notes, *roof_tables, *roof_plots,
                                                    *[f"Not drawn: {s}." for s in roof_skipped]]),
             ("Statistics", present(named["statistics"])),
+            ("Origins and verification", present(named["origins"], named["sites"])),
             ("Runs not included", present(named["excluded"])),
             ("Sweeps", present(named["sweeps"])),
             ("All runs", [named["runs"]])]

@@ -92,6 +92,10 @@ class Run:
     # failed_checks: names of the failed checks, which keep the run out of every figure.
     validity_verdict: str | None = None
     failed_checks: list[str] = field(default_factory=list)
+    # Signed bundles (report/origins.py): the site that measured the run and whether its
+    # bundle verified (verified | unsigned | failed); a failed one is never averaged.
+    origin: str | None = None
+    verification: str | None = None
 
     @property
     def usable(self) -> bool:

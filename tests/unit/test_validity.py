@@ -238,7 +238,9 @@ def test_check_prints_each_results_table_and_evaluates_older_ones_now(tmp_path, 
     assert "validity PASS" in out and "computed now: the result predates validity checks" in out
     assert check_results([str(older), str(failed_path.parent)]) == 1  # a run folder works too
     out = capsys.readouterr().out
-    assert "as recorded (by the launcher)" in out
+    # Recomputed, never taken as written; the stored verdict is named beside it.
+    assert "recomputed with this version's thresholds; the stored verdict (by the launcher) " \
+        "was FAIL: agrees" in out
     (row,) = [line for line in out.splitlines() if "temperature" in line and "GPU 1" in line
               and "FAIL" in line]
     assert "99 °C" in row and "<= 85 °C (fail above 95 °C)" in row

@@ -1,0 +1,139 @@
+"""Where each run came from and whether it verified: `report` over signed bundles
+(folders, .tar files, oras:// references) and loose results alike.
+
+resolve() pulls or unpacks bundles and verifies them against the site's trusted
+keys before anything is loaded; mark() sets each loaded run's origin (the site
+that measured it: the signer's, for a bundle) and verification (verified,
+unsigned, failed). A failed bundle's runs get a problem, so they are listed and
+never averaged. origins_table() and sites_table() are the report's section.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from hpcai.launcher.report.tables import Table, TCell
+
+UNSIGNED = "unsigned"
+
+
+@dataclass
+class Origin:
+    site: str
+    verification: str
+    reason: str
+
+
+def resolve(paths: list) -> tuple[list, dict[Path, Origin]]:
+    """The paths load_results can read (bundles pulled or unpacked), and each
+    bundled result.json's origin, by resolved path."""
+    from hpcai.launcher.bundles import registry
+    from hpcai.launcher.bundles.bundle import ENVELOPE_FILE, unpack
+    from hpcai.launcher.bundles.files import read_regular
+
+    if not any(registry.is_reference(str(p)) or str(p).endswith(".tar") or
+               _bundles_under(Path(p), ENVELOPE_FILE) for p in paths):
+        return list(paths), {}
+    from hpcai.launcher import sites
+    from hpcai.launcher.bundles.temp import scratch
+    from hpcai.launcher.bundles.trust import trusted_keys
+    from hpcai.launcher.bundles.verify import verify_bundle
+
+    site = sites.load(None)  # --site is not a report option: $HPCAI_SITE or the host's
+    trusted, https = trusted_keys(site), bool(site["images"].get("registry_https", True))
+    work = scratch("hpcai-report-bundles-")
+    plain, origins = [], {}
+    for i, given in enumerate(paths):
+        text = str(given)
+        if registry.is_reference(text):
+            folder = registry.pull(text, work / str(i), https)
+        elif text.endswith(".tar") and Path(text).is_file():
+            folder = unpack(read_regular(text, "packed bundle"), work / str(i))
+        else:
+            folder = Path(text)
+        plain.append(folder)
+        for bundle in _bundles_under(folder, ENVELOPE_FILE):
+            verdict = verify_bundle(bundle, trusted)
+            for result in bundle.rglob("result.json"):
+                origins[result.resolve()] = Origin(verdict.site or "?", verdict.status, verdict.reason)
+    return plain, origins
+
+
+def _bundles_under(path: Path, envelope: str) -> list[Path]:
+    if path.is_file() or not path.is_dir():
+        return []
+    return sorted(p.parent for p in path.rglob(envelope) if p.is_file() and not p.is_symlink())
+
+
+def mark(runs: list, origins: dict[Path, Origin]) -> None:
+    for run in runs:
+        found = origins.get(Path(run.path).resolve())
+        if found is None:
+            run.origin, run.verification = run.site, UNSIGNED
+            continue
+        run.origin, run.verification = found.site, found.verification
+        if found.verification == "failed":
+            run.problems.append(f"bundle verification failed: {found.reason}")
+
+
+def _t(text: str) -> TCell:
+    return TCell(text)
+
+
+def origins_table(runs: list) -> Table | None:
+    """One row per run: origin and verification. Only where a bundle was read or
+    results come from more than one site."""
+    if not any(r.verification not in (None, UNSIGNED) for r in runs) and \
+            len({r.origin for r in runs}) < 2:
+        return None
+    rows = [[_t(r.run_id), _t(r.workload), _t(r.origin or "?"), _t(r.verification or UNSIGNED),
+             _t("included" if r.usable else "not included")] for r in runs]
+    notes = ["Origin: the site that measured the run (a bundle's: the site whose trusted key "
+             "signed it). Verification: verified (signature, files and recomputed figures "
+             "hold), unsigned (a loose result), failed (never averaged)."]
+    return Table("origins", "Origin and verification of each run",
+                 ["Run", "Workload", "Origin", "Verification", "In figures"], rows, notes)
+
+
+def _samples(run) -> bytes | None:
+    from hpcai.errors import HpcaiError
+    from hpcai.launcher.bundles.files import read_regular
+
+    try:
+        return read_regular(run.samples_path, "samples") if run.samples_path else None
+    except HpcaiError:
+        return None
+
+
+def sites_table(runs: list) -> Table | None:
+    """Runs of one workload and cap from different sites, compared (results compare)."""
+    from hpcai.launcher.bundles.compare import compare
+    from hpcai.launcher.bundles.recompute import recompute
+
+    usable = [r for r in runs if r.usable]
+    if len({r.origin for r in usable}) < 2:
+        return None
+    docs = {}
+    for r in usable:
+        try:
+            docs[r.path] = json.loads(Path(r.path).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+    rows = []
+    for i, a in enumerate(usable):
+        for b in usable[i + 1:]:
+            if a.origin == b.origin or a.workload != b.workload or a.cap_w != b.cap_w \
+                    or a.path not in docs or b.path not in docs:
+                continue
+            da, db = docs[a.path], docs[b.path]
+            verdict = compare(da, db, recompute(da, _samples(a)), recompute(db, _samples(b)))
+            reasons = "; ".join(x["reason"] for x in verdict["reasons"]) or "–"
+            rows.append([_t(a.run_id), _t(a.origin), _t(b.run_id), _t(b.origin),
+                         _t(verdict["verdict"]), _t(reasons)])
+    if not rows:
+        return None
+    return Table("sites", "Comparability across sites",
+                 ["Run A", "Site A", "Run B", "Site B", "Verdict", "Reasons"], rows,
+                 ["As `hpcai-launch results compare A B`: settings, GPU variant, stack, cap, "
+                  "measurement boundary and validity."])
