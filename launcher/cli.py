@@ -567,7 +567,7 @@ def check(results):
     RESULTS are result.json files or run folders. Exit status 1 when any
     result failed a check (the report leaves such a result out of every
     figure); a file that is not an hpcai result is an error. The thresholds
-    are listed in the README ("Validity checks").
+    are in the documentation (docs/reference/validity-thresholds.md).
     """
     from hpcai.launcher.check import check_results
 
