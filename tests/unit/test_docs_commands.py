@@ -98,3 +98,17 @@ def test_make_run_is_the_documented_default_run(tmp_path):
     done = launch(tmp_path, env, ["resnet50", "--dry-run"])
     assert done.returncode == 0, done.stderr[-1500:]
     assert re.search(r'"preset": "short"', done.stdout), done.stdout[:800]
+
+
+def test_what_the_documented_commands_write_in_the_checkout_is_ignored_by_git():
+    written = ["results/20260101T000000-node-resnet50-short/result.json", "report/report.html",
+               "hpcai-selftest-node1.json", "build/docs-site/index.html"]
+    done = subprocess.run(["git", "check-ignore", "--no-index", *written], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert sorted(done.stdout.split()) == sorted(written), done.stdout + done.stderr
+
+
+def test_the_suite_deletes_its_temporary_folders_unless_a_test_failed(request):
+    # About 6 GB per `make test` otherwise stays under /tmp/pytest-of-$USER (3 runs' worth by default).
+    assert request.config.getini("tmp_path_retention_policy") == "failed"
+    assert int(request.config.getini("tmp_path_retention_count")) == 1
