@@ -249,7 +249,7 @@ def correlations(points: list[Point]) -> list[Correlation]:
 
 
 def _cap(cap: float | None) -> str:
-    return f"{cap:g} W" if cap is not None else "default"
+    return f"{cap:g} W" if cap is not None else "uncapped"
 
 
 def correlation_table(corrs: list[Correlation]) -> Table | None:
