@@ -46,17 +46,16 @@ class Measurer:
 
     def status(self) -> str | None:
         """The phase of the epoch just run and how far it has come, e.g.
-        "segment 3, window 12.4 s (target reached after 30 s at the earliest, 600 s at most)"."""
+        "segment 3, window 12.4 s, CI target from 30 s, limit 600 s"."""
         if self.phase is None:
             return None
         kind, *values = self.phase
         if kind in ("warm-up", "measured"):
             text = f"{kind} {values[0]}/{values[1]}"
         elif kind == "settle":
-            text = f"settling {time.time() - values[0]:.1f} s (at most {values[1]:g} s)"
+            text = f"settling {time.time() - values[0]:.1f} s, limit {values[1]:g} s"
         elif kind == "window":
-            text = (f"window {time.time() - values[0]:.1f} s (stops at the CI target after {values[1]:g} s "
-                    f"at the earliest, {values[2]:g} s at most)")
+            text = f"window {time.time() - values[0]:.1f} s, CI target from {values[1]:g} s, limit {values[2]:g} s"
         else:
             text = kind
         return f"segment {self.segment}, {text}" if self.segment is not None else text
