@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.hpcai-installed
 ARGS   ?=
 TEST_JOBS ?= 2
 
-.PHONY: setup setup-system images run test test-fast bench lint clean
+.PHONY: setup setup-system images run test test-fast bench lint clean docs
 
 setup: $(STAMP)
 
@@ -108,5 +108,10 @@ lint: setup
 	$(BIN)/python -m pip install --quiet ruff==0.17.6
 	$(BIN)/ruff check hpcai launcher workloads site tests bench examples
 
+# The documentation site into build/docs-site (`$(BIN)/mkdocs serve` to read it while editing);
+# tests/unit/test_docs_site.py builds it too, so `make test` checks it.
+docs: setup
+	$(BIN)/mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) results bench/out *.egg-info
+	rm -rf $(VENV) results bench/out *.egg-info build/docs-site

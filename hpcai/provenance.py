@@ -80,6 +80,13 @@ def usable_cpus() -> int:
     return count
 
 
+def threads_per_process(processes: int) -> int:
+    """Each of a node's worker processes gets its share of the usable cores (at least
+    one): two workers that each took every core would oversubscribe the node, and
+    a synchronous step waits for the rank the scheduler left out."""
+    return max(1, usable_cpus() // max(1, processes))
+
+
 def host_info() -> dict:
     scheduler, job_id = None, None
     for name, var in _JOB_ID_VARS:

@@ -1,5 +1,8 @@
 """`hpcai-launch check RESULT...`: each result's validity checks as a table.
 
+RESULT is what `report` reads: result files, run folders, sweep folders, Slurm job
+folders or a whole results folder (every result.json under it).
+
 Validity is recomputed, never taken from the block the result carries: the
 checks of hpcai/measure/validity.py with this version's thresholds, plus the
 figures held to their own records and to samples.csv (launcher/bundles/
@@ -21,12 +24,34 @@ COLUMNS = ("check", "subject", "value", "threshold", "verdict", "note")
 FAILED_EXIT = 1
 
 
+HINT = "give result.json files, run folders, sweep folders or a results folder written by hpcai-launch"
+
+
+def result_files(given: str) -> list[Path]:
+    """The result files `given` names, as `report` reads them: a file; a run folder's
+    result.json; else every result.json under a folder (a sweep, a Slurm job, a
+    whole results folder), in path order."""
+    path = Path(given)
+    if not path.is_dir():
+        return [path]
+    if (path / "result.json").is_file():
+        return [path / "result.json"]
+    found = sorted(path.rglob("result.json"))
+    if not found:
+        raise UsageError(f"{given} holds no result.json", HINT)
+    return found
+
+
+def load_results_of(given: str) -> list[tuple[Path, dict]]:
+    return [load_result(str(p)) for p in result_files(given)]
+
+
 def load_result(given: str) -> tuple[Path, dict]:
     """(path, document) of one result file or run folder, or a one-line UsageError."""
     path = Path(given)
     if path.is_dir():
         path = path / "result.json"
-    hint = "give result.json files (or run folders) written by hpcai-launch"
+    hint = HINT
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -95,7 +120,7 @@ def table(checks: list[dict]) -> list[str]:
 
 
 def check_results(paths: list[str]) -> int:
-    loaded = [load_result(p) for p in paths]  # every file, before any output
+    loaded = [pair for p in paths for pair in load_results_of(p)]  # every file, before any output
     failed_any = False
     for i, (path, doc) in enumerate(loaded):
         found, origin = validity_of(doc, _samples(path, doc))

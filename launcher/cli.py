@@ -567,10 +567,11 @@ def report(results, output, node_overhead_w, max_slowdown, work, noisy_cv, refer
 def check(results):
     """Each result's validity checks: value, threshold and verdict per check.
 
-    RESULTS are result.json files or run folders. Exit status 1 when any
+    RESULTS are result.json files, run folders, sweep folders or a results
+    folder (every result.json under it), as `report` reads them. Exit status 1 when any
     result failed a check (the report leaves such a result out of every
     figure); a file that is not an hpcai result is an error. The thresholds
-    are listed in the README ("Validity checks").
+    are in the documentation (docs/reference/validity-thresholds.md).
     """
     from hpcai.launcher.check import check_results
 

@@ -12,7 +12,7 @@ import os
 import sys
 
 from hpcai.errors import RuntimeNotFoundError, UsageError
-from hpcai.provenance import usable_cpus
+from hpcai.provenance import threads_per_process
 from hpcai.spec import RunSpec
 
 RUNTIMES = ("auto", "host", "apptainer")
@@ -65,7 +65,7 @@ def child_environment(vendor: str | None, gpu_indices: list[int] | None,
         workload_environment(env, vendor, ids)
     if "OMP_NUM_THREADS" not in env:
         # Otherwise torchrun forces 1 thread per process, with a banner; share the cores.
-        env["OMP_NUM_THREADS"] = str(max(1, usable_cpus() // max(1, nproc)))
+        env["OMP_NUM_THREADS"] = str(threads_per_process(nproc))
     return env
 
 

@@ -113,7 +113,8 @@ def _summarize(doc: dict, run_dir: Path) -> int:
         parts.append(f"mean power {power['mean_power_w']:.0f} W (node)")
         parts.append(f"{power['energy_per_unit_j']:.3g} J/{unit[:-1]}")
     else:
-        parts.append("power not measured")
+        # Why, in the result's own words (no RAPL access, telemetry off, ...).
+        parts.append("power not measured" + (f" ({power['reason']})" if power.get("reason") else ""))
     cap = power.get("cap") or {}
     if cap.get("requested_w") is not None and cap.get("enforced") is False:
         parts.append(f"cap {cap['requested_w']:g} W NOT enforced")

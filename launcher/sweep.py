@@ -131,7 +131,7 @@ class Slot:
     point: tuple = ()  # --vary: ((param, value), ...) (launcher/grid.py); () without
 
     def describe(self) -> str:
-        cap = "no cap" if self.cap_w is None else f"cap {self.cap_w:g} W"
+        cap = "uncapped" if self.cap_w is None else f"cap {self.cap_w:g} W"
         where = "".join(f"{name} {value}, " for name, value in self.point)
         clocks = clock_label(self.sm_clock_mhz, self.mem_clock_mhz)
         return f"{where}{cap}{', ' + clocks if clocks else ''}, repeat {self.repeat + 1}"
@@ -689,7 +689,7 @@ def _finish(summary: Summary) -> int:
     summary.write()
     print(f"sweep {summary.doc['sweep_id']}: {len(runs)} run(s)")
     for r in runs:
-        cap = "no cap" if r["cap_w"] is None else f"{r['cap_w']:g} W"
+        cap = "uncapped" if r["cap_w"] is None else f"{r['cap_w']:g} W"
         clocks = clock_label(r.get("sm_clock_mhz"), r.get("mem_clock_mhz"))
         note = " (already complete, skipped)" if r.get("skipped") else ""
         where = "".join(f"{n} {v}  " for n, v in (r.get("point") or {}).items())

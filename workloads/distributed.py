@@ -11,7 +11,7 @@ import socket
 from dataclasses import dataclass
 
 from hpcai.errors import WorkloadError
-from hpcai.provenance import cpu_model, usable_cpus
+from hpcai.provenance import cpu_model, threads_per_process, usable_cpus
 
 
 @dataclass
@@ -74,7 +74,7 @@ def init(device_request: str = "auto") -> Context:
         device = torch.device("cpu")
 
     # Share the cores out so ranks on one CPU node do not oversubscribe it.
-    threads = max(1, usable_cpus() // local_world)
+    threads = threads_per_process(local_world)
     if device_type == "cpu":
         torch.set_num_threads(threads)
 

@@ -176,8 +176,9 @@ class Run:
             used = self.spec["devices"].get("gpu_indices")
             counted = [i for i, g in enumerate(self.discovery.gpus)
                        if used is None or g.info().index in used]
-        return Measurer(self.workload, self.spec["protocol"], self.ctx, self.sampler,
-                        self.progress, on_epoch, counted)
+        self.measurer = Measurer(self.workload, self.spec["protocol"], self.ctx, self.sampler,
+                                 self.progress, on_epoch, counted)
+        return self.measurer
 
     def _adaptive_program(self, measurer):
         """A single run with --ci-target: warm-up, settle, adaptive window."""
@@ -231,6 +232,7 @@ class Run:
             if self.ctx.rank == 0:
                 log(f"segment {segment + 1}: cap {answer['cap_w']:g} W (enforced "
                     f"{answer.get('enforced_w')}), results in {spec['output_dir']}")
+            measurer.segment = segment + 1  # the epoch lines say which segment
             self.segment = {"index": segment, "spec": spec, "first_epoch": len(self.progress.epochs),
                             "started": R.now_iso(), "t0": time.time(), "answer": answer}
             if waves:  # the wave's client files go into the segment's folder
@@ -276,8 +278,11 @@ class Run:
 
     def _report_epoch(self, epoch, total: int) -> None:
         kind = "warm-up" if epoch.warmup else "measured"
-        line = (f"epoch {epoch.index + 1}/{total} ({kind}): "
-                f"{epoch.throughput:.1f} {self.workload_def.unit}/s per process")
+        # Sweeps and adaptive windows have no fixed total: say where the measurement is.
+        measurer = getattr(self, "measurer", None)
+        status = measurer.status() if measurer is not None else None
+        head = f"epoch {epoch.index + 1} ({status})" if status else f"epoch {epoch.index + 1}/{total} ({kind})"
+        line = f"{head}: {epoch.throughput:.1f} {self.workload_def.unit}/s per process"
         power = self._epoch_power(epoch)
         if power is not None:
             line += f", power {power:.0f} W"

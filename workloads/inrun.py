@@ -38,6 +38,27 @@ class Measurer:
         self.block_steps = int(protocol["steps_per_epoch"])
         # An engine's epochs are not marked by run_epoch: the program marks them.
         self.marks_epochs = bool(getattr(workload, "runs_programs", False))
+        # Where the measurement is, for the epoch lines (status()): a sweep's epochs
+        # have no fixed total, so "epoch 37/37" told nothing; the phase and its
+        # measured progress do. segment: the in-run segment (1-based), None outside.
+        self.phase: tuple | None = None
+        self.segment: int | None = None
+
+    def status(self) -> str | None:
+        """The phase of the epoch just run and how far it has come, e.g.
+        "segment 3, window 12.4 s, CI target from 30 s, limit 600 s"."""
+        if self.phase is None:
+            return None
+        kind, *values = self.phase
+        if kind in ("warm-up", "measured"):
+            text = f"{kind} {values[0]}/{values[1]}"
+        elif kind == "settle":
+            text = f"settling {time.time() - values[0]:.1f} s, limit {values[1]:g} s"
+        elif kind == "window":
+            text = f"window {time.time() - values[0]:.1f} s, CI target from {values[1]:g} s, limit {values[2]:g} s"
+        else:
+            text = kind
+        return f"segment {self.segment}, {text}" if self.segment is not None else text
 
     def _epoch(self, steps: int, warmup: bool):
         """Ask for one epoch; with an engine, read the counters at its ends here."""
@@ -62,7 +83,9 @@ class Measurer:
     def warm_up(self, steps: int | None = None):
         """The protocol's warm-up epochs, once per process (of `steps` each, else
         the protocol's steps per epoch)."""
-        for _ in range(int(self.protocol["warmup_epochs"])):
+        count = int(self.protocol["warmup_epochs"])
+        for index in range(count):
+            self.phase = ("warm-up", index + 1, count)
             yield from self._epoch(int(steps or self.protocol["steps_per_epoch"]), True)
 
     def _calibrate(self, step_times: list[float]) -> None:
@@ -103,6 +126,7 @@ class Measurer:
         start = time.time()
         epochs, found, why = 0, {"temperature_c": None, "power_frac": None}, None
         step_times: list[float] = []
+        self.phase = ("settle", start, max_s)
         while why is None:
             epoch = yield from self._epoch(self.block_steps, True)
             epochs += 1
@@ -155,6 +179,7 @@ class Measurer:
         recorded too."""
         requests = int(self.protocol["steps_per_epoch"])
         settled_at = time.time()
+        self.phase = (f"one load wave of {requests} requests",)
         epoch = yield from self._epoch(requests, False)
         return {"mode": "load wave", "ci_target": None, "stopped": "one load wave",
                 "blocks": 1, "requests": requests,
@@ -169,11 +194,13 @@ class Measurer:
         rule = adaptive.StopRule(target, float(p["min_window_s"]), int(p["min_window_samples"]),
                                  float(p["max_window_s"]))
         if target is None:
-            for _ in range(int(p["epochs"])):
+            for index in range(int(p["epochs"])):
+                self.phase = ("measured", index + 1, int(p["epochs"]))
                 yield from self._epoch(int(p["steps_per_epoch"]), False)
             return {"mode": "fixed", "ci_target": None, "stopped": "fixed"}
         blocks: list[adaptive.Block] = []
         opened = time.time()
+        self.phase = ("window", opened, rule.min_s, rule.max_s)
         why = None
         while why is None:
             epoch = yield from self._epoch(self.block_steps, False)

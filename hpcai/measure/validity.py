@@ -12,7 +12,7 @@ check). The overall verdict is the worst one. A result with a failed check is
 never averaged into a report figure.
 
 Every threshold lives in THRESHOLDS below, with why it has its value; the
-README's "Validity checks" section lists them.
+documentation renders them at build time (docs/reference/validity-thresholds.md).
 """
 from __future__ import annotations
 

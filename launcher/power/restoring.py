@@ -10,6 +10,13 @@ from hpcai.errors import HpcaiError, Interrupted, PowerError
 from hpcai.signals import deferred_signals
 
 log = logging.getLogger(__name__)
+# Whether this process put back limits it had set (a cap or a clock): the last
+# line after an interrupt says "power limits restored" only then (guarded.py).
+_restored_any = False
+
+
+def limits_restored() -> bool:
+    return _restored_any
 
 
 def describe(exc: BaseException) -> str:
@@ -37,6 +44,9 @@ class RestoringSession:
                 with deferred_signals() as received:
                     failures = self._restore_each()
                 self._received.extend(received)
+                if not failures:
+                    global _restored_any
+                    _restored_any = True
                 return failures
             except (Interrupted, KeyboardInterrupt) as exc:
                 # Arrived before the deferring handlers were in place: note it and

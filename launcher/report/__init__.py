@@ -222,7 +222,10 @@ def _sections(parts: _Parts) -> list[tuple[str, list]]:
     def present(*tables):
         return [t for t in tables if t]
 
-    return [("Best cap", present(named["recommendations"])),
+    # Nothing measured power: one sentence why, not a table of dashes (report/no_power.py).
+    from hpcai.launcher.report.no_power import best_cap_section
+
+    return [("Best cap", best_cap_section(parts.runs, named["recommendations"])),
             ("Throughput per GPU", named["throughput"]),
             ("Clock caps", present(named["clocks"])),
             ("Energy efficiency", named["efficiency"]),

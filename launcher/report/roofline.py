@@ -5,9 +5,17 @@ joule follow the device figures across devices (Pearson and Spearman).
 Device figures come from the device table (hpcai/devices/gpus.toml). A run's
 intensity is its FLOPs over its bytes moved per unit of work (both counted by
 the workload; the bytes are an upper bound of DRAM traffic, so the intensity
-is a lower bound). The seed paper's published throughput (--reference) takes
-the FLOPs and bytes of our own runs of the same workload, where there are any:
-they are the model's, not the device's.
+is a lower bound).
+
+FLOPs per unit belong to a configuration, not to a workload: the `tiny` ResNet-50
+counts a fraction of the `paper` one's, and input size, sequence length or cube
+edge change them too. So our points are grouped by workload, preset and the
+FLOPs and bytes counted (a `--vary image_size` grid is several configurations
+of one preset), never averaged across them. The seed paper's published
+throughput (--reference) takes the FLOPs and bytes of the paper's
+configuration: counted by our runs of the `paper` preset (comparable ones
+first), never by a run of another preset; without one its rows have no
+achieved TFLOP/s, and a note says why.
 """
 from __future__ import annotations
 
@@ -45,6 +53,7 @@ class Point:
 
     source: str  # "ours" | "paper"
     workload: str
+    config: str  # the preset (and the FLOPs per unit where one preset ran several sizes)
     unit: str
     label: str  # the device as the report names it
     device: devices.Device | None
@@ -87,30 +96,76 @@ def paper_precision(text: str) -> str | None:
     return None
 
 
-def collect(runs: list[Run], reference: list[RefPoint] | None) -> list[Point]:
-    groups: dict[tuple, list] = {}
-    counted: dict[str, tuple[float, float | None]] = {}
+def configurations(runs: list[Run]) -> dict[int, str]:
+    """id(run) -> the configuration its FLOPs per unit belong to: the preset, plus the
+    FLOPs per unit where one workload's preset ran at several (input size, sequence
+    length, cube edge: a --vary grid or an override)."""
+    counts: dict[tuple, set] = {}
     for r in runs:
-        if not r.usable:
+        counts.setdefault((r.workload, r.preset), set()).add(r.flops_per_unit)
+    return {id(r): r.preset if len(counts[(r.workload, r.preset)]) == 1 or not r.flops_per_unit
+            else f"{r.preset}, {r.flops_per_unit / 1e9:.5g} GFLOP/{r.work_unit.rstrip('s')}" for r in runs}
+
+
+def paper_flops(runs: list[Run]) -> dict[str, tuple[float | None, float | None, str]]:
+    """workload key -> (FLOPs, bytes per unit, where they come from) of the paper's
+    configuration: our runs of the `paper` preset, comparable ones first. Several
+    counts among them (an overridden input size) leave the FLOPs unknown."""
+    out: dict[str, tuple[float | None, float | None, str]] = {}
+    by_workload: dict[str, list[Run]] = {}
+    for r in runs:
+        if r.preset == "paper" and r.flops_per_unit:
+            by_workload.setdefault(workload_key(r.workload), []).append(r)
+    for key, rs in by_workload.items():
+        comparable = [r for r in rs if r.comparable_to_paper]
+        chosen = comparable or rs
+        counts = {(r.flops_per_unit, r.bytes_per_unit) for r in chosen}
+        if len(counts) > 1:
+            out[key] = (None, None, "our `paper` runs counted different FLOPs per unit (an overridden size)")
             continue
-        if r.flops_per_unit and workload_key(r.workload) not in counted:
-            counted[workload_key(r.workload)] = (r.flops_per_unit, r.bytes_per_unit)
-        key = ("ours", r.workload, r.unit, r.device, r.device_full, r.cap_w, r.precision)
+        flops, moved = counts.pop()
+        out[key] = (flops, moved, "a comparable `paper` run" if comparable else "a `paper` preset run")
+    return out
+
+
+def collect(runs: list[Run], reference: list[RefPoint] | None) -> list[Point]:
+    usable = [r for r in runs if r.usable]
+    config = configurations(usable)
+    groups: dict[tuple, list] = {}
+    for r in usable:
+        key = ("ours", r.workload, config[id(r)], r.unit, r.device, r.device_full, r.cap_w, r.precision)
         groups.setdefault(key, []).append(r)
     points = []
-    for (source, workload, unit, label, full, cap, precision), rs in groups.items():
+    for (source, workload, cfg, unit, label, full, cap, precision), rs in groups.items():
         joules = [x for x in (r.gpu_efficiency() for r in rs) if x is not None]
-        points.append(Point(source, workload, unit, label, devices.lookup(full), cap,
+        points.append(Point(source, workload, cfg, unit, label, devices.lookup(full), cap,
                             all(r.enforced is not False for r in rs),
                             statistics.fmean(r.per_gpu for r in rs),
                             statistics.fmean(joules) if joules else None,
                             devices.peak_precision(precision), rs[0].flops_per_unit, rs[0].bytes_per_unit))
+    counted = paper_flops(usable)
     for p in reference or []:
-        flops, moved = counted.get(workload_key(p.workload), (None, None))
-        points.append(Point("paper", p.workload, p.unit, f"{p.gpu} (paper)",
+        flops, moved, _ = counted.get(workload_key(p.workload), (None, None, ""))
+        points.append(Point("paper", p.workload, "paper", p.unit, f"{p.gpu} (paper)",
                             devices.lookup(PAPER_DEVICES.get(p.gpu, p.gpu)), p.cap_w, p.enforced,
                             p.per_gpu, None, paper_precision(p.precision), flops, moved))
     return points
+
+
+def paper_flops_notes(runs: list[Run], reference: list[RefPoint]) -> list[str]:
+    """Where the paper's rows took their FLOPs per unit from, or why they have none."""
+    counted = paper_flops([r for r in runs if r.usable])
+    notes = []
+    for workload in sorted({p.workload for p in reference}):
+        flops, _, basis = counted.get(workload_key(workload), (None, None, ""))
+        if flops:
+            notes.append(f"The paper's {workload} rows: FLOPs and bytes per unit of the paper's configuration, "
+                         f"counted by {basis} ({flops / 1e9:.5g} GFLOP per unit).")
+        else:
+            notes.append(f"The paper's {workload} rows have no achieved TFLOP/s: "
+                         + (basis or "no run of the paper's configuration (`--preset paper`) to count its FLOPs "
+                            "per unit; another preset's count is not the paper's") + ".")
+    return notes
 
 
 # ---- statistics ------------------------------------------------------------------
@@ -150,6 +205,7 @@ def spearman(xs: list[float], ys: list[float]) -> float | None:
 class Correlation:
     source: str
     workload: str
+    config: str
     cap_w: float | None
     measure: str  # "throughput per GPU" | "work per joule"
     figure: str
@@ -164,9 +220,9 @@ def correlations(points: list[Point]) -> list[Correlation]:
     by_case: dict[tuple, list[Point]] = {}
     for p in points:
         if p.device is not None:
-            by_case.setdefault((p.source, p.workload, p.cap_w), []).append(p)
+            by_case.setdefault((p.source, p.workload, p.config, p.cap_w), []).append(p)
     out = []
-    for (source, workload, cap), ps in by_case.items():
+    for (source, workload, config, cap), ps in by_case.items():
         for measure, value in (("throughput per GPU", lambda p: p.per_gpu), ("work per joule", lambda p: p.per_joule)):
             usable = [p for p in ps if value(p) is not None]
             if not usable:
@@ -180,11 +236,12 @@ def correlations(points: list[Point]) -> list[Correlation]:
                         per_model.setdefault(p.device.model, (float(x), []))[1].append(float(value(p)))
                 n = len(per_model)
                 if n < MIN_DEVICES:
-                    out.append(Correlation(source, workload, cap, measure, label, n, None, None))
+                    out.append(Correlation(source, workload, config, cap, measure, label, n, None, None))
                     continue
                 xs = [x for x, _ in per_model.values()]
                 ys = [statistics.fmean(y) for _, y in per_model.values()]
-                out.append(Correlation(source, workload, cap, measure, label, n, pearson(xs, ys), spearman(xs, ys)))
+                out.append(Correlation(source, workload, config, cap, measure, label, n,
+                                       pearson(xs, ys), spearman(xs, ys)))
     return out
 
 
@@ -192,42 +249,44 @@ def correlations(points: list[Point]) -> list[Correlation]:
 
 
 def _cap(cap: float | None) -> str:
-    return f"{cap:g} W" if cap is not None else "default"
+    return f"{cap:g} W" if cap is not None else "uncapped"
 
 
 def correlation_table(corrs: list[Correlation]) -> Table | None:
     if not corrs:
         return None
     rows = []
-    for c in sorted(corrs, key=lambda c: (c.source, c.workload, c.cap_w is None, c.cap_w or 0, c.measure)):
+    for c in sorted(corrs, key=lambda c: (c.source, c.workload, c.config, c.cap_w is None, c.cap_w or 0, c.measure)):
         if c.n < MIN_DEVICES:
             if c.figure != FIGURES[0][1]:
                 continue  # one line per case says why there are no coefficients
             text = f"fewer than {MIN_DEVICES} devices (n = {c.n}): no coefficients"
-            rows.append([TCell(c.workload), TCell(c.source), TCell(_cap(c.cap_w)), TCell(c.measure),
+            rows.append([TCell(c.workload), TCell(c.config), TCell(c.source), TCell(_cap(c.cap_w)), TCell(c.measure),
                          TCell("all"), TCell(str(c.n), c.n), TCell(text), TCell(text)])
             continue
         cells = [TCell(fmt(v, 3) if v is not None else "undefined (no spread)", v) for v in (c.pearson, c.spearman)]
-        rows.append([TCell(c.workload), TCell(c.source), TCell(_cap(c.cap_w)), TCell(c.measure),
+        rows.append([TCell(c.workload), TCell(c.config), TCell(c.source), TCell(_cap(c.cap_w)), TCell(c.measure),
                      TCell(c.figure), TCell(str(c.n), c.n), *cells])
     if not rows:
         return None
     return Table("hardware-correlation", "Hardware correlation across devices",
-                 ["Workload", "Source", "Cap", "Measure", "Device figure", "n devices", "Pearson r", "Spearman ρ"],
-                 rows, [f"Per workload and cap, across devices; coefficients need at least {MIN_DEVICES} devices.",
+                 ["Workload", "Configuration", "Source", "Cap", "Measure", "Device figure", "n devices", "Pearson r",
+                  "Spearman ρ"],
+                 rows, [f"Per workload, configuration (preset; FLOPs per unit where a preset ran several sizes) "
+                        f"and cap, across devices; coefficients need at least {MIN_DEVICES} devices.",
                         "Device figures: datasheet values from hpcai/devices/gpus.toml. Work per joule: GPU energy "
                         "only (no node overhead); the paper published no energy per run."])
 
 
 def efficiency_table(points: list[Point]) -> Table | None:
     rows = []
-    for p in sorted(points, key=lambda p: (p.source, p.workload, p.label, p.cap_w is None, p.cap_w or 0)):
+    for p in sorted(points, key=lambda p: (p.source, p.workload, p.config, p.label, p.cap_w is None, p.cap_w or 0)):
         if p.achieved_tflops is None:
             continue
         frac = p.achieved_tflops / p.peak if p.peak else None
         frac_roof = p.achieved_tflops / p.roof if p.roof else None
         cap = _cap(p.cap_w) if p.enforced is not False else f"({_cap(p.cap_w)})"
-        rows.append([TCell(p.workload), TCell(p.label), TCell(cap), TCell(p.precision or "?"),
+        rows.append([TCell(p.workload), TCell(p.config), TCell(p.label), TCell(cap), TCell(p.precision or "?"),
                      TCell(fmt(p.achieved_tflops), p.achieved_tflops), TCell(fmt(p.peak), p.peak),
                      TCell(f"{frac:.1%}" if frac is not None else "–", frac),
                      TCell(fmt(p.intensity, 3), p.intensity), TCell(fmt(p.roof), p.roof),
@@ -235,9 +294,10 @@ def efficiency_table(points: list[Point]) -> Table | None:
     if not rows:
         return None
     return Table("efficiency-vs-peak", "Efficiency relative to peak, per device and cap",
-                 ["Workload", "Device", "Cap", "Precision", "Achieved TFLOP/s per GPU", "Peak TFLOP/s",
+                 ["Workload", "Configuration", "Device", "Cap", "Precision", "Achieved TFLOP/s per GPU", "Peak TFLOP/s",
                   "Of peak", "Intensity (FLOP/B)", "Roofline bound TFLOP/s", "Of bound"],
-                 rows, ["Achieved: throughput per GPU x counted FLOPs per unit. Peak: dense datasheet figure at "
+                 rows, ["Achieved: throughput per GPU x the FLOPs per unit counted for that configuration "
+                        "(one row per preset: their FLOPs differ). Peak: dense datasheet figure at "
                         "the run's precision. Intensity: FLOPs / bytes moved per unit; the bytes are an upper "
                         "bound of DRAM traffic (no fusion, no cache reuse), so the intensity is a lower bound and "
                         "the roofline bound min(peak, intensity x bandwidth) a lower bound too.",
@@ -280,14 +340,14 @@ def roofline_plots(folder, points: list[Point]) -> tuple[list, list[str]]:
             ax.annotate(f"balance {balance:.0f} FLOP/B", (balance, peak), fontsize=7,
                         xytext=(4, -12), textcoords="offset points")
         markers = "osD^v<>p*h"
-        for i, workload in enumerate(sorted({p.workload for p in ps})):
-            mine = [p for p in ps if p.workload == workload]
+        for i, (workload, config) in enumerate(sorted({(p.workload, p.config) for p in ps})):
+            mine = [p for p in ps if (p.workload, p.config) == (workload, config)]
             for source, face in (("ours", None), ("paper", "none")):  # the paper's points hollow
                 these = [p for p in mine if p.source == source]
                 if these:
                     drawn = ax.scatter([p.intensity for p in these], [p.achieved_tflops for p in these],
                                        marker=markers[i % len(markers)], zorder=3, color=f"C{i}",
-                                       label=workload + (" (paper)" if source == "paper" else ""))
+                                       label=f"{workload}, {config}" if source == "ours" else f"{workload}, seed paper")
                     if face:
                         drawn.set_facecolor(face)
                         drawn.set_edgecolor(f"C{i}")
@@ -318,5 +378,6 @@ def section(folder, runs: list[Run], reference: list[RefPoint] | None) -> tuple[
         notes.append("Not in the device table (no roofline or correlation): " + ", ".join(unknown) + ".")
     if reference:
         notes.append(PAPER_DEVICES_NOTE)
+        notes += paper_flops_notes(runs, reference)
     plots, skipped = roofline_plots(folder, points) if points else ([], [])
     return tables, plots, skipped, notes

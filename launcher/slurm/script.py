@@ -46,7 +46,7 @@ def how_runs_run(job: Job) -> str:
 def render(job: Job, python: str = sys.executable) -> str:
     runs = job.runs
     caps = sorted({r.cap_w for r in runs}, key=lambda c: (c is None, c or 0))
-    caps_text = ", ".join("no cap" if c is None else f"{c:g} W" for c in caps)
+    caps_text = ", ".join("uncapped" if c is None else f"{c:g} W" for c in caps)
     hpcai_cmd = shlex.join([python, *PYTHON_MODULE])
     lines = ["#!/bin/bash"]
     lines += [f"#SBATCH {opt}" for opt in sbatch_options(job)]

@@ -56,3 +56,29 @@ def test_in_run_epochs_record_the_data_wait_as_a_single_run_does():
     assert _data_of(progress) == [(0.75, 3000)] * 3  # was (None, None): the counters skipped
     assert all(e.compute_s is not None for e in progress.epochs)
     assert seen == [(0, 1), (1, 2), (2, 3)] and progress.first_loss == 1.0
+
+
+def test_the_epoch_lines_of_a_sweep_say_where_the_measurement_is():
+    """In-run epochs have no fixed total (the callback's was the epoch's own number:
+    "epoch 3/3"): the measurer's status gives the phase and its measured progress."""
+    progress, seen = Progress(), []
+    segments = resolve_protocol(PROTOCOL, "tiny", in_run=True)
+    measurer = inrun.Measurer(ReadsData(), segments, distributed.single("cpu"), None, progress,
+                              on_epoch=lambda epoch, total: seen.append(measurer.status()))
+
+    def program():
+        yield from measurer.warm_up()
+        measurer.segment = 2
+        yield from measurer.settle()  # no telemetry: one epoch, then it stops
+        yield from measurer.measure()
+    measurer.drive(program())
+    assert seen[0] == "warm-up 1/1"
+    assert seen[1].startswith("segment 2, settling ") and seen[1].endswith(f", limit {segments['settle_max_s']:g} s")
+    window = seen[2:]
+    assert window and all(s.startswith("segment 2, ") for s in window)
+    if segments.get("ci_target") is None:
+        assert window == [f"segment 2, measured {i}/{len(window)}" for i in range(1, len(window) + 1)]
+    else:
+        assert all(s.startswith("segment 2, window ") for s in window), window
+        elapsed = [float(s.split("window ")[1].split(" s")[0]) for s in window]
+        assert elapsed == sorted(elapsed)  # measured progress: it only grows

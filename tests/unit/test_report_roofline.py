@@ -43,9 +43,9 @@ def test_the_papers_resnet50_at_700w_against_bandwidth_is_numpys_pearson():
 def test_fewer_than_three_devices_say_so_instead_of_coefficients():
     points = roofline.collect([], [p for p in load_reference() if p.gpu != "MI300X"])
     table = roofline.correlation_table(roofline.correlations(points))
-    rows = [[c.text for c in r] for r in table.rows if r[0].text == "resnet50" and r[2].text == "700 W"]
-    assert len(rows) == 1 and rows[0][5] == "2"
-    assert "fewer than 3 devices (n = 2): no coefficients" in rows[0][6]
+    rows = [[c.text for c in r] for r in table.rows if r[0].text == "resnet50" and r[3].text == "700 W"]
+    assert len(rows) == 1 and rows[0][6] == "2" and rows[0][1] == "paper"
+    assert "fewer than 3 devices (n = 2): no coefficients" in rows[0][7]
     assert all(c.pearson is None for c in roofline.correlations(points))
 
 
@@ -65,9 +65,9 @@ def test_the_report_has_roofline_and_correlation_sections(tmp_path, result_schem
     make_report([results], ReportOptions(output=tmp_path / "report", reference=True))
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     corr = report["tables"]["hardware-correlation"]["rows"]
-    ours = [r for r in corr if r[:4] == ["resnet50", "ours", "700 W", "work per joule"]]
-    assert {r[4] for r in ours} >= {"memory bandwidth (TB/s)", "TDP (W)"} and all(r[5] == "3" for r in ours)
-    eff = {(r[1], r[2]): r for r in report["tables"]["efficiency-vs-peak"]["rows"] if r[0] == "resnet50"}
+    ours = [r for r in corr if r[:5] == ["resnet50", "paper", "ours", "700 W", "work per joule"]]
+    assert {r[5] for r in ours} >= {"memory bandwidth (TB/s)", "TDP (W)"} and all(r[6] == "3" for r in ours)
+    eff = {(r[2], r[3]): r[1:] for r in report["tables"]["efficiency-vs-peak"]["rows"] if r[0] == "resnet50"}
     # H100 SXM, tf32: 1400 img/s x 24.5 GFLOP = 34.3 TFLOP/s of 494.5 -> 6.9 %
     h100 = eff[("H100", "700 W")]
     assert h100[4] == "34.3" and h100[5] == "494.5" and h100[6] == "6.9%"

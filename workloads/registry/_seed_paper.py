@@ -19,4 +19,4 @@ _CUDNN = ("torch.backends.cudnn.benchmark never set in computer_vision/main_resn
           "main_vit.py or main_ldm.py, so False")
 _SEARCH = "workloads/batch_search.py"
 
-_FAST_SOURCE = "ours: hpcai's best honest configuration (README, Presets)"
+_FAST_SOURCE = "ours: hpcai's best honest configuration (docs/concepts/presets.md)"

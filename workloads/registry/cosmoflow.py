@@ -89,7 +89,7 @@ WORKLOAD = Workload(
                     "channels_last": True, "compile": True, "cudnn_benchmark": True,
                     "fused_optimizer": True},
             protocol={"warmup_epochs": 1, "epochs": 10, "steps_per_epoch": 50},
-            kind="fast", sources={"all": "ours: hpcai's best honest configuration (README, Presets)"},
+            kind="fast", sources={"all": "ours: hpcai's best honest configuration (docs/concepts/presets.md)"},
         ),
         "short": Preset(
             "short",

@@ -1,0 +1,31 @@
+"""tools/docs_screenshots.py makes the documentation's report screenshot with the
+tests' own headless Chromium from a report it builds; the committed image is one
+it made (same size) and the docs show it."""
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert path, "chromium is not installed: run `make setup-system` (Debian's chromium package)"
+    return path
+
+
+def test_the_script_writes_a_screenshot_of_a_report_it_built(chromium, tmp_path):
+    import matplotlib.image
+
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "docs_screenshots.py"), "-o", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    made = matplotlib.image.imread(tmp_path / "report.png")
+    committed = matplotlib.image.imread(ROOT / "docs" / "img" / "report.png")
+    assert made.shape == committed.shape == (1200, 1400, made.shape[2])
+    # Text, table borders and cell colours: far from one flat colour.
+    assert made[..., :3].std() > 0.05
+    assert "img/report.png" in (ROOT / "docs" / "how-to" / "report.md").read_text()
