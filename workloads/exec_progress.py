@@ -83,6 +83,18 @@ def epochs_from_readings(readings: list[Reading], started: float,
 
 
 # ---- the API's events (hpcai/measure/api.py writes them, one JSON object a line) ----
+def unit_from_events(lines: list[str]) -> str | None:
+    """The unit the program named (hpcai.measure.window(unit=...)), if any."""
+    for line in lines:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and event.get("unit"):
+            return str(event["unit"])
+    return None
+
+
 def epochs_from_events(lines: list[str]) -> tuple[list[Epoch], dict]:
     """Closed windows as epochs (warm-up ones flagged), and per window name the
     totals {name: {"windows", "units", "seconds"}}. A torn last line is ignored."""

@@ -25,7 +25,8 @@ from hpcai.workloads.registry.exec import SOLUTIONS, ExecParams
 EVENTS_ENV = "HPCAI_MEASURE_EVENTS"  # hpcai/measure/api.py reports here under exec
 RUN_DIR_ENV = "HPCAI_RUN_DIR"  # the run's folder, for a command's scratch files
 EVENTS_FILE = "measure-events.jsonl"
-STOP_GRACE_S = 20.0  # the launcher allows its workload 30 s after a forwarded signal
+STOP_GRACE_S = 20.0
+API_UNITS = "units"  # what hpcai.measure.step() counts unless the run or the program names it  # the launcher allows its workload 30 s after a forwarded signal
 
 
 def resolve_command(command) -> list[str]:
@@ -79,7 +80,8 @@ class ExecWorkload(EngineWorkload):
         self.params = ExecParams.from_spec(spec)
         self.command = resolve_command(self.params.command)
         self.mode = count_mode(self.params)
-        self.run_unit = self.unit = self.params.units or SOLUTIONS
+        self.run_unit = self.unit = self.params.units or (
+            API_UNITS if self.mode == "api" else SOLUTIONS)
         self.pattern = (exec_progress.compile_regex(self.params.progress_regex)
                         if self.mode == "regex" else None)
         self.run_dir = Path(spec["output_dir"])
@@ -92,6 +94,8 @@ class ExecWorkload(EngineWorkload):
 
     # ---- the engine ---------------------------------------------------------
     def run(self, protocol: dict, progress, on_epoch=None, program=None) -> None:
+        if self.params.attach_pid is not None:
+            return self._attached(progress, on_epoch)
         if not self.command:
             raise WorkloadError("no command to run", "give one after `--`: hpcai-launch exec -- CMD")
         env = dict(os.environ)
@@ -121,6 +125,42 @@ class ExecWorkload(EngineWorkload):
         if not any(not e.warmup for e in epochs):
             raise WorkloadError(self._nothing_measured(), self._nothing_measured_fix())
 
+    def _attached(self, progress, on_epoch) -> None:
+        """hpcai.measure run alone: the program is already running (its pid); say
+        we sample (the ready file holds the run folder), then wait for its end event."""
+        from hpcai.workloads import measure_alone
+
+        self.events = Path(self.params.events)
+        measure_alone.say_ready(self.run_dir)
+        ended = measure_alone.wait_for_end(self.params.attach_pid, self.events)
+        try:
+            lines = self.events.read_text().splitlines()
+        except OSError:
+            lines = []
+        epochs, self.windows = exec_progress.epochs_from_events(lines)
+        self._program_unit(lines)
+        self.exit_code = 0 if ended else None
+        try:  # the handshake's events file, kept with the run it made
+            os.replace(self.events, self.run_dir / EVENTS_FILE)
+        except OSError:
+            pass
+        for epoch in epochs:
+            progress.epochs.append(epoch)
+            if on_epoch is not None:
+                on_epoch(epoch, len(epochs))
+        if not ended:
+            raise WorkloadError(f"the program (pid {self.params.attach_pid}) ended without "
+                                "ending its measurement (killed, or os._exit)",
+                                "its windows so far are in the result; let it exit normally or "
+                                "call hpcai.measure.finish()")
+        if not any(not e.warmup for e in epochs):
+            raise WorkloadError(self._nothing_measured(), self._nothing_measured_fix())
+
+    def _program_unit(self, lines: list[str]) -> None:
+        named = exec_progress.unit_from_events(lines)
+        if named and not self.params.units and _unit_name_ok(named):
+            self.run_unit = self.unit = named
+
     def _line(self, line: str, at: float) -> None:
         self.lines_seen += 1
         if self.pattern is not None:
@@ -138,6 +178,7 @@ class ExecWorkload(EngineWorkload):
             except OSError:
                 lines = []
             epochs, self.windows = exec_progress.epochs_from_events(lines)
+            self._program_unit(lines)
             return epochs
         return [Epoch(0, False, 1, 1, started, ended, ended - started, None)]
 
@@ -177,6 +218,13 @@ class ExecWorkload(EngineWorkload):
         metrics["time_to_solution_s"] = seconds or None
         metrics["energy_to_solution_j"] = energy
         metrics["edp_js"] = energy * seconds if energy is not None and seconds else None
+
+
+def _unit_name_ok(name: str) -> bool:
+    """A word (the result schema's pattern for a unit): tokens, cells, samples."""
+    import re
+
+    return re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]{0,31}", name) is not None
 
 
 def build(spec: dict, ctx) -> ExecWorkload:

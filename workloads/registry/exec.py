@@ -37,6 +37,10 @@ class ExecParams(WorkloadParams):
     api: bool = param(False, flag="--api", type="flag",
                       help="the program reports windows and units through hpcai.measure "
                            "(import hpcai.measure; with hpcai.measure.window(...): ...)")
+    # A program measuring itself (hpcai.measure run alone): its pid and events file;
+    # python -m hpcai.workloads.measure_alone sets these, never the command line.
+    attach_pid: int | None = None
+    events: str | None = None
 
 
 _TIME_TO_SOLUTION = {"warmup_epochs": 0, "epochs": 1, "steps_per_epoch": 1}
