@@ -25,8 +25,8 @@ from hpcai.workloads.registry.exec import SOLUTIONS, ExecParams
 EVENTS_ENV = "HPCAI_MEASURE_EVENTS"  # hpcai/measure/api.py reports here under exec
 RUN_DIR_ENV = "HPCAI_RUN_DIR"  # the run's folder, for a command's scratch files
 EVENTS_FILE = "measure-events.jsonl"
-STOP_GRACE_S = 20.0
-API_UNITS = "units"  # what hpcai.measure.step() counts unless the run or the program names it  # the launcher allows its workload 30 s after a forwarded signal
+STOP_GRACE_S = 20.0  # the launcher allows its workload 30 s after a forwarded signal
+API_UNITS = "units"  # what hpcai.measure.step() counts unless the run or the program names it
 
 
 def resolve_command(command) -> list[str]:
