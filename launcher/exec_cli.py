@@ -26,6 +26,9 @@ def exec_command(workload, decorators: list, run_workload) -> click.Command:
     def command(command_words, **values):
         values = dict(values)
         values.update(_guarded_params(workload, command_words, values))
+        if values.get("runtime") == "auto" and not values.get("image"):
+            # The user's command is on this host; hpcai's images do not carry it.
+            values["runtime"] = "host"
         return run_workload(workload, values)
 
     command = click.argument("command_words", nargs=-1, type=click.UNPROCESSED,
