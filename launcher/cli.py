@@ -143,6 +143,8 @@ def main():
                                               an in-run sweep as one job step
       hpcai-launch jobs                       submitted jobs and their state
       hpcai-launch selftest                   does hpcai measure this node correctly?
+      hpcai-launch exec --cap 300 -- python solve.py   any command: time and energy
+                                              to solution (docs/how-to/your-application.md)
     """
 
 
@@ -647,8 +649,10 @@ main.add_command(_data_group)
 
 main.add_command(selftest_command(_run_guarded))
 from hpcai.launcher.exec_cli import exec_command  # noqa: E402 (issue 30: any command)
+from hpcai.workloads.catalog import COMMAND_WORKLOADS  # noqa: E402
 
-main.add_command(exec_command(WORKLOADS["exec"], _workload_decorators(WORKLOADS["exec"]), _run_workload))
+main.add_command(exec_command(COMMAND_WORKLOADS["exec"], _workload_decorators(COMMAND_WORKLOADS["exec"]),
+                              _run_workload))
 
 
 if __name__ == "__main__":

@@ -79,4 +79,5 @@ WORKLOAD = Workload(
     cpu_default_preset="command",
     gpu_default_preset="command",
     order=900,
+    kind="command",
 )
