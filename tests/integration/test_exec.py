@@ -107,3 +107,30 @@ def test_a_cap_sweep_runs_one_process_per_cap(fake_nvidia_node, result_schema):
         assert_valid_result(result, result_schema)
         assert result["status"] == "complete" and result["work"]["measured_units"] == 1
     assert node.limits() == [700.0, 700.0]
+
+
+def test_sigterm_stops_the_command_and_its_children_and_restores_the_cap(
+        fake_nvidia_node, tmp_path, result_schema):
+    import signal
+    import time
+
+    from conftest import pid_alive
+
+    node = fake_nvidia_node
+    pids = tmp_path / "pids"
+    proc = node.popen("exec", "--cap", "300", "-o", str(node.results), "--",
+                      sys.executable, str(DATA / "sleeper.py"), str(pids))
+    deadline = time.time() + 600
+    while not pids.exists():
+        assert proc.poll() is None and time.time() < deadline, proc.stdout.read()
+        time.sleep(0.1)
+    program, child = map(int, pids.read_text().split())
+    assert node.limits() == [300.0, 300.0]
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 128 + signal.SIGTERM
+    result = node.only_result()
+    assert_valid_result(result, result_schema)
+    assert result["status"] == "interrupted" and "SIGTERM" in result["error"]["message"]
+    # The command's whole process group is gone, and the cap came back.
+    assert not pid_alive(program) and not pid_alive(child)
+    assert node.limits() == [700.0, 700.0] and node.journal_files() == []
