@@ -43,6 +43,7 @@ def pretrain_command(root):
             "--eval.final_validation", "false", "--logger_name", "csv"]
 
 
+@pytest.mark.timeout(3600)  # LitGPT's start-up alone takes minutes on a loaded machine
 def test_litgpt_pretrain_cli_under_a_cap_with_throughput_from_its_log_lines(
         fake_nvidia_node, tmp_path, result_schema):
     node = fake_nvidia_node
