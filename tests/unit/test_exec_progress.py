@@ -96,3 +96,13 @@ def test_the_command_line_is_checked_before_anything_runs(tmp_path, monkeypatch)
         exec_params(EXEC, ["true"], {"units": "tok/s", "api": True})
     # In an image the program is the image's: not looked for on this host.
     assert exec_params(EXEC, ["/opt/app/solve"], {"image": "app.sif"})["command"] == ["/opt/app/solve"]
+
+
+def test_the_report_has_a_default_amount_of_work_for_execs_units():
+    """Energy x time for a fixed amount of work: one solution for time to solution,
+    a million of a run's own --units; the benchmarks' amounts unchanged."""
+    from hpcai.launcher.report.efficiency import default_work
+
+    assert default_work("solutions/s") == 1.0
+    assert default_work("iters/s") == 1e6
+    assert default_work("tokens/s") == 1e9 and default_work("images/s") == 1e6
