@@ -449,12 +449,12 @@ class Run:
         }
         if self.measurement is not None and spec is self.spec:
             doc["measurement"] = self.measurement
-        # Check by check, from the document alone; the launcher evaluates it again
-        # once its own block (enforced limits, idle baseline) is in.
         # A workload that adds figures made of the document's own (exec: energy to solution).
         finish = getattr(self.workload, "finish_document", None)
         if finish is not None:
             finish(doc)
+        # Check by check, from the document alone; the launcher evaluates it again
+        # once its own block (enforced limits, idle baseline) is in.
         doc["validity"] = validity.evaluate(doc, "workload")
         return doc
 
