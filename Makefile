@@ -76,6 +76,12 @@ setup-system:
 	  else \
 	    echo "make: ipmi_sim or ipmi-sensors is missing: install Debian's openipmi and freeipmi-tools packages as root; the BMC (IPMI) node power tests need them" >&2; exit 1; \
 	  fi; }
+	@command -v hpcc >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends hpcc; \
+	  else \
+	    echo "make: hpcc is missing: install Debian's hpcc package as root (apt-get install hpcc); the exec mini-app test (exec --preset hpcc) needs it" >&2; exit 1; \
+	  fi; }
 	@# The tests start their own registry, munged and Slurm daemons: none at boot.
 	@tools/disable-test-services.sh
 

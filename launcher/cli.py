@@ -143,6 +143,8 @@ def main():
                                               an in-run sweep as one job step
       hpcai-launch jobs                       submitted jobs and their state
       hpcai-launch selftest                   does hpcai measure this node correctly?
+      hpcai-launch exec --cap 300 -- python solve.py   any command: time and energy
+                                              to solution (docs/how-to/your-application.md)
     """
 
 
@@ -427,15 +429,20 @@ def _run_workload(workload, values: dict):
     return _run_guarded(launch, opts)
 
 
+def _workload_decorators(workload) -> list:
+    """Every option of `hpcai-launch WORKLOAD` (`exec` builds on them too)."""
+    return [*_choice_options(workload), *_sweep_options(workload), *_window_and_power_options(),
+            *_run_options(), *_slurm_decorators(),
+            *(_workload_option(o) for o in workload.options), *data_options(workload)]
+
+
 def _workload_command(workload):
     """`hpcai-launch WORKLOAD`: the generic options, then the workload's own (from
     its params fields) and its --data options."""
     def command(**values):
         return _run_workload(workload, values)
 
-    decorators = [*_choice_options(workload), *_sweep_options(workload), *_window_and_power_options(),
-                  *_run_options(), *_slurm_decorators(),
-                  *(_workload_option(o) for o in workload.options), *data_options(workload)]
+    decorators = _workload_decorators(workload)
     for decorate in reversed(decorators):
         command = decorate(command)
     help_text = (f"{workload.summary}.\n\nPresets: " + ", ".join(
@@ -648,6 +655,11 @@ from hpcai.launcher.results_cli import results as _results_group  # noqa: E402
 main.add_command(_results_group)
 
 main.add_command(selftest_command(_run_guarded))
+from hpcai.launcher.exec_cli import exec_command  # noqa: E402 (issue 30: any command)
+from hpcai.workloads.catalog import COMMAND_WORKLOADS  # noqa: E402
+
+main.add_command(exec_command(COMMAND_WORKLOADS["exec"], _workload_decorators(COMMAND_WORKLOADS["exec"]),
+                              _run_workload))
 
 
 if __name__ == "__main__":

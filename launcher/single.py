@@ -135,6 +135,13 @@ def summary_notes(doc: dict) -> list[str]:
     notes = []
     from hpcai.measure.validity import describe, failed_checks
 
+    solved = ((doc.get("workload_metrics") or {}).get("exec") or {})
+    if solved.get("time_to_solution_s") is not None:
+        energy, edp = solved.get("energy_to_solution_j"), solved.get("edp_js")
+        notes.append(f"time to solution {solved['time_to_solution_s']:.3g} s" + (
+            f", energy to solution {energy:.4g} J, EDP {edp:.4g} J*s" if energy is not None
+            else " (energy not measured)"))
+
     failed = failed_checks(doc.get("validity"))
     if failed:
         notes.append(f"validity check(s) failed: {'; '.join(describe(c) for c in failed)}; the "

@@ -110,6 +110,10 @@ def _registry_workloads() -> list[Workload]:
 
 
 WORKLOADS: dict[str, Workload] = discover()
+# The workloads that are no benchmark (workloads/registry/exec.py): out of WORKLOADS,
+# so `list`, the images, the selftest and the per-workload commands leave them alone.
+COMMAND_WORKLOADS: dict[str, Workload] = {
+    name: WORKLOADS.pop(name) for name in [n for n, w in WORKLOADS.items() if w.kind == "command"]}
 
 
 def __getattr__(name: str):
@@ -133,7 +137,7 @@ def batch_search_start(spec: dict) -> int:
 
 def get_workload(name: str) -> Workload:
     try:
-        return WORKLOADS[name]
+        return WORKLOADS[name] if name in WORKLOADS else COMMAND_WORKLOADS[name]
     except KeyError:
         known = ", ".join(sorted(WORKLOADS))
         raise UsageError(

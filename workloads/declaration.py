@@ -179,6 +179,10 @@ class Workload:
     vary_params: tuple[str, ...] = ()
     # `--vary model=...`: named sizes, each a set of params (presets are accepted too).
     model_ladder: dict = field(default_factory=dict)
+    # "benchmark": listed, built into the images, checked by the selftest; "command":
+    # no benchmark of its own (exec runs the user's command), reached by its own
+    # command and by name (catalog.get_workload), listed nowhere else.
+    kind: str = "benchmark"
 
     def __post_init__(self):
         """Presets and named sizes set only fields of the params class."""

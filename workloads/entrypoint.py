@@ -282,7 +282,7 @@ class Run:
         measurer = getattr(self, "measurer", None)
         status = measurer.status() if measurer is not None else None
         head = f"epoch {epoch.index + 1} ({status})" if status else f"epoch {epoch.index + 1}/{total} ({kind})"
-        line = f"{head}: {epoch.throughput:.1f} {self.workload_def.unit}/s per process"
+        line = f"{head}: {epoch.throughput:.1f} {self._unit()}/s per process"
         power = self._epoch_power(epoch)
         if power is not None:
             line += f", power {power:.0f} W"
@@ -438,7 +438,7 @@ class Run:
                        "throughput": t, "peak_memory": r.get("peak_memory")}
                       for r, t in zip(ranks, throughput["per_rank"])],
             "throughput": self._throughput_record(throughput, config, len(ranks)),
-            "work": {"unit": self.workload_def.unit, "measured_units": units,
+            "work": {"unit": self._unit(), "measured_units": units,
                      "measured_seconds": throughput["measured_seconds"],
                      "first_loss": leader.get("first_loss"),
                      "last_loss": epochs[-1]["loss"] if epochs else None},
@@ -454,10 +454,18 @@ class Run:
         }
         if self.measurement is not None and spec is self.spec:
             doc["measurement"] = self.measurement
+        # A workload that adds figures made of the document's own (exec: energy to solution).
+        finish = getattr(self.workload, "finish_document", None)
+        if finish is not None:
+            finish(doc)
         # Check by check, from the document alone; the launcher evaluates it again
         # once its own block (enforced limits, idle baseline) is in.
         doc["validity"] = validity.evaluate(doc, "workload")
         return doc
+
+    def _unit(self) -> str:
+        """The unit of work: the workload's declared one, unless the run names its own (exec --units)."""
+        return getattr(self.workload, "run_unit", None) or self.workload_def.unit
 
     def _config(self) -> dict:
         """The workload's own description, with how this process ran it."""
@@ -502,7 +510,7 @@ class Run:
         if per_gpu is not None:
             per_gpu /= devices_per_process
         return {
-            "unit": f"{self.workload_def.unit}/s",
+            "unit": f"{self._unit()}/s",
             "node": throughput["node"],
             "per_gpu": per_gpu,
             # What the node figure covers: per GPU = node / this many.

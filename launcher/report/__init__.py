@@ -126,6 +126,10 @@ def _analyse(parts: _Parts, opts: ReportOptions) -> None:
     parts.cells = aggregate(parts.runs, opts.node_overhead_w, opts.noisy_cv, opts.combine_runs)
     parts.analyses = analyse(parts.cells, opts.max_slowdown)
     parts.work = {unit: opts.work or amount for unit, amount in DEFAULT_WORK.items()}
+    from hpcai.launcher.report.efficiency import default_work
+
+    for cell in parts.cells:  # exec's units (solutions, --units): their own default
+        parts.work.setdefault(cell.group.unit, opts.work or default_work(cell.group.unit))
     parts.overhead = overhead_note(parts.runs, opts.node_overhead_w)
     parts.objective_note = apply_objective(parts.analyses, opts.objective, opts.max_slowdown)
 

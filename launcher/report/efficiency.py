@@ -14,6 +14,14 @@ from dataclasses import dataclass, field
 from hpcai.launcher.report.stats import Cell, Group, cap_sort_key
 
 DEFAULT_WORK = {"images/s": 1e6, "samples/s": 1e6, "tokens/s": 1e9}
+# Units no benchmark declares (hpcai-launch exec): one solution (energy and time to
+# solution), or a million of the run's own --units.
+EXEC_WORK = {"solutions/s": 1.0}
+OTHER_WORK = 1e6
+
+
+def default_work(unit: str) -> float:
+    return DEFAULT_WORK.get(unit) or EXEC_WORK.get(unit) or OTHER_WORK
 
 
 @dataclass

@@ -76,7 +76,8 @@ def test_a_documented_command_runs_on_a_simulated_gpu_node(node, where, command)
     args = launcher_args(command)
     workload_run = args[0] not in NOT_WORKLOADS
     if workload_run and "--dry-run" not in args:
-        args.append("--dry-run")
+        # Before `--`: what follows it is `exec`'s command, not the launcher's options.
+        args.insert(args.index("--") if "--" in args else len(args), "--dry-run")
     done = launch(base, env, args)
     assert done.returncode == 0, f"{where}: `{command}` exited {done.returncode}: {done.stderr[-1500:]}"
     if workload_run:
