@@ -168,10 +168,10 @@ def open_campaign(folder: str | Path) -> Campaign:
     return Campaign(folder, doc)
 
 
-def create_or_resume(folder: str | Path, fresh: dict) -> tuple[Campaign, bool]:
-    """The campaign at folder: new (written from `fresh`), or the one there when it
-    measures the same thing (resumed). Another workload, preset or cap list there
-    is a one-line error, before anything runs."""
+def check_resumable(folder: str | Path, fresh: dict) -> Campaign | None:
+    """The campaign at folder if it measures the same thing (to resume), None where
+    there is none yet; another workload, preset or cap list there is a one-line
+    error, before anything runs."""
     folder = Path(folder)
     if (folder / "campaign.json").exists() or (folder / "campaign.json").is_symlink():
         campaign = open_campaign(folder)
@@ -182,10 +182,21 @@ def create_or_resume(folder: str | Path, fresh: dict) -> tuple[Campaign, bool]:
                     f"campaign {folder} measures {key.replace('_w', '')} {_shown(theirs)}, "
                     f"not {_shown(fresh[key])}",
                     f"resume it with {flag} {_shown(theirs, flag)}, or give a new -o folder")
-        return campaign, True
+        return campaign
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        raise UsageError(f"{folder} is not a folder", "give a new -o folder")
     if folder.exists() and any(folder.iterdir()):
         raise UsageError(f"{folder} exists and is not a fleet campaign",
                          "give an empty or new -o folder")
+    return None
+
+
+def create_or_resume(folder: str | Path, fresh: dict) -> tuple[Campaign, bool]:
+    """The campaign at folder, resumed (True) or new, written from `fresh`."""
+    folder = Path(folder)
+    existing = check_resumable(folder, fresh)
+    if existing is not None:
+        return existing, True
     safe_dir(folder, "campaign folder")
     write_json(folder / "campaign.json", fresh)
     return Campaign(folder, fresh), False

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from hpcai.errors import CapOutOfRangeError, DeviceError, UsageError
 from hpcai.launcher.fleet.campaign import (FINAL_STATES, Campaign, Unit, campaign_doc,
-                                           create_or_resume, node_name, now_iso, read_json,
+                                           check_resumable, create_or_resume, node_name, now_iso, read_json,
                                            safe_dir)
 
 HPCAI = [sys.executable, "-m", "hpcai.launcher.cli"]
@@ -80,12 +80,13 @@ def check_caps(gpus: list, caps: list) -> None:
 
 
 def run_local(req: FleetRequest) -> int:
+    fresh = campaign_doc(req.workload, req.preset, req.caps, "local", req.command)
+    check_resumable(req.output, fresh)
     gpus = _visible_gpus()
     if not gpus:
         raise DeviceError("no GPU visible on this node",
                           "fleet run --local measures this node's GPUs: run it on a GPU node")
     check_caps(gpus, req.caps)
-    fresh = campaign_doc(req.workload, req.preset, req.caps, "local", req.command)
     campaign, resumed = create_or_resume(req.output, fresh)
     return measure_node(campaign, req, gpus, resumed)
 
