@@ -78,7 +78,8 @@ def safe_dir(path: Path, what: str) -> Path:
 
 
 def node_name(name: str | None = None) -> str:
-    name = (name or socket.gethostname()).split(".")[0]
+    """This node's name: Slurm's (SLURMD_NODENAME) inside a job, else the hostname."""
+    name = (name or os.environ.get("SLURMD_NODENAME") or socket.gethostname()).split(".")[0]
     if not _SAFE_NODE.match(name):
         raise ConfigError(f"node name {name!r} cannot name a folder",
                           "set a plain hostname on this node")
@@ -146,10 +147,12 @@ class Unit:
 
 
 def campaign_doc(workload: str, preset: str | None, caps: list[float], mode: str,
-                 command: list[str]) -> dict:
+                 command: list[str], run: dict | None = None) -> dict:
+    """`run`: how each GPU is measured (passed-on options, selftest), for the nodes
+    of a Slurm campaign, which read it here."""
     return {"kind": CAMPAIGN_KIND, "format": FORMAT, "workload": workload, "preset": preset,
             "caps_w": [float(c) for c in caps], "mode": mode, "created": now_iso(),
-            "command": command}
+            "command": command, "run": run or {}}
 
 
 def open_campaign(folder: str | Path) -> Campaign:

@@ -40,6 +40,10 @@ class FleetRequest:
     selftest: bool = True
     command: list = field(default_factory=list)
 
+    def run_settings(self) -> dict:
+        return {"passthrough": self.passthrough, "selftest": self.selftest,
+                "selftest_s": self.selftest_s}
+
 
 def _visible_gpus() -> list:
     """(GpuInfo, PowerLimits | None, workload id) for each GPU this node lets us use."""
@@ -80,7 +84,8 @@ def check_caps(gpus: list, caps: list) -> None:
 
 
 def run_local(req: FleetRequest) -> int:
-    fresh = campaign_doc(req.workload, req.preset, req.caps, "local", req.command)
+    fresh = campaign_doc(req.workload, req.preset, req.caps, "local", req.command,
+                         req.run_settings())
     check_resumable(req.output, fresh)
     gpus = _visible_gpus()
     if not gpus:
@@ -106,7 +111,9 @@ def measure_node(campaign: Campaign, req: FleetRequest, gpus: list, resumed: boo
           + (f", {done} already done" if done else ""), flush=True)
     workers = [GpuWorker(campaign, req, u, info, vid) for u, info, vid in todo]
     previous = signal.getsignal(signal.SIGTERM)
-    signal.signal(signal.SIGTERM, lambda *_: [w.stop() for w in workers])
+    # Under Slurm, scancel signals every process of the step itself: only take note.
+    forward = "SLURM_JOB_ID" not in os.environ
+    signal.signal(signal.SIGTERM, lambda *_: [w.stop(forward) for w in workers])
     try:
         threads = [threading.Thread(target=w.run, daemon=True) for w in workers]
         for t in threads:
@@ -175,10 +182,10 @@ class GpuWorker:
         self.stopped = False
         self.lock = threading.Lock()
 
-    def stop(self) -> None:
+    def stop(self, forward: bool = True) -> None:
         with self.lock:
             self.stopped = True
-            if self.proc is not None and self.proc.poll() is None:
+            if forward and self.proc is not None and self.proc.poll() is None:
                 self.proc.send_signal(signal.SIGTERM)  # it restores its caps itself
 
     def _call(self, args: list[str], log: Path) -> int:
@@ -242,7 +249,7 @@ class GpuWorker:
         from hpcai.launcher.power.journal import default_journal_path
 
         base = default_journal_path()
-        return base.with_name(f"{base.stem}-fleet-gpu{self.info.index}.json")
+        return base.with_name(f"{base.stem}-fleet-{self.unit.node}-gpu{self.info.index}.json")
 
     def selftest(self) -> dict:
         path = self.unit.folder / "selftest.json"

@@ -20,11 +20,21 @@ def status_doc(folder: str) -> dict:
                       "updated": unit.doc.get("updated")})
     expected = campaign.doc.get("expected_nodes") or []
     seen = {u["node"] for u in units}
+    jobs = {}
+    if campaign.doc.get("slurm"):
+        from hpcai.errors import SlurmError
+        from hpcai.launcher.fleet.slurm import job_states
+
+        try:
+            jobs = job_states(campaign)
+        except SlurmError as exc:  # status still shows what is on disk
+            jobs = {node: f"unknown ({exc.one_line()})" for node in expected}
     counts = {s: sum(1 for u in units if u["state"] == s) for s in STATES}
     return {"campaign": str(campaign.folder), "workload": campaign.workload,
             "preset": campaign.doc.get("preset"), "caps_w": campaign.caps,
             "gpus": len(units), "states": {k: v for k, v in counts.items() if v},
             "nodes_not_started": sorted(n for n in expected if n not in seen),
+            "jobs": jobs,
             "slurm": campaign.doc.get("slurm"), "units": units}
 
 
@@ -38,8 +48,9 @@ def show(folders: list[str], as_json: bool) -> int:
         click.echo(f"{doc['campaign']}: {doc['workload']} ({doc['preset']}) at "
                    f"{', '.join(f'{c:g} W' for c in doc['caps_w'])}: {doc['gpus']} GPU(s): "
                    f"{states}")
-        if doc["nodes_not_started"]:
-            click.echo(f"  nodes not started: {', '.join(doc['nodes_not_started'])}")
+        for node in doc["nodes_not_started"]:
+            job = doc["jobs"].get(node)
+            click.echo(f"  {node}: not started" + (f"; its job: {job}" if job else ""))
         for u in doc["units"]:
             caps = ",".join(f"{c:g}" for c in u["caps_done"]) or "-"
             why = f"  {u['reason']}" if u["reason"] else ""
