@@ -1,7 +1,7 @@
 """`fleet run --nodelist` on the real two-node Slurm (tests/slurm_fixtures.py;
 run under `flock /work/locks/slurm.lock`): a campaign over both nodes, one job
 per node, at most one at once; `scancel` mid-way, then the same command
-resumes it while node2 is DOWN (its job waits: `fleet status` says why), and
+resumes it while node2 is drained (its job waits: `fleet status` says why), and
 completes once node2 is back. Each node has its own two FAKE H100s (tests/
 fakes: a "{node}" in HPCAI_FAKE_GPU_STATE; both Slurm nodes run on this one
 machine). Real tiny ResNet-50 on the CPU per GPU."""
@@ -88,14 +88,14 @@ def test_a_campaign_over_both_nodes_resumed_after_scancel(slurm_cluster, fleet_e
     assert not any(node == other for node, _ in after)
     assert limits(tmp_path, started) == [700.0, 700.0]  # each cap session restored its GPU
 
-    slurm_cluster.run("scontrol", "update", "NodeName=node2", "State=DOWN", "Reason=fleet-test")
+    slurm_cluster.run("scontrol", "update", "NodeName=node2", "State=DRAIN", "Reason=fleet-test")
     try:
         again = hpcai(fleet_env, *args)
         assert again.returncode == 0, again.stderr
         assert "resumed" in again.stdout and "2 node job(s) submitted" in again.stdout
         second = jobs(campaign)
         assert slurm_cluster.wait(second["node1"], JOB_TIMEOUT_S) == "COMPLETED"
-        # node2 never starts while it is down: status names it, with Slurm's reason.
+        # node2 never starts while it is drained: status names it, with Slurm's reason.
         status = hpcai(fleet_env, "fleet", "status", str(campaign))
         assert "node2: not started; its job: PENDING" in status.stdout, status.stdout
     finally:
