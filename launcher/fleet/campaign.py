@@ -66,11 +66,10 @@ def write_json(path: Path, doc: dict) -> None:
 
 def safe_dir(path: Path, what: str) -> Path:
     """Make a folder (and its parents); refuse one that is a symbolic link."""
-    for p in [*reversed(path.parents), path]:
-        if p.is_symlink() and p == path:
-            raise ConfigError(f"{what} {path} is a symbolic link",
-                              "give the real folder: the launcher does not follow links it "
-                              "did not make")
+    if path.is_symlink():
+        raise ConfigError(f"{what} {path} is a symbolic link",
+                          "give the real folder: the launcher does not follow links it "
+                          "did not make")
     path.mkdir(parents=True, exist_ok=True)
     if path.is_symlink() or not path.is_dir():
         raise ConfigError(f"{what} {path} is not a folder", "give another -o")

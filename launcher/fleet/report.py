@@ -53,7 +53,7 @@ def write(folder: Path, doc: dict) -> None:
     _csv(folder / "outliers.csv", outliers(doc),
          ["node", "index", "uuid", "serial", "gpu_verdict", "verdict", "cap_w", "metric", "reason"])
     _csv(folder / "gpus.csv", gpu_rows(doc),
-         ["node", "index", "uuid", "serial", "verdict", "cap_w", *METRICS,
+         ["node", "index", "uuid", "serial", "verdict", "selftest", "cap_w", *METRICS,
           *(f"z_{m}" for m in METRICS), "cap_enforced", "thermal_throttle_share",
           "energy_counter_disagreement"])
     _csv(folder / "spread.csv", spread_rows(doc),
@@ -81,7 +81,8 @@ def gpu_rows(doc: dict) -> list[dict]:
     for g in doc["gpus"]:
         for cap, fig in g["caps"].items():
             rows.append({"node": g["node"], "index": g["index"], "uuid": g["uuid"],
-                         "serial": g["serial"], "verdict": g["verdict"], "cap_w": cap,
+                         "serial": g["serial"], "verdict": g["verdict"],
+                         "selftest": (g.get("selftest") or {}).get("verdict"), "cap_w": cap,
                          **{m: fig.get(m) for m in METRICS},
                          **{f"z_{m}": g["z"].get(cap, {}).get(m) for m in METRICS},
                          "cap_enforced": fig.get("cap_enforced"),
