@@ -145,15 +145,17 @@ def drift_reasons(row: dict, settings: Settings) -> list[tuple[str, str, float, 
 
 
 def analyse(records: list[GpuRecord], caps: list[float], settings: Settings = Settings(),
-            baseline: list[GpuRecord] | None = None) -> dict:
-    """The whole analysis as a JSON-ready document (the report's fleet.json)."""
+            baseline: list[GpuRecord] | None = None,
+            caps_by_campaign: dict[str, list[float]] | None = None) -> dict:
+    """The whole analysis as a JSON-ready document (the report's fleet.json). A GPU is
+    held to its own campaign's caps (caps_by_campaign), else to `caps`."""
     measured = [r for r in records if r.state != "selftest_failed"]
     spreads = fleet_spread(measured, settings)
     drifted = drift(records, baseline, settings) if baseline is not None else None
     by_uuid = {row["uuid"]: row for row in (drifted or {}).get("gpus", [])}
     gpus = []
     for record in sorted(records, key=lambda r: (r.node, r.index)):
-        v = judge(record, caps, spreads, settings)
+        v = judge(record, (caps_by_campaign or {}).get(record.campaign, caps), spreads, settings)
         if record.uuid in by_uuid:
             for verdict, text, cap, metric in drift_reasons(by_uuid[record.uuid], settings):
                 v.add(verdict, text, cap, metric)

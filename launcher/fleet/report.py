@@ -35,7 +35,8 @@ def build(campaigns: list[str], output: str | None, as_json: bool, settings: Set
             raise UsageError(f"baseline {before[0].folder} measured {before[0].workload}, "
                              f"the campaign {opened[0].workload}",
                              "give an earlier campaign of the same workload as --baseline")
-    doc = analyse(records, caps, settings, earlier)
+    doc = analyse(records, caps, settings, earlier,
+                  {str(c.folder): c.caps for c in opened})
     doc.update(workload=opened[0].workload, preset=opened[0].doc.get("preset"),
                campaigns=[str(c.folder) for c in opened], baseline=baseline or None)
     if output:

@@ -2,11 +2,24 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 
 from hpcai.launcher.fleet.campaign import STATES, open_campaign
 from hpcai.launcher.fleet.records import unit_record
+
+
+def last_log_line(folder: Path, node: str) -> str:
+    """The last line of the node's newest job log: why a job ended without a GPU measured."""
+    logs = sorted((p for p in folder.glob(f"{node}-*.out") if not p.is_symlink()),
+                  key=lambda p: p.stat().st_mtime)
+    if not logs:
+        return "no log"
+    with logs[-1].open("rb") as fh:
+        fh.seek(max(0, logs[-1].stat().st_size - 4096))
+        lines = [x.strip() for x in fh.read().decode("utf-8", "replace").splitlines() if x.strip()]
+    return lines[-1][:300] if lines else "an empty log"
 
 
 def status_doc(folder: str) -> dict:
@@ -29,6 +42,9 @@ def status_doc(folder: str) -> dict:
             jobs = job_states(campaign)
         except SlurmError as exc:  # status still shows what is on disk
             jobs = {node: f"unknown ({exc.one_line()})" for node in expected}
+        for node, state in jobs.items():
+            if state == "ended" and node not in seen:
+                jobs[node] = f"ended: {last_log_line(campaign.folder / 'slurm', node)}"
     counts = {s: sum(1 for u in units if u["state"] == s) for s in STATES}
     return {"campaign": str(campaign.folder), "workload": campaign.workload,
             "preset": campaign.doc.get("preset"), "caps_w": campaign.caps,

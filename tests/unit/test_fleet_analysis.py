@@ -193,3 +193,16 @@ def test_bad_input_is_one_line(tmp_path):
     one_line_error(done, "measures caps 300,700, not 300", "--cap 300,700")
     one_line_error(_cli("fleet", "run", "resnet50", "--cap", "300", "-o", str(tmp_path / "x")),
                    "give --local")
+
+
+def test_each_gpu_is_held_to_its_own_campaigns_caps(tmp_path):
+    rng = random.Random(10)
+    both = write_campaign(tmp_path / "a", [normal_gpu("n01", 1, i, CAPS, rng) for i in range(4)])
+    low = write_campaign(tmp_path / "b", [normal_gpu("n02", 2, i, (300.0,), rng)
+                                          for i in range(4)], caps=(300.0,))
+    done = _cli("fleet", "report", str(both), str(low), "--json")
+    doc = json.loads(done.stdout)
+    assert done.returncode == 0, done.stderr
+    assert doc["summary"] == {"gpus": 8, "pass": 8, "warn": 0, "fail": 0}
+    assert doc["spread"]["300"]["throughput"]["n"] == 8
+    assert doc["spread"]["700"]["throughput"]["n"] == 4
