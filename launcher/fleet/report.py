@@ -37,15 +37,20 @@ def build(campaigns: list[str], output: str | None, as_json: bool, settings: Set
                              "give an earlier campaign of the same workload as --baseline")
     doc = analyse(records, caps, settings, earlier,
                   {str(c.folder): c.caps for c in opened})
+    seen = {r.node for r in records}
+    missing = sorted({n for c in opened for n in c.doc.get("expected_nodes") or []
+                      if n not in seen})
     doc.update(workload=opened[0].workload, preset=opened[0].doc.get("preset"),
-               campaigns=[str(c.folder) for c in opened], baseline=baseline or None)
+               campaigns=[str(c.folder) for c in opened], baseline=baseline or None,
+               nodes_not_measured=missing)
     if output:
         write(Path(output), doc)
     if as_json:
         click.echo(json.dumps(doc, indent=2))
     else:
         print_summary(doc, output)
-    return 1 if doc["summary"]["fail"] else 0
+    # A node the campaign was to measure that measured nothing is not accepted either.
+    return 1 if doc["summary"]["fail"] or missing else 0
 
 
 def write(folder: Path, doc: dict) -> None:
@@ -112,6 +117,8 @@ def markdown(doc: dict, plots: list[Path]) -> str:
              f"{doc['settings']['min_spread']:.1%} of the median.", "",
              "## GPUs that did not pass", ""]
     rows = outliers(doc)
+    for node in doc.get("nodes_not_measured") or []:
+        lines.append(f"- node {node}: no GPU measured (`hpcai-launch fleet status` says why)")
     if rows:
         lines += ["| node | GPU | UUID | verdict | reason |", "|---|---|---|---|---|"]
         lines += [f"| {r['node']} | {r['index']} | {r['uuid']} | {r['verdict']} | {r['reason']} |"
@@ -145,6 +152,8 @@ def print_summary(doc: dict, output: str | None) -> None:
     s = doc["summary"]
     click.echo(f"fleet {doc['workload']}: {s['gpus']} GPU(s), {s['pass']} pass, "
                f"{s['warn']} warn, {s['fail']} fail")
+    for node in doc.get("nodes_not_measured") or []:
+        click.echo(f"  FAIL {node}: no GPU measured (hpcai-launch fleet status says why)")
     for g in doc["gpus"]:
         if g["verdict"] != "pass":
             why = "; ".join(r["text"] for r in g["reasons"])

@@ -206,3 +206,15 @@ def test_each_gpu_is_held_to_its_own_campaigns_caps(tmp_path):
     assert doc["summary"] == {"gpus": 8, "pass": 8, "warn": 0, "fail": 0}
     assert doc["spread"]["300"]["throughput"]["n"] == 8
     assert doc["spread"]["700"]["throughput"]["n"] == 4
+
+
+def test_a_node_of_the_campaign_that_measured_nothing_fails_the_report(tmp_path):
+    rng = random.Random(11)
+    folder = write_campaign(tmp_path / "c", [normal_gpu("n01", 1, i, CAPS, rng) for i in range(4)])
+    doc = json.loads((folder / "campaign.json").read_text())
+    doc["expected_nodes"] = ["n01", "n02"]  # n02's job never started
+    (folder / "campaign.json").write_text(json.dumps(doc))
+    done = _cli("fleet", "report", str(folder), "-o", str(tmp_path / "r"))
+    assert done.returncode == 1, done.stderr
+    assert "FAIL n02: no GPU measured" in done.stdout
+    assert json.loads((tmp_path / "r" / "fleet.json").read_text())["nodes_not_measured"] == ["n02"]
