@@ -110,7 +110,7 @@ def _fmt(value, digits: int = 4) -> str:
 
 def markdown(doc: dict, plots: list[Path]) -> str:
     s = doc["summary"]
-    lines = [f"# Fleet acceptance: {doc['workload']} ({doc.get('preset')})", "",
+    lines = [f"# Fleet acceptance: {doc.get('workload')} ({doc.get('preset')})", "",
              f"{s['gpus']} GPU(s): {s['pass']} pass, {s['warn']} warn, {s['fail']} fail. "
              f"Caps: {', '.join(f'{c:g} W' for c in doc['caps_w'])}. Outlier: |robust z| > "
              f"{doc['settings']['threshold']:g} (Iglewicz-Hoaglin), scale at least "
