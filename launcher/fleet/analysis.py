@@ -98,7 +98,7 @@ def judge(record: GpuRecord, caps: list[float], spreads: dict, settings: Setting
             side = "below" if z < 0 else "above"
             on_bad_side = bad == "both" or (bad == "low") == (z < 0)
             v.add(severity if on_bad_side else "warn",
-                  f"{label} at {cap_text(cap)} {abs(z):.1f} MAD {side} the fleet "
+                  f"{label} at {cap_text(cap)} {side} the fleet: robust z {z:+.1f} "
                   f"({value:.4g} vs median {s.median:.4g})", cap, metric)
     return v
 
