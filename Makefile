@@ -109,6 +109,7 @@ bench: setup
 	$(BIN)/python bench/observer_effect.py $(ARGS)
 	$(BIN)/python bench/input_pipeline.py
 	$(BIN)/python bench/inrun_sweep.py $(INRUN_ARGS)
+	$(BIN)/python bench/fleet_stats.py
 
 lint: setup
 	$(BIN)/python -m pip install --quiet ruff==0.17.6

@@ -247,7 +247,15 @@ def modify(path, fn):
 
 
 def state_path() -> str | None:
-    return os.environ.get(ENV) or None
+    """The state file; a "{node}" in it is this Slurm node's name (SLURMD_NODENAME,
+    else the hostname), so each node of the test cluster, all on one machine, has
+    its own GPUs as real nodes do."""
+    path = os.environ.get(ENV) or None
+    if path and "{node}" in path:
+        import socket
+
+        path = path.replace("{node}", os.environ.get("SLURMD_NODENAME") or socket.gethostname())
+    return path
 
 
 def load_fake_module(name: str):

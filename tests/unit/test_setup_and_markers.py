@@ -27,6 +27,22 @@ def test_every_folder_of_package_data_is_a_listed_package():
         assert package in packages and patterns
 
 
+def test_every_python_package_folder_is_installed():
+    """A package folder missing from pyproject works in an editable checkout but is
+    absent from a real install (a GPU node's `pip install .`, an image)."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = {Path(path): name for name, path in config["package-dir"].items()}
+    for top, name in list(folders.items()):
+        for init in (ROOT / top).rglob("__init__.py"):
+            if "__pycache__" in init.parts:
+                continue
+            package = ".".join([name, *init.parent.relative_to(ROOT / top).parts])
+            assert package in config["packages"], f"{init.parent} is a package but {package} is not in packages"
+            if init.parent != ROOT / top:
+                assert package in config["package-dir"] or any(
+                    package.startswith(p + ".") for p in config["package-dir"]), package
+
+
 def _recipe(target: str) -> tuple[str, str]:
     text = (ROOT / "Makefile").read_text()
     match = re.search(rf"^{re.escape(target)}:(.*)\n((?:\t.*\n|#.*\n)*)", text, re.M)
