@@ -140,6 +140,8 @@ def _tabulate(parts: _Parts, opts: ReportOptions) -> None:
     named["efficiency"] = tables.efficiency_tables(cells, analyses, parts.overhead, runs)
     named["recommendations"] = tables.recommendation_table(
         analyses, opts.max_slowdown, opts.objective) if analyses else None
+    from hpcai.launcher.report.binding_table import binding_table
+    named["cap_binding"] = binding_table(analyses)  # None unless a capped run measured power
     named["fixed"] = tables.fixed_work_table(analyses, parts.work)
     named["facility"] = facility_table(analyses, parts.work)
     named["boundaries"] = boundaries_table(runs)
@@ -149,6 +151,7 @@ def _tabulate(parts: _Parts, opts: ReportOptions) -> None:
     named["runs"] = tables.runs_table(runs)
     parts.all_tables = [t for t in (
         *named["throughput"], named["clocks"], *named["efficiency"], named["recommendations"],
+        named["cap_binding"],
         named["fixed"], named["facility"], named["boundaries"], named["statistics"],
         named["excluded"], named["sweeps"], named["runs"]) if t is not None]
 
@@ -217,7 +220,7 @@ def _sections(parts: _Parts) -> list[tuple[str, list]]:
     def present(*tables):
         return [t for t in tables if t]
 
-    return [("Best cap", present(named["recommendations"])),
+    return [("Best cap", present(named["recommendations"], named["cap_binding"])),
             ("Throughput per GPU", named["throughput"]),
             ("Clock caps", present(named["clocks"])),
             ("Energy efficiency", named["efficiency"]),
