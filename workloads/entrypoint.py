@@ -515,6 +515,14 @@ class Run:
         if phases and metrics is not None:
             # Serving: ramp-up, steady state and ramp-down, each with its own energy.
             metrics["phase_energy"] = R.phase_energy(spec, self.discovery, self.sampler, phases)
+        served = getattr(self.workload, "serving_requests", lambda: None)() \
+            if self.workload is not None else None
+        if served and metrics is not None:
+            # Serving: prefill and decode, each with its time, energy and J per token.
+            from hpcai.measure import serving_phases
+            metrics["serving_phases"] = serving_phases.split(
+                self.sampler, serving_phases.used_sources(spec, self.discovery),
+                served["requests"], served["input_tokens"], served["output_tokens"])
         return metrics
 
     def _workload_metrics(self, first_epoch: int | None) -> dict | None:
