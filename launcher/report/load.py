@@ -36,6 +36,7 @@ class Run:
     device_type: str = "?"  # cuda | cpu
     device: str = "?"  # short label: "H100", "MI300X", "CPU"
     device_full: str = "?"  # "NVIDIA H100 80GB HBM3", or the CPU model
+    gpu_memory_bytes: int | None = None  # the first used GPU's: tells device variants apart
     site: str = "?"
     host: str = "?"
     processes: int = 1  # GPUs (or CPU processes) the throughput is divided by
@@ -236,6 +237,7 @@ def _fill(run: Run, path: Path, doc: dict) -> None:
     if run.device_type == "cuda" and used:
         names = list(dict.fromkeys(g["name"] for g in used))
         run.device_full = " + ".join(names)
+        run.gpu_memory_bytes = used[0].get("memory_total_bytes")
         run.device = " + ".join(short_name(n) for n in names)
     else:
         run.device_full = host.get("cpu_model") or "CPU"
