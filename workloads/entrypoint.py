@@ -449,10 +449,29 @@ class Run:
         }
         if self.measurement is not None and spec is self.spec:
             doc["measurement"] = self.measurement
+        paper_power = self._paper_accounting(spec, epochs, throughput, power)
+        if paper_power is not None:
+            doc["power"]["paper_accounting"] = paper_power
         # Check by check, from the document alone; the launcher evaluates it again
         # once its own block (enforced limits, idle baseline) is in.
         doc["validity"] = validity.evaluate(doc, "workload")
         return doc
+
+    def _paper_accounting(self, spec: dict, epochs: list[dict], throughput: dict,
+                          power: dict) -> dict | None:
+        """For a `paper`-preset run: power, energy and efficiency the way the upstream
+        scripts compute them (hpcai/measure/paper_accounting.py), beside ours."""
+        from hpcai.measure import paper_accounting, serving_phases
+
+        if (spec.get("comparability") or {}).get("preset_kind") != "paper":
+            return None
+        method = paper_accounting.method_for(spec["workload"])
+        if method is None or self.discovery is None or self.discovery.kind != "gpu":
+            return None
+        sources = serving_phases.used_sources(spec, self.discovery)
+        return paper_accounting.account(
+            method, self.sampler, sources, epochs, throughput["per_epoch_node"],
+            power.get("window_s"), len(sources), float(power.get("node_overhead_w") or 0.0))
 
     def _config(self) -> dict:
         """The workload's own description, with how this process ran it."""
