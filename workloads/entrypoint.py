@@ -271,7 +271,7 @@ class Run:
                 log(f"cannot write {folder / SAMPLES_FILE}: {exc}")
                 doc["sidecar"]["samples"] = None
         if status == "complete":
-            doc["sidecar"].update(self._write_mllog(doc, folder))
+            doc["sidecar"].update(self._write_mllog(doc, folder, ranks))
         R.write_json_atomic(folder / "segment.json", R.clean(doc))
 
     def _report_epoch(self, epoch, total: int) -> None:
@@ -330,7 +330,7 @@ class Run:
                     (self.out_dir / SAMPLES_FILE).unlink(missing_ok=True)
             try:
                 doc = self._document(ranks)
-                doc["sidecar"].update(self._write_mllog(doc))
+                doc["sidecar"].update(self._write_mllog(doc, ranks=ranks))
                 self._write(doc)
             except OSError as exc:
                 log(f"error: cannot write {self.out_dir / RESULT_FILE} "
@@ -363,22 +363,36 @@ class Run:
         self.status, self.error = "failed", {"type": "OutputError", "message": message}
         self.sampler_written = False
 
-    def _write_mllog(self, doc: dict, folder: Path | None = None) -> dict:
-        """The MLPerf-format log, after the run (workloads/mlperf_log.py)."""
+    def _write_mllog(self, doc: dict, folder: Path | None = None,
+                     ranks: list[dict] | None = None) -> dict:
+        """The MLPerf-format log and its power file, after the run (workloads/mlperf_log.py)."""
+        from hpcai.measure import serving_phases
         from hpcai.workloads import mlperf_log
 
         folder = self.out_dir if folder is None else folder
-
-        stamps = doc["timestamps"]
-        samples = []
-        if self.sampler is not None and stamps.get("measured_start") is not None:
-            samples = mlperf_log.power_samples(self.sampler, stamps["measured_start"], stamps["measured_end"])
+        if self.in_run and folder == self.out_dir:
+            # The process spans every segment's cap: one log per segment instead.
+            return {"mllog": None, "mllog_reason": "an in-run process: each segment has its own log"}
+        samples, boundary = [], mlperf_log.GPU_ONLY
+        measured = mlperf_log.node_samples(self.node_power) if self.node_power is not None else None
+        if measured is not None:
+            samples, api = measured
+            boundary = mlperf_log.NODE.format(api=api)
+        elif self.sampler is not None and doc["timestamps"].get("measured_start") is not None:
+            used = serving_phases.used_sources(doc["spec"], self.discovery)
+            samples = [(t, sum(row[i].power_w for i in used))
+                       for t, row in zip(self.sampler.times, self.sampler.readings)
+                       if used and all(row[i] is not None and row[i].power_w is not None
+                                       for i in used)]
+        node_index = self.ctx.node_rank if self.ctx is not None else 0
         try:
-            reason = mlperf_log.write(folder / mlperf_log.MLLOG_FILE, doc, samples)
+            reason = mlperf_log.write(folder / mlperf_log.MLLOG_FILE, doc, samples, boundary,
+                                      mlperf_log.node_counts(ranks), node_index)
         except Exception as exc:  # a side file: the result is still written
             reason = f"{type(exc).__name__}: {exc}"
             # No half-written log beside the result (a full disk, say).
             (folder / mlperf_log.MLLOG_FILE).unlink(missing_ok=True)
+            mlperf_log.power_path(folder / mlperf_log.MLLOG_FILE, node_index).unlink(missing_ok=True)
         if reason:
             log(f"no {mlperf_log.MLLOG_FILE}: {reason}")
         return {"mllog": None if reason else mlperf_log.MLLOG_FILE, "mllog_reason": reason}
