@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from hpcai.launcher.report.stats import Cell
 
-CLOCK_HINT = ("a power cap above what the work draws changes nothing; lock the SM clock instead "
-              "(`hpcai-launch run ... --sm-clock MHZ`, or a clock sweep) to trade speed for energy")
+CLOCK_HINT = ("a power cap above what the work draws changes nothing; cap the SM clock instead "
+              "(`hpcai-launch WORKLOAD --sm-clock 1005,1410,1980`, a clock sweep) to trade speed "
+              "for energy")
 
 
 def cell_binds(cell: Cell) -> bool | None:
