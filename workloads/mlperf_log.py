@@ -22,7 +22,9 @@ for a complete run whose validity did not fail.
 """
 from __future__ import annotations
 
+import json
 import logging
+import os
 from pathlib import Path
 
 MLLOG_FILE = "mllog.txt"
@@ -188,6 +190,43 @@ def _events(ml, C, doc: dict, counts: dict[int, int], boundary: str | None) -> N
     ml.end(C.RUN_STOP, time_ms=end, metadata={C.STATUS: _status(C, doc),
                                               "hpcai_status": doc.get("status"),
                                               "validity": (doc.get("validity") or {}).get("verdict")})
+
+
+PREFIX = ":::MLLOG "
+
+
+def restamp_status(path: Path, doc: dict) -> bool:
+    """Rewrite run_stop's status from doc's final validity (the launcher's
+    verdict comes after the workload wrote the log); True if rewritten. A
+    symlink or a line that is not an MLPerf event is left alone."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    with os.fdopen(fd, encoding="utf-8") as fh:
+        lines = fh.read().splitlines()
+    status = "success" if doc.get("status") == "complete" and \
+        (doc.get("validity") or {}).get("verdict") != "fail" else "aborted"
+    changed = False
+    for k, line in enumerate(lines):
+        if not line.startswith(PREFIX):
+            continue
+        try:
+            event = json.loads(line[len(PREFIX):])
+        except ValueError:
+            continue
+        if event.get("key") == "run_stop" and isinstance(event.get("metadata"), dict):
+            event["metadata"].update({"status": status, "hpcai_status": doc.get("status"),
+                                      "validity": (doc.get("validity") or {}).get("verdict")})
+            lines[k] = PREFIX + json.dumps(event)
+            changed = True
+    if changed:
+        tmp = Path(path).with_name(f".{Path(path).name}.tmp")
+        tmp.unlink(missing_ok=True)
+        with open(tmp, "x", encoding="utf-8") as fh:  # "x": never through a planted file
+            fh.write("\n".join(lines) + "\n")
+        os.replace(tmp, path)
+    return changed
 
 
 def _epoch(ml, C, e: dict, counts: dict[int, int]) -> None:

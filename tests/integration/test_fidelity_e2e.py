@@ -39,3 +39,7 @@ def test_a_tiny_run_below_its_cap_and_its_mlperf_logs(tmp_path, result_schema):
     energy = _compute_total_power(str(run_dir), str(log), stamps["run_stop"] - stamps["run_start"],
                                   "6.1.0")
     assert energy == pytest.approx(doc["power"]["energy_j"], rel=0.01)
+    # run_stop's status follows the launcher's final validity verdict.
+    stop = next(x for x in lines if x.key == "run_stop").value["metadata"]
+    assert stop["validity"] == doc["validity"]["verdict"]
+    assert stop["status"] == ("aborted" if doc["validity"]["verdict"] == "fail" else "success")

@@ -103,3 +103,22 @@ def test_a_failed_run_is_logged_as_aborted(tmp_path):
     stop = [x for x in lines if x.key == "run_stop"]
     assert not errors and stop[0].value["metadata"]["status"] == "aborted"
     assert not [x for x in lines if x.key.startswith("power")]
+
+
+def test_the_launchers_later_verdict_restamps_run_stop(tmp_path):
+    from mlperf_logging.compliance_checker.mlp_parser import parse_file
+
+    doc, path = logged_run(tmp_path)
+    doc["validity"] = {"verdict": "fail", "checks": [], "failed": ["cap_enforced"]}
+    assert mlperf_log.restamp_status(path, doc) is True
+    lines, errors = parse_file(str(path), ruleset="6.1.0")
+    assert not errors
+    stop = by_key(lines)["run_stop"][0].value["metadata"]
+    assert stop["status"] == "aborted" and stop["validity"] == "fail"
+    # A symlink planted in place of the log is not followed.
+    target = tmp_path / "elsewhere.txt"
+    target.write_text(path.read_text())
+    link = tmp_path / "run" / "linked.txt"
+    link.symlink_to(target)
+    before = target.read_text()
+    assert mlperf_log.restamp_status(link, doc) is False and target.read_text() == before
