@@ -71,6 +71,9 @@ def run_binding(per_gpu: list[dict]) -> dict | None:
         "power_drawn_w": {"min": min(mins) if mins else None,
                           "mean": sum(means) / len(means) if means else None,
                           "max": max(maxs) if maxs else None},
+        # The highest draw as a share of the limit: 0.58 = "290 W of a 500 W cap".
+        "peak_share_of_limit": (max(maxs) / min(limits) if maxs and limits and min(limits) > 0
+                                else None),
         "power_cap_throttle_share": max(throttle) if throttle else None,
         "near_cap_share": max(near) if near else None,
         "near_cap_frac": NEAR_CAP_FRAC,

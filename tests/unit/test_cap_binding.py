@@ -42,6 +42,7 @@ def test_a_workload_drawing_below_the_cap_does_not_bind(monkeypatch, tmp_path):
     assert got["binds"] is False
     assert got["limit_w"] == pytest.approx(500.0)
     assert got["power_drawn_w"]["max"] == pytest.approx(290.0)
+    assert got["peak_share_of_limit"] == pytest.approx(0.58)  # 290 W of 500 W
     assert got["power_cap_throttle_share"] == 0.0 and got["near_cap_share"] == 0.0
     assert [g["index"] for g in got["per_gpu"]] == [0, 1]
 
