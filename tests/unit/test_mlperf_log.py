@@ -122,3 +122,27 @@ def test_the_launchers_later_verdict_restamps_run_stop(tmp_path):
     link.symlink_to(target)
     before = target.read_text()
     assert mlperf_log.restamp_status(link, doc) is False and target.read_text() == before
+
+
+def test_node_power_is_used_where_a_node_source_measured_it():
+    from hpcai.measure import node_power as NP
+    from hpcai.measure.source import Channel, PowerSource, Sample
+
+    class BmcNode(PowerSource):  # a node-scope source (as IPMI's DCMI reading) and a CPU one
+        kind, api, max_power_w = "ipmi", "ipmitool dcmi power reading", 1e4
+        channels = [Channel("cpu", "cpu_package"), Channel("node", "node")]
+
+        def read(self):
+            raise AssertionError("not sampled here")
+
+    sampler = NP.NodePowerSampler(None)
+    run = NP.SourceRun(BmcNode(), interval_s=1.0)
+    run.samples = [Sample(10.0 + t, {"cpu": 100.0, "node": 900.0 + t}, {}) for t in range(3)]
+    sampler.runs = [run]
+    points, api = mlperf_log.node_samples(sampler)
+    assert api == "ipmitool dcmi power reading"
+    assert [w for _, w in points] == [900.0, 901.0, 902.0]  # the node channel, not the CPU's
+    assert points[1][0] - points[0][0] == pytest.approx(1.0)
+    assert mlperf_log.NODE.format(api=api).startswith("node (a node-scope source")
+    sampler.runs = []
+    assert mlperf_log.node_samples(sampler) is None  # no node source: the GPUs' sum, GPU-only
