@@ -142,6 +142,8 @@ def _tabulate(parts: _Parts, opts: ReportOptions) -> None:
         analyses, opts.max_slowdown, opts.objective) if analyses else None
     from hpcai.launcher.report.binding_table import binding_table
     named["cap_binding"] = binding_table(analyses)  # None unless a capped run measured power
+    from hpcai.launcher.report.serving_table import serving_table
+    named["serving_phases"] = serving_table(cells)  # None unless a serving run split its phases
     named["fixed"] = tables.fixed_work_table(analyses, parts.work)
     named["facility"] = facility_table(analyses, parts.work)
     named["boundaries"] = boundaries_table(runs)
@@ -151,7 +153,7 @@ def _tabulate(parts: _Parts, opts: ReportOptions) -> None:
     named["runs"] = tables.runs_table(runs)
     parts.all_tables = [t for t in (
         *named["throughput"], named["clocks"], *named["efficiency"], named["recommendations"],
-        named["cap_binding"],
+        named["cap_binding"], named["serving_phases"],
         named["fixed"], named["facility"], named["boundaries"], named["statistics"],
         named["excluded"], named["sweeps"], named["runs"]) if t is not None]
 
@@ -224,6 +226,7 @@ def _sections(parts: _Parts) -> list[tuple[str, list]]:
             ("Throughput per GPU", named["throughput"]),
             ("Clock caps", present(named["clocks"])),
             ("Energy efficiency", named["efficiency"]),
+            ("Serving phases", present(named["serving_phases"])),
             ("Energy and time for a fixed amount of work", present(named["fixed"])),
             ("Facility energy, cost and emissions", present(named["facility"])),
             ("Measurement boundaries", present(named["boundaries"])),

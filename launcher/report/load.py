@@ -62,6 +62,8 @@ class Run:
     # section as written: the boundaries report (report/boundaries.py) reads it.
     node_energy_j: float | None = None
     power_doc: dict = field(default_factory=dict)
+    # Serving: workload_metrics.serving_phases (prefill/decode time, energy, J per token).
+    serving_phases: dict | None = None
     facility: dict = field(default_factory=dict)  # the site's pue, carbon, price (spec.facility)
     sm_clock_mhz: float | None = None
     memory_clock_mhz: float | None = None
@@ -284,6 +286,7 @@ def _fill_figures(run: Run, doc: dict, spec: dict, used: list) -> None:
     run.node_energy_j = (power.get("node_power") or {}).get("node_energy_j")
     run.facility = dict(spec.get("facility") or {})
     run.power_doc = power
+    run.serving_phases = (doc.get("workload_metrics") or {}).get("serving_phases")
     run.units = (doc.get("work") or {}).get("measured_units")
     run.achieved_tflops_node = tp.get("achieved_tflops_node")
     run.fraction_of_peak = tp.get("fraction_of_peak")

@@ -51,3 +51,25 @@ def test_a_phase_outside_the_samples_has_no_energy_rather_than_a_partial_one():
     got = serving_phases.split(trace(), [0, 1], late, 10, 10)
     assert got["prefill"]["energy_j"] == pytest.approx(100.0)  # [5, 5.5] at 200 W
     assert got["decode"]["energy_j"] is None and got["decode"]["j_per_output_token"] is None
+
+
+def test_the_report_shows_prefill_and_decode_per_cap(tmp_path):
+    import json
+
+    from hpcai.launcher.report import ReportOptions, make_report
+    from report_docs import make_result, write_result
+
+    for cap, decode_j in ((300.0, 0.5), (500.0, 0.6)):
+        doc = make_result(workload="llama3-8b-inference", unit="tokens", cap_w=cap, gpus=4)
+        doc["workload_metrics"] = {"serving_phases": {
+            "prefill": {"intervals": 3, "duration_s": 2.0, "energy_j": 1600.0,
+                        "mean_power_w": 800.0, "j_per_input_token": 0.8},
+            "decode": {"intervals": 3, "duration_s": 8.0, "energy_j": 4000.0,
+                       "mean_power_w": 500.0, "j_per_output_token": decode_j},
+            "input_tokens": 2000, "output_tokens": 8000}}
+        write_result(tmp_path / "results", doc)
+    make_report([tmp_path / "results"], ReportOptions(output=tmp_path / "report"))
+    table = json.loads((tmp_path / "report" / "report.json").read_text())["tables"]["serving_phases"]
+    rows = {r[2]: r for r in table["rows"]}
+    assert rows["300 W"][5] == "0.8" and rows["300 W"][8] == "0.5"
+    assert rows["500 W"][8] == "0.6" and rows["500 W"][7] == "500"
