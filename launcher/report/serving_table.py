@@ -13,6 +13,10 @@ def _mean(values):
     return statistics.fmean(values) if values else None
 
 
+def _pick(phases: list[dict], phase: str, key: str) -> float | None:
+    return _mean([(p.get(phase) or {}).get(key) for p in phases])
+
+
 def serving_table(cells: list) -> Table | None:
     rows = []
     for cell in cells:
@@ -20,8 +24,8 @@ def serving_table(cells: list) -> Table | None:
         if not phases:
             continue
 
-        def pick(phase, key):
-            return _mean([(p.get(phase) or {}).get(key) for p in phases])
+        def pick(phase, key, phases=phases):
+            return _pick(phases, phase, key)
 
         rows.append([_t(cell.group.workload_label()), _t(cell.group.device_label()),
                      _t(cell.cap_label),
