@@ -43,3 +43,24 @@ def test_a_tiny_run_below_its_cap_and_its_mlperf_logs(tmp_path, result_schema):
     stop = next(x for x in lines if x.key == "run_stop").value["metadata"]
     assert stop["validity"] == doc["validity"]["verdict"]
     assert stop["status"] == ("aborted" if doc["validity"]["verdict"] == "fail" else "success")
+
+
+def test_a_paper_preset_run_records_the_papers_accounting_beside_ours(tmp_path, result_schema):
+    # Shrunk by flags (so not comparable), but still a `paper` preset: the block is written.
+    node = FakeNode(tmp_path, fgs.make_devices(1, "nvidia", power_draw_w=400.0))
+    done = node.launch("resnet50", "--preset", "paper", "--device", "cpu", "--nproc", "1",
+                       "--batch-size", "2", "--warmup-epochs", "1", "--epochs", "2",
+                       "--steps-per-epoch", "1", "-o", str(node.results), timeout=1200)
+    assert done.returncode == 0, done.stderr
+    doc = node.only_result()
+    assert_valid_result(doc, result_schema)
+    paper = doc["power"]["paper_accounting"]
+    assert paper["method"] == "vision-callback"
+    assert "performance_tracking2_rocm.py" in paper["upstream"]
+    # The fake draws a constant 400 W, so both accountings see 400 W per GPU; the
+    # paper's mean holds the warm-up epoch's samples too (more samples than our window's).
+    assert paper["mean_power_w_per_gpu"] == pytest.approx(400.0, rel=0.01)
+    assert doc["power"]["mean_power_w"] == pytest.approx(400.0, rel=0.01)
+    assert paper["power_samples"] > doc["gpus"][0]["samples"]
+    rates = doc["throughput"]["per_epoch_node"]
+    assert paper["throughput_node"] == pytest.approx(sum(rates) / len(rates))
