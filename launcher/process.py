@@ -295,6 +295,11 @@ def finish_result(doc: dict, run_dir: Path, spec: RunSpec, code: int | None, lim
         doc["launcher"]["idle_baseline"] = idle
     # Again, now that the enforced limits and the idle baseline are in.
     doc["validity"] = validity.evaluate(doc, "launcher")
+    mllog = (doc.get("sidecar") or {}).get("mllog")
+    if mllog:  # its run_stop status follows the final verdict
+        from hpcai.workloads import mlperf_log
+
+        mlperf_log.restamp_status(run_dir / mllog, doc)
     return clean(doc)
 
 

@@ -273,7 +273,7 @@ class Run:
                 log(f"cannot write {folder / SAMPLES_FILE}: {exc}")
                 doc["sidecar"]["samples"] = None
         if status == "complete":
-            doc["sidecar"].update(self._write_mllog(doc, folder))
+            doc["sidecar"].update(self._write_mllog(doc, folder, ranks))
         R.write_json_atomic(folder / "segment.json", R.clean(doc))
 
     def _report_epoch(self, epoch, total: int) -> None:
@@ -335,7 +335,7 @@ class Run:
                     (self.out_dir / SAMPLES_FILE).unlink(missing_ok=True)
             try:
                 doc = self._document(ranks)
-                doc["sidecar"].update(self._write_mllog(doc))
+                doc["sidecar"].update(self._write_mllog(doc, ranks=ranks))
                 self._write(doc)
             except OSError as exc:
                 log(f"error: cannot write {self.out_dir / RESULT_FILE} "
@@ -368,22 +368,39 @@ class Run:
         self.status, self.error = "failed", {"type": "OutputError", "message": message}
         self.sampler_written = False
 
-    def _write_mllog(self, doc: dict, folder: Path | None = None) -> dict:
-        """The MLPerf-format log, after the run (workloads/mlperf_log.py)."""
+    def _write_mllog(self, doc: dict, folder: Path | None = None,
+                     ranks: list[dict] | None = None) -> dict:
+        """The MLPerf-format log and its power file, after the run (workloads/mlperf_log.py)."""
+        from hpcai.measure import serving_phases
         from hpcai.workloads import mlperf_log
 
         folder = self.out_dir if folder is None else folder
-
-        stamps = doc["timestamps"]
-        samples = []
-        if self.sampler is not None and stamps.get("measured_start") is not None:
-            samples = mlperf_log.power_samples(self.sampler, stamps["measured_start"], stamps["measured_end"])
+        if self.in_run and folder == self.out_dir:
+            # The process spans every segment's cap: one log per segment instead.
+            return {"mllog": None, "mllog_reason": "an in-run process: each segment has its own log"}
+        samples, boundary = [], mlperf_log.GPU_ONLY
+        measured = mlperf_log.node_samples(self.node_power) if self.node_power is not None else None
+        if measured is not None:
+            samples, api = measured
+            boundary = mlperf_log.NODE.format(api=api)
+        elif self.sampler is not None and doc["timestamps"].get("measured_start") is not None:
+            used = serving_phases.used_sources(doc["spec"], self.discovery)
+            samples = [(t, sum(row[i].power_w for i in used))
+                       for t, row in zip(self.sampler.times, self.sampler.readings)
+                       if used and all(row[i] is not None and row[i].power_w is not None
+                                       for i in used)]
+        # Each node writes its own run folder (Slurm: node-<rank>/): within it, MLPerf
+        # Power's checker wants node_0..node_{n-1}, so this node is node_0 (its host
+        # name is in every reading's metadata).
+        node_index = 0
         try:
-            reason = mlperf_log.write(folder / mlperf_log.MLLOG_FILE, doc, samples)
+            reason = mlperf_log.write(folder / mlperf_log.MLLOG_FILE, doc, samples, boundary,
+                                      mlperf_log.node_counts(ranks), node_index)
         except Exception as exc:  # a side file: the result is still written
             reason = f"{type(exc).__name__}: {exc}"
             # No half-written log beside the result (a full disk, say).
             (folder / mlperf_log.MLLOG_FILE).unlink(missing_ok=True)
+            mlperf_log.power_path(folder / mlperf_log.MLLOG_FILE, node_index).unlink(missing_ok=True)
         if reason:
             log(f"no {mlperf_log.MLLOG_FILE}: {reason}")
         return {"mllog": None if reason else mlperf_log.MLLOG_FILE, "mllog_reason": reason}
@@ -458,6 +475,9 @@ class Run:
         finish = getattr(self.workload, "finish_document", None)
         if finish is not None:
             finish(doc)
+        paper_power = self._paper_accounting(spec, epochs, throughput, power)
+        if paper_power is not None:
+            doc["power"]["paper_accounting"] = paper_power
         # Check by check, from the document alone; the launcher evaluates it again
         # once its own block (enforced limits, idle baseline) is in.
         doc["validity"] = validity.evaluate(doc, "workload")
@@ -466,6 +486,21 @@ class Run:
     def _unit(self) -> str:
         """The unit of work: the workload's declared one, unless the run names its own (exec --units)."""
         return getattr(self.workload, "run_unit", None) or self.workload_def.unit
+    def _paper_accounting(self, spec: dict, epochs: list[dict], throughput: dict,
+                          power: dict) -> dict | None:
+        """For a `paper`-preset run: power, energy and efficiency the way the upstream
+        scripts compute them (hpcai/measure/paper_accounting.py), beside ours."""
+        from hpcai.measure import paper_accounting, serving_phases
+
+        if (spec.get("comparability") or {}).get("preset_kind") != "paper":
+            return None
+        method = paper_accounting.method_for(spec["workload"])
+        if method is None or self.discovery is None or self.discovery.kind != "gpu":
+            return None
+        sources = serving_phases.used_sources(spec, self.discovery)
+        return paper_accounting.account(
+            method, self.sampler, sources, epochs, throughput["per_epoch_node"],
+            power.get("window_s"), len(sources), float(power.get("node_overhead_w") or 0.0))
 
     def _config(self) -> dict:
         """The workload's own description, with how this process ran it."""
@@ -528,6 +563,14 @@ class Run:
         if phases and metrics is not None:
             # Serving: ramp-up, steady state and ramp-down, each with its own energy.
             metrics["phase_energy"] = R.phase_energy(spec, self.discovery, self.sampler, phases)
+        served = getattr(self.workload, "serving_requests", lambda: None)() \
+            if self.workload is not None else None
+        if served and metrics is not None:
+            # Serving: prefill and decode, each with its time, energy and J per token.
+            from hpcai.measure import serving_phases
+            metrics["serving_phases"] = serving_phases.split(
+                self.sampler, serving_phases.used_sources(spec, self.discovery),
+                served["requests"], served["input_tokens"], served["output_tokens"])
         return metrics
 
     def _workload_metrics(self, first_epoch: int | None) -> dict | None:

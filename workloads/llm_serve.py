@@ -239,6 +239,7 @@ class SglangServe(EngineWorkload):
         self.client: proc.GroupProcess | None = None
         self.model_info: dict | None = None
         self.bench: dict | None = None
+        self.requests: list | None = None  # the measured wave's, wall-clock send times
         self.window: dict | None = None
         self.steady: dict | None = None
         self.warmup_failures: list[str] = []
@@ -387,6 +388,7 @@ class SglangServe(EngineWorkload):
         result_file.unlink(missing_ok=True)
         (self.wave_dir / CLIENT_REQUESTS).unlink(missing_ok=True)
         self.bench = self.window = self.steady = None  # this wave's, once parsed
+        self.requests = None
         self.client = proc.GroupProcess("SGLang benchmark client", self.client_command(num_prompts),
                                         self.wave_dir / CLIENT_LOG, env, stop_grace_s=5)
         self.client.start(watch=(START_LINE, BANNER))
@@ -434,6 +436,7 @@ class SglangServe(EngineWorkload):
             return {"available": False, "measured": False, "target_concurrency": target,
                     "reason": f"no per-request timestamps from the client ({type(exc).__name__}: {exc})",
                     "basis": "the client's whole load"}
+        self.requests = requests  # wall-clock send times: the prefill/decode split reads them
         found = steady_state.analyse(requests, target)
         found["requests_file"] = CLIENT_REQUESTS
         # One burst (no --max-concurrency: the seed paper's protocol) has no steady state
@@ -451,6 +454,15 @@ class SglangServe(EngineWorkload):
         else:
             found["basis"] = "the client's whole load"
         return found
+
+    def serving_requests(self) -> dict | None:
+        """This wave's requests (wall-clock send time, ttft, latency) and its token
+        counts, for the prefill/decode split (hpcai/measure/serving_phases.py)."""
+        requests, bench = self.requests, self.bench
+        if not requests or bench is None:
+            return None
+        return {"requests": requests, "input_tokens": bench.get("total_input_tokens"),
+                "output_tokens": bench.get("total_output_tokens")}
 
     def phases(self) -> dict | None:
         """Ramp-up, steady state and ramp-down (wall seconds), for their energies."""

@@ -10,6 +10,7 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
+from hpcai.measure import cap_binding
 from hpcai.measure.efficiency import units_per_joule
 from hpcai.measure.node_power import energy_with_node, node_section
 from hpcai.measure.stats import throughput_stats
@@ -282,6 +283,8 @@ def power_section(spec: dict, discovery, sampler, window, units: int,
         "energy_per_unit_j": energy / units if available and units else None,
         "units_per_joule": units_per_joule(units, energy) if available else None,
         "units_per_joule_with_overhead": units_per_joule(units, with_node),
+        # Did the cap bind over this window (hpcai/measure/cap_binding.py)?
+        "cap_binding": cap_binding.section(sampler, discovery, window, used_indices),
     }
     return gpus, packages, power
 

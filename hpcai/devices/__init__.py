@@ -77,18 +77,59 @@ def gpus() -> tuple[Device, ...]:
 
 
 @lru_cache(maxsize=1)
-def _by_name() -> dict[str, Device]:
-    index: dict[str, Device] = {}
+def _by_name() -> dict[str, tuple[Device, ...]]:
+    """Name -> the entries that claim it. Variants of one model may share a
+    driver name ("NVIDIA H100": the 80 GB HBM3 and the 94 GB HBM2e parts) when
+    their memory sizes tell them apart; the first listed is the default."""
+    index: dict[str, list[Device]] = {}
     for device in gpus():
-        for name in (device.model, *device.names):
-            other = index.setdefault(_key(name), device)
-            if other is not device:
-                raise ValueError(f"gpus.toml: the name {name!r} is claimed by {other.model} and {device.model}")
-    return index
+        for name in dict.fromkeys((device.model, *device.names)):
+            claimed = index.setdefault(_key(name), [])
+            clash = next((d for d in claimed if d.memory_gb == device.memory_gb), None)
+            if clash is not None:
+                raise ValueError(f"gpus.toml: the name {name!r} is claimed by {clash.model} and "
+                                 f"{device.model} with the same memory size")
+            claimed.append(device)
+    return {k: tuple(v) for k, v in index.items()}
 
 
-def lookup(name: str | None) -> Device | None:
-    """The table's entry for a reported device name; exact, never a substring."""
+# A reported memory total within this share of a datasheet size names that size:
+# drivers report usable GiB (81559 MiB for an 80 GB HBM3 H100, 97871 MiB at 94 GB).
+MEMORY_MATCH_FRAC = 0.12
+
+
+def lookup(name: str | None, memory_bytes: int | None = None) -> Device | None:
+    """The table's entry for a reported device name; exact, never a substring.
+    Where variants share the name, memory_bytes (the driver's total) picks the
+    one of that size; without it, the first listed."""
     if not name:
         return None
-    return _by_name().get(_key(name))
+    found = _by_name().get(_key(name))
+    if not found:
+        return None
+    if len(found) == 1 or not memory_bytes:
+        return found[0]
+    return variant(found, memory_bytes / 1e9) or found[0]
+
+
+def variant(candidates, memory_gb: float) -> Device | None:
+    """The candidate whose datasheet memory is nearest memory_gb (decimal GB),
+    if within MEMORY_MATCH_FRAC of it."""
+    sized = [d for d in candidates if d.memory_gb]
+    if not sized:
+        return None
+    best = min(sized, key=lambda d: abs(d.memory_gb - memory_gb))
+    return best if abs(best.memory_gb - memory_gb) <= MEMORY_MATCH_FRAC * best.memory_gb else None
+
+
+def by_family(family: str, memory_gb: float, bandwidth_tbs: float | None = None) -> Device | None:
+    """The entry for a model family as a paper prints it ("H100", 94 GB,
+    2.4 TB/s): the family as a whole word of the model or a name, the memory
+    size exact, and the bandwidth where given; the first listed on a tie."""
+    for device in gpus():
+        named = any(gpu_names.matches(family, n) for n in (device.model, *device.names))
+        if not named or device.memory_gb != memory_gb:
+            continue
+        if bandwidth_tbs is None or device.bandwidth_tbs == bandwidth_tbs:
+            return device
+    return None

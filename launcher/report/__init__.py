@@ -148,6 +148,10 @@ def _tabulate(parts: _Parts, opts: ReportOptions) -> None:
     named["efficiency"] = tables.efficiency_tables(cells, analyses, parts.overhead, runs)
     named["recommendations"] = tables.recommendation_table(
         analyses, opts.max_slowdown, opts.objective) if analyses else None
+    from hpcai.launcher.report.binding_table import binding_table
+    named["cap_binding"] = binding_table(analyses)  # None unless a capped run measured power
+    from hpcai.launcher.report.serving_table import serving_table
+    named["serving_phases"] = serving_table(cells)  # None unless a serving run split its phases
     named["fixed"] = tables.fixed_work_table(analyses, parts.work)
     named["facility"] = facility_table(analyses, parts.work)
     named["boundaries"] = boundaries_table(runs)
@@ -158,6 +162,7 @@ def _tabulate(parts: _Parts, opts: ReportOptions) -> None:
     named["origins"], named["sites"] = origins_table(runs), sites_table(runs)
     parts.all_tables = [t for t in (named["origins"], named["sites"],
         *named["throughput"], named["clocks"], *named["efficiency"], named["recommendations"],
+        named["cap_binding"], named["serving_phases"],
         named["fixed"], named["facility"], named["boundaries"], named["statistics"],
         named["excluded"], named["sweeps"], named["runs"]) if t is not None]
 
@@ -229,10 +234,12 @@ def _sections(parts: _Parts) -> list[tuple[str, list]]:
     # Nothing measured power: one sentence why, not a table of dashes (report/no_power.py).
     from hpcai.launcher.report.no_power import best_cap_section
 
-    return [("Best cap", best_cap_section(parts.runs, named["recommendations"])),
+    return [("Best cap", best_cap_section(parts.runs, named["recommendations"])
+             + present(named["cap_binding"])),
             ("Throughput per GPU", named["throughput"]),
             ("Clock caps", present(named["clocks"])),
             ("Energy efficiency", named["efficiency"]),
+            ("Serving phases", present(named["serving_phases"])),
             ("Energy and time for a fixed amount of work", present(named["fixed"])),
             ("Facility energy, cost and emissions", present(named["facility"])),
             ("Measurement boundaries", present(named["boundaries"])),

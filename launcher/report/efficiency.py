@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from hpcai.launcher.report.binding import drop_unbound
 from hpcai.launcher.report.stats import Cell, Group, cap_sort_key
 
 DEFAULT_WORK = {"images/s": 1e6, "samples/s": 1e6, "tokens/s": 1e9}
@@ -99,6 +100,7 @@ def analyse(cells: list[Cell], max_slowdown: float) -> list[Analysis]:
         members = sorted(members, key=lambda c: cap_sort_key(c.cap_w))
         a = Analysis(group, members)
         a.candidates = [c for c in members if c.power_available and c.enforced is not False]
+        drop_unbound(a)  # a cap the GPU never reached saved nothing (report/binding.py)
         unenforced = [c.cap_label for c in members if c.enforced is False]
         if unenforced:
             a.notes.append(f"not enforced, so not recommended: {', '.join(unenforced)}")

@@ -36,6 +36,7 @@ class Run:
     device_type: str = "?"  # cuda | cpu
     device: str = "?"  # short label: "H100", "MI300X", "CPU"
     device_full: str = "?"  # "NVIDIA H100 80GB HBM3", or the CPU model
+    gpu_memory_bytes: int | None = None  # the first used GPU's: tells device variants apart
     site: str = "?"
     host: str = "?"
     processes: int = 1  # GPUs (or CPU processes) the throughput is divided by
@@ -61,6 +62,8 @@ class Run:
     # section as written: the boundaries report (report/boundaries.py) reads it.
     node_energy_j: float | None = None
     power_doc: dict = field(default_factory=dict)
+    # Serving: workload_metrics.serving_phases (prefill/decode time, energy, J per token).
+    serving_phases: dict | None = None
     facility: dict = field(default_factory=dict)  # the site's pue, carbon, price (spec.facility)
     sm_clock_mhz: float | None = None
     memory_clock_mhz: float | None = None
@@ -240,6 +243,7 @@ def _fill(run: Run, path: Path, doc: dict) -> None:
     if run.device_type == "cuda" and used:
         names = list(dict.fromkeys(g["name"] for g in used))
         run.device_full = " + ".join(names)
+        run.gpu_memory_bytes = used[0].get("memory_total_bytes")
         run.device = " + ".join(short_name(n) for n in names)
     else:
         run.device_full = host.get("cpu_model") or "CPU"
@@ -286,6 +290,7 @@ def _fill_figures(run: Run, doc: dict, spec: dict, used: list) -> None:
     run.node_energy_j = (power.get("node_power") or {}).get("node_energy_j")
     run.facility = dict(spec.get("facility") or {})
     run.power_doc = power
+    run.serving_phases = (doc.get("workload_metrics") or {}).get("serving_phases")
     run.units = (doc.get("work") or {}).get("measured_units")
     run.achieved_tflops_node = tp.get("achieved_tflops_node")
     run.fraction_of_peak = tp.get("fraction_of_peak")

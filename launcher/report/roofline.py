@@ -24,15 +24,14 @@ import statistics
 from dataclasses import dataclass
 
 from hpcai import devices
+from hpcai.devices import paper as paper_devices
 from hpcai.launcher.report.load import Run
 from hpcai.launcher.report.points import RefPoint, workload_key
 from hpcai.launcher.report.tables import Table, TCell, fmt
 
-# The seed paper's devices as the device table names them. Its Table 2 (device
-# figures) is not in the project's notes: the table's datasheet entries stand in.
-PAPER_DEVICES = {"H100": "H100 SXM", "H200": "H200 SXM", "MI300X": "MI300X"}
-PAPER_DEVICES_NOTE = ("The paper's devices (H100 = H100 SXM, H200 = H200 SXM, MI300X) carry the device "
-                      "table's datasheet figures (hpcai/devices/gpus.toml), not the paper's Table 2.")
+# The seed paper's devices as its own Table 2 gives them (hpcai/devices/paper.py).
+PAPER_DEVICES_NOTE = ("The paper's devices carry the device table's figures for the parts its Table 2 "
+                      "names: {}.")
 
 # name, label, how to read it off a device at a precision
 FIGURES = (
@@ -133,12 +132,14 @@ def collect(runs: list[Run], reference: list[RefPoint] | None) -> list[Point]:
     config = configurations(usable)
     groups: dict[tuple, list] = {}
     for r in usable:
-        key = ("ours", r.workload, config[id(r)], r.unit, r.device, r.device_full, r.cap_w, r.precision)
+        key = ("ours", r.workload, config[id(r)], r.unit, r.device, r.device_full, r.gpu_memory_bytes,
+               r.cap_w, r.precision)
         groups.setdefault(key, []).append(r)
     points = []
-    for (source, workload, cfg, unit, label, full, cap, precision), rs in groups.items():
+    for (source, workload, cfg, unit, label, full, memory, cap, precision), rs in groups.items():
         joules = [x for x in (r.gpu_efficiency() for r in rs) if x is not None]
-        points.append(Point(source, workload, cfg, unit, label, devices.lookup(full), cap,
+        # The variant by name and memory size (an "NVIDIA H100" may be the 80 or the 94 GB part).
+        points.append(Point(source, workload, cfg, unit, label, devices.lookup(full, memory), cap,
                             all(r.enforced is not False for r in rs),
                             statistics.fmean(r.per_gpu for r in rs),
                             statistics.fmean(joules) if joules else None,
@@ -147,7 +148,7 @@ def collect(runs: list[Run], reference: list[RefPoint] | None) -> list[Point]:
     for p in reference or []:
         flops, moved, _ = counted.get(workload_key(p.workload), (None, None, ""))
         points.append(Point("paper", p.workload, "paper", p.unit, f"{p.gpu} (paper)",
-                            devices.lookup(PAPER_DEVICES.get(p.gpu, p.gpu)), p.cap_w, p.enforced,
+                            paper_devices.device(p.gpu), p.cap_w, p.enforced,
                             p.per_gpu, None, paper_precision(p.precision), flops, moved))
     return points
 
@@ -377,7 +378,7 @@ def section(folder, runs: list[Run], reference: list[RefPoint] | None) -> tuple[
     if unknown:
         notes.append("Not in the device table (no roofline or correlation): " + ", ".join(unknown) + ".")
     if reference:
-        notes.append(PAPER_DEVICES_NOTE)
+        notes.append(PAPER_DEVICES_NOTE.format(paper_devices.describe()))
         notes += paper_flops_notes(runs, reference)
     plots, skipped = roofline_plots(folder, points) if points else ([], [])
     return tables, plots, skipped, notes

@@ -192,8 +192,9 @@ def _beside_the_paper(tcells: list[TCell], group, cells: list, caps: list,
         if not comparable:
             reasons.append(why)
             continue
-        text, ratio = ref.ratio_text(cell.throughput, point)
-        tcell.text += f" [{text} paper]"
+        ours, basis = ref.like_for_like(cell)  # the paper's accounting where recorded
+        text, ratio = ref.ratio_text(ours, point)
+        tcell.text += f" [{text} paper" + (", paper acct.]" if basis == "paper's accounting" else "]")
         tcell.ratio = ratio
     if reasons:
         why_not.append(f"{group.workload_label()} on {group.device_label()}: not comparable with "

@@ -138,6 +138,17 @@ def test_one_server_measures_a_load_wave_per_cap(fake_nvidia_node, result_schema
         assert wave["requests"] == REQUESTS and wave["ci_target"] is None
         assert [e["warmup"] for e in result["epochs"]] == [True] * settle["epochs"] + [False]
         assert (folder / "samples.csv").is_file()
+        # Per segment: the cap bound (650 W wanted, the fake reports the cap), and the
+        # wave split into prefill and decode from the client's request time stamps.
+        assert result["power"]["cap_binding"]["binds"] is True
+        assert result["power"]["cap_binding"]["limit_w"] == pytest.approx(cap)
+        phases = m["serving_phases"]
+        assert phases["prefill"]["duration_s"] > 0 and phases["decode"]["duration_s"] > 0
+        assert phases["decode"]["j_per_output_token"] == pytest.approx(
+            phases["decode"]["energy_j"] / (REQUESTS * 32))
+        assert phases["decode"]["mean_power_w"] == pytest.approx(2 * min(650.0, cap), rel=0.05)
+        # One MLPerf log per segment, in its folder; none for the process (every cap).
+        assert (folder / "mllog.txt").is_file() and (folder / "power" / "mllog" / "node_0.txt").is_file()
         # A window long enough for the validity checks (over 1 s), settled drift.
         failed = [c for c in result["validity"]["checks"] if c["verdict"] == "fail"]
         assert failed == [], failed
@@ -145,6 +156,7 @@ def test_one_server_measures_a_load_wave_per_cap(fake_nvidia_node, result_schema
     # the settle waves and the measured wave of every segment.
     record = json.loads((process / "process.json").read_text())
     assert record["status"] == "complete"
+    assert record["sidecar"]["mllog"] is None and not (process / "mllog.txt").exists()
     settles = sum(r["measurement"]["settle"]["epochs"] for r in by_cap.values())
     assert len(record["epochs"]) == 1 + settles + 3
 

@@ -75,6 +75,10 @@ def test_a_cap_sweep_restores_limits_between_runs_and_lists_every_run(fake_nvidi
         assert cell["units_per_joule_with_overhead"] == pytest.approx(
             results[cap]["power"]["units_per_joule_with_overhead"])
     assert rep["sweeps"][0]["idle_baseline"]["available"]
+    # The fake GPUs want 650 W and report the cap: both caps bound, and the report says so.
+    assert all(r["power"]["cap_binding"]["binds"] is True for r in results.values())
+    (binding,) = rep["tables"]["cap_binding"]["rows"]
+    assert binding[2:5] == ["200 W, 300 W", "–", "–"] and binding[5] == "every cap measured bound"
     for name in ("throughput-resnet50.png", "efficiency-resnet50.png", "clocks-resnet50.png",
                  "power-timeseries.png"):
         assert (tmp_path / "report" / "plots" / name).stat().st_size > 5000

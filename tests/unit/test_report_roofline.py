@@ -28,9 +28,10 @@ def test_the_papers_resnet50_at_700w_against_bandwidth_is_numpys_pearson():
              if c.source == "paper" and c.workload == "resnet50" and c.cap_w == 700.0}
     c = corrs[("throughput per GPU", "memory bandwidth (TB/s)")]
     # Throughput: the seed paper's Table 3, 700 W (H100, H200, MI300X images/s per GPU).
-    # Bandwidth: a second source, not the device table: NVIDIA Hopper whitepaper (H100 SXM5
-    # 3.35 TB/s), NVIDIA H200 product brief (4.8 TB/s), AMD CDNA 3 whitepaper (MI300X 5.3 TB/s).
-    throughput, bandwidth = [1479.3, 2148.6, 1464.9], [3.35, 4.8, 5.3]
+    # Bandwidth: a second source, not the device table: the paper's own Table 2 for its
+    # H100 (the 94 GB HBM2e part at 2.4 TB/s, not the 80 GB HBM3 SXM5 at 3.35), NVIDIA H200
+    # product brief (4.8 TB/s), AMD CDNA 3 whitepaper (MI300X 5.3 TB/s).
+    throughput, bandwidth = [1479.3, 2148.6, 1464.9], [2.4, 4.8, 5.3]
     assert c.n == 3
     assert c.pearson == pytest.approx(np.corrcoef(bandwidth, throughput)[0, 1], abs=1e-12)
     # Spearman: Pearson of the ranks (bandwidth 1,2,3; throughput 2,3,1)
@@ -81,4 +82,4 @@ def test_the_report_has_roofline_and_correlation_sections(tmp_path, result_schem
     md = (tmp_path / "report" / "report.md").read_text()
     assert "## Roofline and hardware correlation" in md
     assert "Not in the device table (no roofline or correlation): RTX A1000." in md
-    assert "not the paper's Table 2" in md
+    assert "the parts its Table 2 names: H100 = H100 SXM5 94GB HBM2e (94 GB HBM2e, 2.4 TB/s)" in md
