@@ -154,6 +154,11 @@ class CapSession(RestoringSession):
 
         self._take_authority()  # before anything changes: a held GPU is refused here
         try:
+            # Read again under the lock: a run we waited for may have changed them since.
+            limits = {i: self.backend.limits(i) for i in self.indices}
+            for i in self.indices:
+                self.gpus[i].update(initial_w=limits[i].current_w, applied_w=limits[i].current_w,
+                                    enforced_w=limits[i].enforced_w)
             self._snapshot = {i: self._original_w(i, limits[i].current_w) for i in self.indices}
             write_journal(
                 self.journal_path,
