@@ -25,7 +25,6 @@ import pytest
 from conftest import FAKES, ROOT
 from fakes import fake_gpu_state as fgs
 from hpcai.launcher.power import authority, helper
-from slurm_fixtures import slurm_cluster  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -42,7 +41,7 @@ def user():
 
 
 @pytest.fixture
-def helper_config(slurm_cluster, tmp_path):  # noqa: F811
+def helper_config(slurm_cluster, tmp_path):
     """The site's helper settings at their fixed place, as an admin writes them."""
     path = helper.HELPER_CONFIG
     saved = path.read_bytes() if path.exists() else None
@@ -90,16 +89,39 @@ def submit_as(cluster, user, *args: str) -> str:
     return done.stdout.strip().split(";")[0]
 
 
+@pytest.fixture
+def traversable(slurm_cluster):
+    """The test cluster keeps its config and slurmd spool in root's private tmp
+    folder; a real cluster's are readable by its users (/etc/slurm) and slurmd
+    runs their jobs from its spool: let others pass through (x, not read) meanwhile."""
+    changed = []
+    folder = slurm_cluster.confdir
+    while folder != folder.parent and folder != Path("/tmp"):
+        mode = folder.stat().st_mode & 0o7777
+        if not mode & 0o001:
+            changed.append((folder, mode))
+            os.chmod(folder, mode | 0o001)
+        folder = folder.parent
+    for sub in ("spool", "spool/node1", "spool/node2"):
+        path = slurm_cluster.confdir / sub
+        changed.append((path, path.stat().st_mode & 0o7777))
+        os.chmod(path, changed[-1][1] | 0o005)
+    yield
+    for path, mode in changed:
+        os.chmod(path, mode)
+
+
 def wait_running(cluster, job_id: str, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while (state := cluster.state(job_id)) != "RUNNING":
-        assert state in ("PENDING", "CONFIGURING"), f"job {job_id} is {state}"
+        assert state in ("PENDING", "CONFIGURING"), \
+            f"job {job_id} is {state}: {cluster.run('scontrol', 'show', 'job', job_id).stdout}"
         assert time.monotonic() < deadline, f"job {job_id} still {state}"
         time.sleep(0.5)
 
 
 def test_helper_caps_only_the_callers_job_gpus_and_the_epilog_restores(
-        slurm_cluster, helper_config, user, gpus):  # noqa: F811
+        slurm_cluster, traversable, helper_config, user, gpus):
     state, uuids = gpus
     job = submit_as(slurm_cluster, user, "--exclusive", "-N1", "--wrap", "sleep 600")
     try:
@@ -140,7 +162,8 @@ def test_helper_caps_only_the_callers_job_gpus_and_the_epilog_restores(
         slurm_cluster.run("scancel", job)
 
 
-def test_helper_refuses_a_job_that_does_not_hold_the_gpu(slurm_cluster, helper_config, user, gpus):  # noqa: F811
+def test_helper_refuses_a_job_that_does_not_hold_the_gpu(
+        slurm_cluster, traversable, helper_config, user, gpus):
     """A job sharing the node (not exclusive, no GPU GRES) holds none of its GPUs."""
     state, uuids = gpus
     job = submit_as(slurm_cluster, user, "-N1", "-n1", "--oversubscribe", "--wrap", "sleep 600")
