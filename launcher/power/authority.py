@@ -36,6 +36,7 @@ from hpcai.errors import PowerError
 # Fixed on purpose (see the module docstring); tests isolate by GPU UUID.
 LOCK_ROOT = Path("/run/hpcai")
 POLL_S = 0.2
+PROBE_GRACE_S = 0.5
 _SAFE_UUID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 
 
@@ -189,7 +190,9 @@ class GpuAuthority:
 
     def __enter__(self) -> GpuAuthority:
         check_private_dir(self.root, create=True)
-        deadline = time.monotonic() + max(0.0, self.wait_s)
+        # A moment's grace even without waiting: holder_of() (an uncapped run's
+        # look) holds a shared lock for an instant, which must not refuse a run.
+        deadline = time.monotonic() + max(PROBE_GRACE_S, self.wait_s)
         try:
             for uuid in self.uuids:  # sorted: two runs never wait on each other in a circle
                 self._take(uuid, deadline)
@@ -270,6 +273,8 @@ class GpuAuthority:
 
 def authority_applies(backend) -> bool:
     """Root takes the node's lock itself. A user without root cannot: with the
-    `command` method the site's helper (power_helper.py) takes it for them;
+    `command` method the site's helper (helper.py) takes it for them;
     otherwise setting needs root anyway and fails at the vendor library."""
+    if getattr(backend, "name", None) == "command" and "hpcai-power-helper" in getattr(backend, "template", ""):
+        return False  # the helper takes the lock for each change it makes
     return os.geteuid() == 0

@@ -253,3 +253,16 @@ def test_in_run_cap_changes_are_still_restored(node):
         with CapSession(backend, 300, None, node.journal("a")) as session:
             session.change_cap(500)
     assert node.limits() == [700.0, 700.0]
+
+
+def test_the_power_helper_takes_the_lock_itself_so_the_launcher_does_not(node):
+    """With hpcai-power-helper as the command, the helper locks each GPU per change;
+    a root launcher holding the same lock for the run would make every call wait."""
+    from hpcai.launcher.power.authority import authority_applies
+
+    with make_backend("command", None, "sudo -n hpcai-power-helper {uuid} {watts}") as helper_backend:
+        assert authority_applies(helper_backend) is False
+    with make_backend("command", None, "sudo -n nvidia-smi -i {index} -pl {watts}") as other:
+        assert authority_applies(other) is True  # root, any other command: the launcher locks
+    with make_backend("nvml") as backend:
+        assert authority_applies(backend) is True
