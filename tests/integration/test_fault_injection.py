@@ -188,7 +188,8 @@ def test_twenty_random_faults_leave_every_invariant_intact(fake_nvidia_node, tmp
             except subprocess.TimeoutExpired:
                 proc.kill()
                 output, _ = proc.communicate()
-                violations.append(f"{where}: the launcher did not end within 240 s")
+                violations.append(f"{where}: the launcher did not end within 240 s; its last "
+                                  f"lines:\n{chr(10).join(output.splitlines()[-15:])}")
             injected[kind] += hit
             if kind == "disk":
                 unfill(tmp_path / "disk", mounted)
