@@ -315,6 +315,9 @@ def _run_options() -> list:
     click.option("--no-telemetry", is_flag=True, help="do not sample power (for overhead tests)"),
     click.option("--output", "-o", help="results folder (default: the site's, ./results)"),
     click.option("--journal", help="power journal path (default: ~/.local/state/hpcai)"),
+    click.option("--wait-for-gpus", "wait_for_gpus", type=click.FloatRange(min=0, max=7 * 86400),
+                 default=0.0, help="seconds to wait while another run holds these GPUs' limits "
+                                   "(default 0: refuse at once, naming the holder)"),
     click.option("--runtime", type=click.Choice(["auto", "host", "apptainer"]), default="auto",
                  show_default=True,
                  help="auto: apptainer when it is installed and the image is in the images "
@@ -373,7 +376,7 @@ _COMMAND_PARAMS = (
     "steps_per_epoch", "precision", "channels_last", "compile_", "sample_interval_ms",
     "no_telemetry", "output", "journal", "runtime", "image", "dry_run", "slurm", "nodes",
     "partition", "account", "time_limit", "array", "slurm_options", "vary", "scaling", "in_run",
-    "ci_target", "min_window_s", "max_window_s")
+    "ci_target", "min_window_s", "max_window_s", "wait_for_gpus")
 
 
 def _run_options_of(workload, v: dict, extra: dict, axes, batch):
@@ -395,7 +398,7 @@ def _run_options_of(workload, v: dict, extra: dict, axes, batch):
         sm_clock_mhz=sm_clocks[0] if sm_clocks and len(sm_clocks) == 1 else None,
         mem_clock_mhz=mem_clocks[0] if mem_clocks and len(mem_clocks) == 1 else None,
         sm_clocks=sm_clocks if sweep else None, mem_clocks=mem_clocks if sweep else None,
-        in_run=v["in_run"],
+        in_run=v["in_run"], wait_for_gpus_s=v["wait_for_gpus"],
         params={"batch_size": v["batch_size"], "precision": v["precision"],
                 "channels_last": v["channels_last"], "compile": v["compile_"], **extra},
         protocol={"epochs": v["epochs"], "warmup_epochs": v["warmup_epochs"],

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 import sys
 
@@ -154,8 +155,8 @@ def restore_power(site_selector: str | None, method: str | None, journal: str | 
     node = Node.detect(site["gpu"]["vendor"])
     path = journal_path(site, journal)
     clock_path = clock_journal_path(path)
-    if not path.exists() and not clock_path.exists():
-        click.echo(f"no power journal at {path}: nothing to restore")
+    if not os.path.lexists(path) and not os.path.lexists(clock_path):
+        _restore_originals(site, method, node.vendor, path)
         return
     with _backend(site, method, node.vendor) as backend:
         if clock_path.exists():  # clocks first: the run capped them last
@@ -173,6 +174,24 @@ def restore_power(site_selector: str | None, method: str | None, journal: str | 
         click.echo(f"GPU {gpu['index']}: restored to {gpu['limit_w']:g} W "
                    f"(reads {gpu['read_back_w']:g} W)")
     click.echo(f"journal {path} removed")
+
+
+def _restore_originals(site: dict, method: str | None, vendor, path) -> None:
+    """No journal (never written, or deleted): the node-wide records of the cap
+    authority still name the limits a dead run left applied (root only)."""
+    from hpcai.launcher.power.session import restore_originals
+
+    if not Node.detect(site["gpu"]["vendor"]).gpus:
+        click.echo(f"no power journal at {path}: nothing to restore")
+        return
+    with _backend(site, method, vendor) as backend:
+        done = restore_originals(backend)
+    if not done:
+        click.echo(f"no power journal at {path}: nothing to restore")
+        return
+    for gpu in done:
+        click.echo(f"GPU {gpu['index']}: restored to {gpu['limit_w']:g} W from the node's record "
+                   f"(no journal; reads {gpu['read_back_w']:g} W)")
 
 
 def show_clocks(site_selector: str | None, method: str | None) -> None:

@@ -42,6 +42,8 @@ class Options:
     vary: list | None = None
     scaling: str | None = None
     in_run: bool | None = None  # sweeps: one process for every cap (None: where supported)
+    # --wait-for-gpus: seconds to wait for another run's hold on these GPUs (0: refuse)
+    wait_for_gpus_s: float = 0.0
 
     @property
     def is_sweep(self) -> bool:

@@ -6,6 +6,7 @@ nothing here changes a limit or writes a result.
 """
 from __future__ import annotations
 
+import math
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +49,7 @@ class RunPlan:
     site: dict
     node: Node
     journal: Path  # the power journal its cap and clock sessions write
+    wait_for_gpus_s: float = 0.0  # --wait-for-gpus: queue behind a run holding its GPUs
 
     @property
     def indices(self) -> list[int]:
@@ -94,7 +96,12 @@ def make_plan(opts: Options, placement: dict | None = None,
     spec = _complete_spec(spec, site, opts, picked if gpu_indices else None)
     spec = _place(spec, output, placement, run_id)
     command = runtime.command(spec, site, str(Path(spec.output_dir) / "spec.json"))
-    return RunPlan(spec, command, site, node, journal_path(site, opts.journal))
+    wait = float(opts.wait_for_gpus_s or 0.0)
+    if not math.isfinite(wait) or wait < 0:
+        raise UsageError(f"--wait-for-gpus {wait:g} is not a number of seconds",
+                         "give 0 (refuse a held GPU at once) or a positive number of seconds")
+    return RunPlan(spec, command, site, node, journal_path(site, opts.journal),
+                   wait_for_gpus_s=wait)
 
 
 def _device(opts: Options, node: Node) -> str:

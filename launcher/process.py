@@ -78,7 +78,9 @@ class WorkloadProcess:
         self._stack.callback(self.backend.close)
         # Entered last, so it exits first: limits come back before anything else.
         self.session = self._stack.enter_context(
-            CapSession(self.backend, cap_w, self.indices, self.plan.journal))
+            CapSession(self.backend, cap_w, self.indices, self.plan.journal,
+                       run_id=self.spec.run_id, hold=bool(clocks),
+                       wait_s=self.plan.wait_for_gpus_s))
         gpus = ", ".join(map(str, self.indices))
         if cap_w is not None:
             log(f"power limit set to {cap_w:g} W on GPU(s) {gpus}{self.cap_note}")

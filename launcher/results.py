@@ -104,7 +104,9 @@ def limits_record(limits: dict[int, dict], end: dict[int, float | None]) -> list
         record.append({"index": index, "uuid": lim.get("uuid"), "default_w": lim.get("default_w"),
                        "requested_w": lim.get("requested_w"),
                        "enforced_at_start_w": start if start is not None else lim.get("applied_w"),
-                       "enforced_at_end_w": end.get(index)})
+                       "enforced_at_end_w": end.get(index),
+                       "held_by": lim.get("held_by"),
+                       "changed_during_run_w": lim.get("changed_during_run_w")})
     return record
 
 

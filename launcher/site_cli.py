@@ -195,6 +195,7 @@ def check_site(selector: str | None) -> None:
     _check_apptainer(site, report)
     _check_folder(report, "paths.state_dir", sites.state_dir(site),
                   "power journals cannot be written there: runs with --cap will fail")
+    _check_state_trust(report, sites.state_dir(site))
     from pathlib import Path
 
     _check_folder(report, "paths.results", Path(site["paths"]["results"]).absolute(),
@@ -459,6 +460,26 @@ def _check_folder(report, what: str, path, consequence: str) -> None:
     else:
         report(FAIL, what, f"{path} {'is not writable' if state == 'read-only' else state}: "
                            f"{consequence}")
+
+
+def _check_state_trust(report, path) -> None:
+    """A state folder (or a journal in it) another user could write or own is
+    refused by every run and by `power restore`: say so here (issue 25)."""
+    from hpcai.errors import PowerError
+    from hpcai.launcher.power.journal import check_journal_file, check_state_dir
+
+    what = "paths.state_dir ownership"
+    if not path.exists() and not path.is_symlink():
+        report(OK, what, f"{path} does not exist yet (made 0700 on first use)")
+        return
+    try:
+        check_state_dir(path)
+        for journal in sorted(path.glob("power-journal-*.json")):
+            check_journal_file(journal)
+    except PowerError as exc:
+        report(FAIL, what, f"{exc.one_line()}: runs with --cap and `power restore` refuse it")
+        return
+    report(OK, what, f"{path}: owned by this user, not writable by others")
 
 
 def _writable(path) -> str:

@@ -206,5 +206,13 @@ def window_stats(series: list[tuple[float, GpuReading]]) -> dict:
         "temperature_c": summarize([r.temperature_c for r in readings]),
         "utilization_pct_mean": _mean([r.utilization_pct for r in readings]),
         "power_limit_w": _mean([r.power_limit_w for r in readings]),
+        # Every reading's extremes: a limit changed and changed back mid-window shows.
+        "power_limit_w_min": _extreme(min, [r.power_limit_w for r in readings]),
+        "power_limit_w_max": _extreme(max, [r.power_limit_w for r in readings]),
         "throttle_reasons": {k: v / len(known) for k, v in sorted(throttle.items())} if known else {},
     }
+
+
+def _extreme(pick, values):
+    known = [v for v in values if v is not None]
+    return pick(known) if known else None

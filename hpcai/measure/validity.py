@@ -290,10 +290,13 @@ def _throttle(gpu: dict, subject: str, T: dict) -> dict:
 
 
 def _enforced_limits(doc: dict, T: dict) -> list[dict]:
-    threshold = f"within {T['limit_match_w']:g} W of the requested cap, at start and end"
+    """Capped: the limit in force matches the cap at start, at end and in every
+    sampled reading between. Uncapped: it is each GPU's default throughout (a
+    GPU another run or user capped must not give the uncapped figure)."""
     cap = ((doc.get("spec") or {}).get("power") or {}).get("cap_w")
     if cap is None:
-        return [check("enforced_limit", "n/a", None, "W", threshold, "no cap requested")]
+        return _uncapped_limits(doc, T)
+    threshold = f"within {T['limit_match_w']:g} W of the requested cap, at start, end and in every reading"
     launcher = doc.get("launcher")
     if not isinstance(launcher, dict):
         return [check("enforced_limit", "n/a", None, "W", threshold,
@@ -302,11 +305,13 @@ def _enforced_limits(doc: dict, T: dict) -> list[dict]:
     if not rows:
         return [check("enforced_limit", "fail", None, "W", threshold,
                       "a cap was requested but the launcher recorded no GPU limit")]
+    window = _window_limits(doc)
     out = []
     for row in rows:
         asked = float(row["requested_w"])
         seen = [row.get("enforced_at_start_w"), row.get("enforced_at_end_w")]
-        known = [s for s in seen if s is not None]
+        low, high = window.get(row["index"], (None, None))
+        known = [s for s in (*seen, low, high) if s is not None]
         if not known:
             out.append(check("enforced_limit", "warn", None, "W", threshold,
                              f"requested {asked:g} W; the enforced limit could not be read",
@@ -314,10 +319,56 @@ def _enforced_limits(doc: dict, T: dict) -> list[dict]:
             continue
         off = max(known, key=lambda s: abs(s - asked))
         verdict = "fail" if abs(off - asked) > T["limit_match_w"] else "pass"
-        out.append(check("enforced_limit", verdict, off, "W", threshold,
-                         f"requested {asked:g} W; enforced {seen[0]} W at start, {seen[1]} W at end",
-                         f"GPU {row['index']}"))
+        note = f"requested {asked:g} W; enforced {seen[0]} W at start, {seen[1]} W at end"
+        if low is not None:
+            note += f", {low:g}-{high:g} W in the window's readings"
+        if row.get("changed_during_run_w") is not None:
+            note += (f"; someone else set {row['changed_during_run_w']:g} W during the run "
+                     "(left in force, not restored)")
+        out.append(check("enforced_limit", verdict, off, "W", threshold, note, f"GPU {row['index']}"))
     return out
+
+
+def _window_limits(doc: dict) -> dict[int, tuple[float | None, float | None]]:
+    """Per used GPU: the lowest and highest limit the sampler read in the window."""
+    found = {}
+    for gpu in doc.get("gpus") or []:
+        if gpu.get("used") is False or not isinstance(gpu.get("index"), int):
+            continue
+        low, high = gpu.get("power_limit_w_min"), gpu.get("power_limit_w_max")
+        if low is not None and high is not None:
+            found[gpu["index"]] = (float(low), float(high))
+    return found
+
+
+def _uncapped_limits(doc: dict, T: dict) -> list[dict]:
+    threshold = f"within {T['limit_match_w']:g} W of each GPU's default limit, at start, end and in every reading"
+    launcher = doc.get("launcher")
+    rows = (launcher.get("gpu_limits") or []) if isinstance(launcher, dict) else []
+    rows = [r for r in rows if r.get("default_w") is not None]
+    if not rows:
+        return [check("enforced_limit", "n/a", None, "W", threshold,
+                      "no cap requested" + ("" if isinstance(launcher, dict) else
+                                            "; the limits in force are checked by the launcher"))]
+    window = _window_limits(doc)
+    out = []
+    for row in rows:
+        default = float(row["default_w"])
+        low, high = window.get(row["index"], (None, None))
+        known = [s for s in (row.get("enforced_at_start_w"), row.get("enforced_at_end_w"), low, high)
+                 if s is not None]
+        if not known:
+            continue
+        off = max(known, key=lambda s: abs(s - default))
+        verdict = "fail" if abs(off - default) > T["limit_match_w"] else "pass"
+        note = f"no cap requested; default {default:g} W, limit in force {off:g} W"
+        if verdict == "fail":
+            note += (f" (held by hpcai run: {row['held_by']})" if row.get("held_by")
+                     else " (set outside this run)")
+            note += ": this is not an uncapped figure"
+        out.append(check("enforced_limit", verdict, off, "W", threshold, note, f"GPU {row['index']}"))
+    return out or [check("enforced_limit", "warn", None, "W", threshold,
+                         "no cap requested; the limits in force could not be read")]
 
 
 def _throughput_cv(doc: dict, T: dict) -> dict:

@@ -51,20 +51,77 @@ def write_journal(path, method: str, snapshot: dict[int, dict]) -> dict:
 
 
 def write_new_record(path, record: dict, what: str) -> None:
-    """A journal (`what`) written atomically in its state folder, made 0700."""
+    """A journal (`what`) created atomically and exclusively in its state folder
+    (made 0700; refused when another user could write it): of two launchers
+    racing to write one journal, the second gets StaleJournalError."""
+    from hpcai.errors import StaleJournalError
+
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError as exc:
         raise PowerError(f"cannot write the {what} {path}: {exc}", STATE_DIR_HINT) from exc
-    _write_record(path, record)
+    check_state_dir(path.parent)
+    tmp = _write_temporary(path, record)
+    try:
+        os.link(tmp, path)  # fails if the journal exists: never replaces another run's
+    except FileExistsError:
+        raise StaleJournalError(
+            f"a {what} appeared at {path} while this run was starting (another run uses it)",
+            "give each concurrent run its own --journal, or wait for the other run to end") from None
+    except OSError as exc:
+        raise PowerError(f"cannot write the {what} {path}: {exc}", STATE_DIR_HINT) from exc
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    _fsync_dir(path.parent)
+
+
+def check_state_dir(directory) -> None:
+    """PowerError (one line) unless the state folder is ours alone: not a link,
+    owned by this user (root: by root), not group- or world-writable."""
+    from hpcai.launcher.power.authority import private_problem
+
+    directory = Path(directory)
+    try:
+        st = os.lstat(directory)
+    except OSError as exc:
+        raise PowerError(f"cannot use the state folder {directory}: {exc.strerror}", STATE_DIR_HINT) from None
+    problem = private_problem(st, os.geteuid(), directory=True)
+    if problem:
+        raise PowerError(f"refusing the state folder {directory}: {problem}",
+                         f"use a folder only you can write (chmod 700, owned by you), or {STATE_DIR_HINT}")
+
+
+def check_journal_file(path) -> None:
+    """PowerError unless the journal is a regular file this user wrote, in a
+    state folder that passes check_state_dir: a planted one is never acted on."""
+    from hpcai.launcher.power.authority import private_problem
+
+    path = Path(path)
+    check_state_dir(path.parent)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise PowerError(f"cannot read the journal {path}: {exc.strerror}") from None
+    problem = private_problem(st, os.geteuid(), directory=False)
+    if problem:
+        raise PowerError(f"refusing the journal {path}: {problem}",
+                         "it was not written by an hpcai run of yours; check it, restore the limits by "
+                         "hand if needed, then delete it")
 
 
 def read_record_text(path, what: str) -> str | None:
     """A journal's text; None when there is none; ConfigError when unreadable."""
     path = Path(path)
+    if not os.path.lexists(path):
+        return None
+    check_journal_file(path)  # a planted or foreign journal is refused, never read
     try:
-        return path.read_text(encoding="utf-8")
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with os.fdopen(fd, "r", encoding="utf-8") as f:
+            return f.read()
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -125,9 +182,8 @@ def record_workload(path, pgid: int, tag: str) -> None:
     _write_record(Path(path), record)
 
 
-def _write_record(path: Path, record: dict) -> None:
-    """Atomically: a temporary file, fsync, rename, then fsync the folder so the
-    rename itself survives a crash."""
+def _write_temporary(path: Path, record: dict) -> str:
+    """The record in a new temporary file beside `path` (mkstemp: O_EXCL, 0600), fsynced."""
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as exc:
@@ -138,10 +194,21 @@ def _write_record(path: Path, record: dict) -> None:
             f.write("\n")
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
     except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
         if isinstance(exc, OSError):
             raise PowerError(f"cannot write the power journal {path}: {exc}", STATE_DIR_HINT) from exc
         raise
+    return tmp
+
+
+def _write_record(path: Path, record: dict) -> None:
+    """Atomically: a temporary file, fsync, rename, then fsync the folder so the
+    rename itself survives a crash."""
+    tmp = _write_temporary(path, record)
+    try:
+        os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise PowerError(f"cannot write the power journal {path}: {exc}", STATE_DIR_HINT) from exc
     _fsync_dir(path.parent)

@@ -92,6 +92,9 @@ class CapSession(RestoringSession):
         gpu_indices: list[int] | None = None,
         journal_path=None,
         tolerance_w: float = 1.0,
+        run_id: str | None = None,
+        hold: bool = False,
+        wait_s: float = 0.0,
     ):
         self.backend = backend
         self.cap_w = None if cap_w is None else float(cap_w)
@@ -103,6 +106,11 @@ class CapSession(RestoringSession):
         self._snapshot: dict[int, float] = {}
         self._received: list[int] = []  # signals deferred while restoring
         self._active = False
+        # The node's lock on these GPUs (authority.py): taken before any change,
+        # for a cap or (hold) for the clocks a ClockSession sets inside this one.
+        self.run_id, self.hold, self.wait_s = run_id, hold, float(wait_s)
+        self.authority = None
+        self._asked: dict[int, list[float]] = {}  # every limit this run set, per GPU
 
     # -- entry --------------------------------------------------------------------
     def __enter__(self) -> CapSession:
@@ -127,10 +135,16 @@ class CapSession(RestoringSession):
                 "applied_w": lim.current_w,
                 "enforced_w": lim.enforced_w,
                 "restored_w": None,
+                "held_by": None,
+                "changed_during_run_w": None,
             }
         # Uncapped too: GPUs a killed run left capped would make its label wrong.
         self._refuse_stale_journal()
         if self.cap_w is None:
+            if self.hold and self.indices:
+                self._take_authority()
+            else:
+                self._note_holders()
             return self
         if not self.indices:
             raise UsageError("a power cap was requested but no GPU is visible")
@@ -138,21 +152,75 @@ class CapSession(RestoringSession):
             raise UsageError(f"invalid power cap {self.cap_w:g} W", "give a positive number of watts")
         self._check_range(limits)
 
-        self._snapshot = {i: limits[i].current_w for i in self.indices}
-        write_journal(
-            self.journal_path,
-            self.backend.name,
-            {i: {"uuid": self.gpus[i]["uuid"], "limit_w": w} for i, w in self._snapshot.items()},
-        )
+        self._take_authority()  # before anything changes: a held GPU is refused here
+        try:
+            # Read again under the lock: a run we waited for may have changed them since.
+            limits = {i: self.backend.limits(i) for i in self.indices}
+            for i in self.indices:
+                self.gpus[i].update(initial_w=limits[i].current_w, applied_w=limits[i].current_w,
+                                    enforced_w=limits[i].enforced_w)
+            self._snapshot = {i: self._original_w(i, limits[i].current_w) for i in self.indices}
+            write_journal(
+                self.journal_path,
+                self.backend.name,
+                {i: {"uuid": self.gpus[i]["uuid"], "limit_w": w} for i, w in self._snapshot.items()},
+            )
+        except BaseException:
+            self._release_authority()
+            raise
         try:
             for i in self.indices:
-                self.backend.set_limit_w(i, self.cap_w)
+                self._set(i, self.cap_w)
             self._read_back()
             self._active = True
         except BaseException as exc:
-            self._roll_back(exc)
+            try:
+                self._roll_back(exc)
+            finally:
+                self._release_authority()
             raise
         return self
+
+    # -- the node's authority (authority.py) -------------------------------------------
+    def _take_authority(self) -> None:
+        from hpcai.launcher.power.authority import GpuAuthority, authority_applies
+
+        if not authority_applies(self.backend):
+            return  # not root, setting through the site's helper: the helper takes it
+        uuids = [self.gpus[i]["uuid"] for i in self.indices]
+        self.authority = GpuAuthority(uuids, self.run_id, self.wait_s).__enter__()
+
+    def _release_authority(self) -> None:
+        if self.authority is not None:
+            self.authority.__exit__(None, None, None)
+            self.authority = None
+
+    def _original_w(self, index: int, current_w: float) -> float:
+        if self.authority is None:
+            return current_w
+        return self.authority.original_w(self.gpus[index]["uuid"], current_w)
+
+    def _note_holders(self) -> None:
+        """Uncapped: who holds these GPUs now, for the validity check's note."""
+        from hpcai.launcher.power.authority import describe_holder, holder_of
+
+        for gpu in self.gpus.values():
+            try:
+                holder = holder_of(gpu["uuid"]) if gpu.get("uuid") else None
+            except Exception:  # noqa: BLE001 - a note, never a reason to stop
+                holder = None
+            if holder is not None:
+                gpu["held_by"] = describe_holder(holder)
+
+    def _set(self, index: int, watts: float) -> None:
+        self._asked.setdefault(index, []).append(watts)  # before: it may half-happen
+        self.backend.set_limit_w(index, watts)
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        try:
+            return super().__exit__(exc_type, exc, tb)
+        finally:
+            self._release_authority()
 
     def _refuse_stale_journal(self) -> None:
         refuse_stale_journal(self.journal_path)
@@ -184,15 +252,24 @@ class CapSession(RestoringSession):
         for i, want in self._snapshot.items():
             try:
                 self.gpus[i]["restored_w"] = self._restore_one(i, want)
+                if self.authority is not None:
+                    self.authority.forget_original(self.gpus[i]["uuid"])
             except Exception as exc:
                 failures.append(f"GPU {i}: {describe(exc)}")
         return failures
 
-    def _restore_one(self, index: int, want: float) -> float:
+    def _restore_one(self, index: int, want: float) -> float | None:
         try:
             current = self.backend.limits(index).current_w
             if abs(current - want) <= self.tolerance_w:
                 return current  # never changed (or the set was ignored)
+            if not any(abs(current - w) <= self.tolerance_w for w in self._asked.get(index, [])):
+                # Not a limit this run set: someone changed it during the run. Theirs
+                # stays; the result says so (restore only what this run set).
+                self.gpus[index]["changed_during_run_w"] = current
+                log.warning("GPU %s: its limit was changed to %g W during the run by someone "
+                            "else; left as it is (not restored to %g W)", index, current, want)
+                return None
         except HpcaiError:
             pass  # cannot read: try setting anyway
         self.backend.set_limit_w(index, want)
@@ -213,7 +290,7 @@ class CapSession(RestoringSession):
         self._check_range_of(cap_w)
         self.cap_w = cap_w
         for i in self.indices:
-            self.backend.set_limit_w(i, cap_w)
+            self._set(i, cap_w)
             self.gpus[i]["requested_w"] = cap_w
         self._read_back()
 
@@ -227,6 +304,12 @@ class CapSession(RestoringSession):
             "cap_w": self.cap_w,
             "gpus": {str(i): dict(g, index=i) for i, g in self.gpus.items()},
         }
+
+
+def original_of_held(authority, uuid: str) -> dict | None:
+    from hpcai.launcher.power.authority import original_of
+
+    return original_of(uuid, authority.root)
 
 
 def restore_from_journal(backend: PowerBackend, journal_path=None, force: bool = False) -> dict:
@@ -250,8 +333,76 @@ def restore_from_journal(backend: PowerBackend, journal_path=None, force: bool =
             f"the run that wrote {path} (pid {record['pid']}) is still running",
             "stop it first (it restores the limits when it exits), or pass --force",
         )
-    stop_or_refuse(record.get("workload"), path, force)
     by_uuid = {g.uuid: g.index for g in backend.gpus()}
+    # Before anything is stopped or set: the journal's GPUs must be this node's,
+    # its limits within their range, and no live run may hold them.
+    check_journal_gpus(backend, record, by_uuid, path)
+    authority = restore_authority(backend, [e.get("uuid") for e in record["gpus"]])
+    try:
+        stop_or_refuse(record.get("workload"), path, force)
+        return _restore_entries(backend, record, by_uuid, path, authority)
+    finally:
+        if authority is not None:
+            authority.__exit__(None, None, None)
+
+
+def check_journal_gpus(backend, record: dict, by_uuid: dict, path) -> None:
+    """PowerError unless every GPU the journal names is here, by UUID, and its
+    limit lies in that GPU's range: a planted journal sets nothing."""
+    for entry in record["gpus"]:
+        uuid = entry.get("uuid")
+        index = by_uuid.get(uuid) if uuid else int(entry["index"])  # no UUID: an old journal
+        if index is None or index not in by_uuid.values():
+            raise PowerError(f"the power journal {path} names GPU {uuid or index!r}, which this node does not have",
+                             "it does not belong to this node; check it and delete it")
+        lim = backend.limits(index)
+        want = float(entry["limit_w"])
+        if not math.isfinite(want) or (lim.min_w is not None and want < lim.min_w - 1.0) or (
+                lim.max_w is not None and want > lim.max_w + 1.0):
+            raise PowerError(f"the power journal {path} asks for {want:g} W on GPU {uuid}, outside its range "
+                             f"{_fmt(lim.min_w)}-{_fmt(lim.max_w)} W", "check it and delete it")
+
+
+def restore_authority(backend, uuids: list):
+    """As root, the node's lock on these GPUs for the restore: a GPU a live run
+    holds is refused (that run restores its own). None without root."""
+    from hpcai.launcher.power.authority import GpuAuthority, authority_applies
+
+    if not authority_applies(backend):
+        return None
+    return GpuAuthority([u for u in uuids if u], "power-restore").__enter__()
+
+
+def restore_originals(backend) -> list[dict]:
+    """As root: the limits recorded node-wide (authority.py) by a holder that died
+    without restoring them, journal or not (a deleted journal). One dict per GPU."""
+    from hpcai.launcher.power.authority import LOCK_ROOT, authority_applies, holder_of, original_of
+
+    if not authority_applies(backend) or not LOCK_ROOT.is_dir():
+        return []
+    done = []
+    for gpu in backend.gpus():
+        record = original_of(gpu.uuid) if gpu.uuid else None
+        if not record or holder_of(gpu.uuid) is not None:
+            continue
+        want = float(record["limit_w"])
+        lim = backend.limits(gpu.index)
+        if lim.min_w is not None and lim.max_w is not None and not lim.min_w - 1 <= want <= lim.max_w + 1:
+            continue
+        authority = restore_authority(backend, [gpu.uuid])
+        try:
+            backend.set_limit_w(gpu.index, want)
+            got = backend.limits(gpu.index).current_w
+            if abs(got - want) > 1.0:
+                raise PowerError(f"GPU {gpu.index} reads {got:g} W after restoring {want:g} W", RESTORE_HINT)
+            authority.forget_original(gpu.uuid)
+        finally:
+            authority.__exit__(None, None, None)
+        done.append({"index": gpu.index, "uuid": gpu.uuid, "limit_w": want, "read_back_w": got})
+    return done
+
+
+def _restore_entries(backend, record: dict, by_uuid: dict, path, authority) -> dict:
     results, failures = [], []
     for entry in record["gpus"]:
         uuid, want = entry.get("uuid"), float(entry["limit_w"])
@@ -261,12 +412,17 @@ def restore_from_journal(backend: PowerBackend, journal_path=None, force: bool =
         try:
             if index is None:
                 raise PowerError(f"no visible GPU has UUID {uuid}")
+            if authority is not None and uuid:  # the node-wide record knows the first holder's limit
+                want = float((original_of_held(authority, uuid) or {}).get("limit_w", want))
+                result["limit_w"] = want
             backend.set_limit_w(index, want)
             got = backend.limits(index).current_w
             result["read_back_w"] = got
             if abs(got - want) > 1.0:
                 raise PowerError(f"reads {got:g} W after restoring {want:g} W")
             result["ok"] = True
+            if authority is not None and uuid:
+                authority.forget_original(uuid)
         except HpcaiError as exc:
             result["error"] = exc.one_line()
             failures.append(f"GPU {entry['index']} ({uuid}): {exc.one_line()}")

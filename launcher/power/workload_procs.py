@@ -40,7 +40,7 @@ def find(workload: dict | None) -> list[int]:
     """Live pids of the workload a journal records ({"pgid": int, "tag": str})."""
     if not workload:
         return []
-    pgid, tag = workload.get("pgid"), workload.get("tag")
+    tag = workload.get("tag")
     marker = f"{TAG_ENV}={tag}".encode() if tag else None
     found = []
     me = os.getpid()
@@ -51,7 +51,9 @@ def find(workload: dict | None) -> list[int]:
         group = _pgid_of(pid)
         if group is None:
             continue
-        if (isinstance(pgid, int) and group == pgid) or (marker and _has_tag(pid, marker)):
+        # The tag, never the group alone: a planted journal naming an unrelated
+        # process group must not make root stop it (issue 25).
+        if marker and _has_tag(pid, marker):
             found.append(pid)
     return sorted(found)
 

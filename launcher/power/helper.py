@@ -1,0 +1,332 @@
+"""hpcai-power-helper: lets users without root cap the GPUs of their own Slurm job.
+
+Run through `sudo -n` by the launcher's `command` power method:
+
+    hpcai-power-helper GPU-UUID WATTS        # set one GPU's power limit
+    hpcai-power-helper restore --job ID      # put back every limit set for a job
+                                             # (the Slurm epilog, as root)
+
+It takes nothing from the caller but those arguments and SUDO_UID (set by
+sudo). Which jobs the caller runs on this node, and which GPUs they hold, come
+from Slurm itself (`scontrol`), never from the caller's environment. Its own
+settings come from a root-owned file at a fixed place, HELPER_CONFIG:
+
+    slurm_conf = "/etc/slurm/slurm.conf"      # optional: the SLURM_CONF for scontrol
+    allowed_cap_range_w = [200, 600]           # optional: the site's permitted caps
+    site = "/etc/hpcai/site.toml"              # optional: take the range from this site
+
+It uses the node's cap authority (authority.py): the GPU's lock while it
+changes a limit, the first holder's original limit, and a record naming the
+job, so that the epilog restores exactly what the job's runs changed.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from hpcai.errors import ConfigError, HpcaiError, PowerError, UsageError
+from hpcai.launcher.power.authority import (
+    LOCK_ROOT,
+    GpuAuthority,
+    check_uuid,
+    private_problem,
+    read_private_json,
+    write_private_json,
+)
+
+HELPER_CONFIG = Path("/etc/hpcai/power-helper.toml")  # fixed: sudo's caller must not move it
+SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+SCONTROL_TIMEOUT_S = 30
+TOLERANCE_W = 1.0
+
+
+# ---- settings ---------------------------------------------------------------------------
+def _toml():
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    return tomllib
+
+
+def _trusted_file(path: Path, what: str) -> bytes | None:
+    """A root-owned file no one else can write; None when absent."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ConfigError(f"cannot read the {what} {path}: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as f:
+        problem = private_problem(os.fstat(f.fileno()), 0, directory=False)
+        if problem:
+            raise ConfigError(f"refusing the {what} {path}: {problem}",
+                              "it must be owned by root and writable by root alone")
+        return f.read()
+
+
+def load_config(path: Path = HELPER_CONFIG) -> dict:
+    """The helper's settings ({} when the file is absent), with the allowed range
+    resolved: its own allowed_cap_range_w, else its site's."""
+    data = _trusted_file(path, "power helper settings")
+    if data is None:
+        return {}
+    try:
+        config = _toml().loads(data.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"the power helper settings {path} are not valid TOML: {exc}") from None
+    if config.get("site") and config.get("allowed_cap_range_w") is None:
+        from hpcai.launcher import sites
+
+        site_path = Path(config["site"])
+        if _trusted_file(site_path, "site file") is None:
+            raise ConfigError(f"the site file {site_path} named in {path} does not exist")
+        config["allowed_cap_range_w"] = sites.load(str(site_path))["power"].get("allowed_cap_range_w")
+    cap_range = config.get("allowed_cap_range_w")
+    if cap_range is not None and not (isinstance(cap_range, list) and len(cap_range) == 2
+                                      and all(isinstance(v, (int, float)) for v in cap_range)
+                                      and cap_range[0] < cap_range[1]):
+        raise ConfigError(f"allowed_cap_range_w in {path} is not [low, high]")
+    return config
+
+
+# ---- Slurm: the caller's jobs and the GPUs they hold ----------------------------------------
+def _scontrol(config: dict, *args: str) -> str:
+    env = {"PATH": SAFE_PATH}
+    if config.get("slurm_conf"):
+        env["SLURM_CONF"] = str(config["slurm_conf"])
+    try:
+        done = subprocess.run(["scontrol", *args], capture_output=True, text=True, env=env,
+                              stdin=subprocess.DEVNULL, timeout=SCONTROL_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise PowerError(f"cannot ask Slurm (scontrol {' '.join(args)}): {exc}",
+                         "the helper needs Slurm's scontrol on this node") from None
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise PowerError(f"scontrol {' '.join(args)} failed: {last}")
+    return done.stdout
+
+
+def _fields(line: str) -> dict[str, str]:
+    return dict(tok.split("=", 1) for tok in line.split() if "=" in tok)
+
+
+def this_nodes(config: dict) -> set[str]:
+    """This host's Slurm node names (a host may run several slurmd)."""
+    host = socket.gethostname()
+    names = set()
+    for line in _scontrol(config, "show", "node", "-o").splitlines():
+        f = _fields(line)
+        if f.get("NodeHostName") in (host, host.split(".")[0]) or f.get("NodeName") == host.split(".")[0]:
+            names.add(f["NodeName"])
+    return names
+
+
+def _indices(spec: str) -> set[int]:
+    """Slurm's IDX list: "0-1,3" -> {0, 1, 3}."""
+    found: set[int] = set()
+    for part in spec.split(","):
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            found.update(range(int(lo), int(hi) + 1))
+        elif part.isdigit():
+            found.add(int(part))
+    return found
+
+
+def job_gpus_here(config: dict, job: dict, here: set[str], line: str) -> set[int] | None:
+    """The GPU indices a running job holds on this node: its GRES IDX there; where
+    Slurm tracks no GPUs for it, all of them if it has the node exclusively (None)."""
+    nodes = set(_scontrol(config, "show", "hostnames", job.get("NodeList", "")).split())
+    mine = nodes & here
+    if not mine:
+        return set()
+    held: set[int] = set()
+    gres_seen = False
+    for node_list, gres in re.findall(r"Nodes=(\S+) CPU_IDs=\S+ Mem=\S+ GRES=(\S*)", line):
+        if "gpu" not in gres:
+            continue
+        gres_seen = True
+        if set(_scontrol(config, "show", "hostnames", node_list).split()) & here:
+            for idx in re.findall(r"IDX:([0-9,\-]+)", gres):
+                held |= _indices(idx)
+    if gres_seen:
+        return held
+    return None if job.get("OverSubscribe") == "NO" else set()
+
+
+def caller_job_holding(config: dict, uid: int, index: int) -> str:
+    """The id of the caller's running job on this node that holds GPU `index`."""
+    here = this_nodes(config)
+    if not here:
+        raise PowerError(f"Slurm knows no node on this host ({socket.gethostname()})",
+                         "run the helper on a Slurm compute node")
+    for line in _scontrol(config, "show", "job", "-d", "-o").splitlines():
+        job = _fields(line)
+        owner = re.search(r"\((\d+)\)$", job.get("UserId", ""))
+        if job.get("JobState") != "RUNNING" or not owner or int(owner.group(1)) != uid:
+            continue
+        held = job_gpus_here(config, job, here, line)
+        if held is None or index in held:
+            return job["JobId"]
+    raise PowerError(f"user {uid} has no running Slurm job on this node holding GPU {index}",
+                     "cap only the GPUs of your own job, from inside it")
+
+
+def job_state(config: dict, job_id: str) -> str | None:
+    try:
+        out = _scontrol(config, "show", "job", "-o", job_id)
+    except PowerError:
+        return None
+    return _fields(out.splitlines()[0]).get("JobState") if out.strip() else None
+
+
+# ---- the GPU ----------------------------------------------------------------------------------
+def _device_by_uuid(library, uuid: str):
+    for device in library.devices():
+        if device.info().uuid == uuid:
+            return device
+    raise UsageError(f"no GPU on this node has UUID {uuid}", "pass a UUID that nvidia-smi -L / amd-smi list shows")
+
+
+def _job_record_path(uuid: str) -> Path:
+    return LOCK_ROOT / f"gpu-{uuid}.job.json"
+
+
+def set_limit(uuid: str, watts: float, uid: int, config: dict) -> str:
+    """Set one GPU's limit for the caller's job; returns a one-line report."""
+    from hpcai.gpu import open_library
+
+    check_uuid(uuid)
+    if not math.isfinite(watts) or watts <= 0:
+        raise UsageError(f"invalid power limit {watts!r} W", "give a positive number of watts")
+    library = open_library("auto")
+    if library is None:
+        raise PowerError("no GPU management library sees a GPU on this node")
+    try:
+        device = _device_by_uuid(library, uuid)
+        index, limits = device.info().index, device.power_limits()
+        job_id = caller_job_holding(config, uid, index)
+        with GpuAuthority([uuid], f"slurm-job-{job_id}", wait_s=10.0, job_id=job_id) as authority:
+            other = read_private_json(_job_record_path(uuid))
+            if other and other.get("job_id") != job_id and job_state(config, other["job_id"]) == "RUNNING":
+                raise PowerError(f"GPU {uuid} is capped for Slurm job {other['job_id']} "
+                                 f"(user {other.get('user')})", "wait for that job to end")
+            original = authority.original_w(uuid, limits.current_w)
+            restoring = abs(watts - original) <= TOLERANCE_W or (
+                limits.default_w is not None and abs(watts - limits.default_w) <= TOLERANCE_W)
+            _check_range(watts, limits, config, restoring)
+            device.set_power_limit_w(watts)
+            got = device.power_limits().current_w
+            if abs(got - watts) > TOLERANCE_W:
+                raise PowerError(f"GPU {uuid} reads {got:g} W after setting {watts:g} W")
+            if abs(watts - original) <= TOLERANCE_W:
+                authority.forget_original(uuid)
+                _job_record_path(uuid).unlink(missing_ok=True)
+            else:
+                write_private_json(_job_record_path(uuid), authority.holder_record())
+    finally:
+        library.close()
+    return f"GPU {uuid}: power limit {watts:g} W for Slurm job {job_id}"
+
+
+def _check_range(watts: float, limits, config: dict, restoring: bool) -> None:
+    if (limits.min_w is not None and watts < limits.min_w - TOLERANCE_W) or (
+            limits.max_w is not None and watts > limits.max_w + TOLERANCE_W):
+        raise PowerError(f"{watts:g} W is outside the GPU's range {limits.min_w:g}-{limits.max_w:g} W")
+    allowed = config.get("allowed_cap_range_w")
+    if allowed and not restoring and not allowed[0] <= watts <= allowed[1]:
+        raise PowerError(f"{watts:g} W is outside the site's allowed caps {allowed[0]:g}-{allowed[1]:g} W",
+                         "pick a cap in that range")
+
+
+def restore_job(job_id: str, uid: int | None, config: dict) -> list[str]:
+    """Every limit set for this job back at its first holder's original."""
+    from hpcai.gpu import open_library
+
+    if not re.fullmatch(r"[0-9]+(_[0-9]+)?", job_id):
+        raise UsageError(f"{job_id!r} is not a Slurm job id")
+    if not LOCK_ROOT.is_dir():
+        return []
+    records = []
+    for path in sorted(LOCK_ROOT.glob("gpu-*.job.json")):
+        record = read_private_json(path)
+        if record and record.get("job_id") == job_id:
+            if uid is not None and record.get("uid") != uid:
+                raise PowerError(f"Slurm job {job_id} is not yours", "only root or the job's owner may restore it")
+            records.append(path.name[len("gpu-"):-len(".job.json")])
+    if not records:
+        return []
+    library = open_library("auto")
+    done = []
+    try:
+        for uuid in records:
+            device = _device_by_uuid(library, uuid)
+            with GpuAuthority([uuid], f"slurm-job-{job_id}-restore", wait_s=30.0, job_id=job_id) as authority:
+                original = read_private_json(LOCK_ROOT / f"gpu-{uuid}.original.json") or {}
+                want = original.get("limit_w")
+                if isinstance(want, (int, float)):
+                    device.set_power_limit_w(float(want))
+                    got = device.power_limits().current_w
+                    if abs(got - want) > TOLERANCE_W:
+                        raise PowerError(f"GPU {uuid} reads {got:g} W after restoring {want:g} W")
+                    authority.forget_original(uuid)
+                    done.append(f"GPU {uuid}: restored to {want:g} W")
+                _job_record_path(uuid).unlink(missing_ok=True)
+    finally:
+        library.close()
+    return done
+
+
+# ---- the command ----------------------------------------------------------------------------
+def _caller_uid() -> int | None:
+    """SUDO_UID (sudo sets it, the caller cannot); None when root ran us directly."""
+    if os.geteuid() != 0:
+        raise PowerError("hpcai-power-helper must run as root", "run it through sudo -n (see the site's sudoers)")
+    value = os.environ.get("SUDO_UID")
+    if value is None:
+        return None
+    if not value.isdigit():
+        raise UsageError(f"SUDO_UID {value!r} is not a user id")
+    return int(value)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="hpcai-power-helper", description=__doc__.split("\n")[0])
+    parser.add_argument("target", help="a GPU UUID, or `restore`")
+    parser.add_argument("watts", nargs="?", help="the power limit to set, W")
+    parser.add_argument("--job", help="restore: the Slurm job whose limits come back")
+    args = parser.parse_args(argv)
+    try:
+        uid = _caller_uid()
+        config = load_config()
+        if args.target == "restore":
+            if not args.job or args.watts is not None:
+                raise UsageError("restore takes --job ID and nothing else")
+            for line in restore_job(args.job, uid, config) or [f"nothing to restore for job {args.job}"]:
+                print(line)
+            return 0
+        if args.job or args.watts is None:
+            raise UsageError("give a GPU UUID and a number of watts")
+        if uid is None:
+            raise UsageError("setting a limit is for users through sudo (SUDO_UID)",
+                             "as root, use hpcai-launch --power-method nvml|amdsmi")
+        try:
+            watts = float(args.watts)
+        except ValueError:
+            raise UsageError(f"{args.watts!r} is not a number of watts") from None
+        print(set_limit(args.target, watts, uid, config))
+        return 0
+    except HpcaiError as exc:
+        print(f"hpcai-power-helper: {exc.one_line()}", file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
