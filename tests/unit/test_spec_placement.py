@@ -48,7 +48,7 @@ def _expected_plan_json(results) -> dict:
     spec["power"]["clocks"] = {"sm_mhz": 1410, "mem_mhz": None}
     spec["run_id"] += "-sm1410MHz"
     spec["facility"] = {}
-    devices = fgs.make_devices(2, "nvidia")
+    devices = fgs.read_state(results.parent / "gpus.json")["devices"]  # the fake node's own UUIDs
     spec["devices"]["gpu_uuids"] = [d["uuid"] for d in devices]
     spec["devices"]["visible_ids"] = [d["uuid"] for d in devices]
     spec["output_dir"] = str(results / spec["run_id"])
