@@ -43,6 +43,7 @@ class Segments:
         self.folder = Path(spec.output_dir) / control.CONTROL_DIR
         self.next = 0
         self.open: dict | None = None  # answered, result not yet filed
+        self.stalled: str | None = None  # the stall watchdog's reason, for the open segment
 
     def poll(self) -> None:
         """Answer the next request, if the workload made it; a full or read-only
@@ -123,6 +124,10 @@ class Segments:
                 results.mark_interrupted(doc, interrupted.one_line())
             else:
                 results.mark_crashed(doc, code if code is not None else -1)
+        if self.stalled:
+            from hpcai.launcher.stall import mark_stalled
+
+            mark_stalled(doc, self.stalled)
         if doc["status"] == "running":
             results.mark_interrupted(doc, "the process stopped")
         # Stopped before the workload opened it: the placeholder says which segment it was.
@@ -212,6 +217,12 @@ def execute(plan: RunPlan, make_segments) -> None:
         raise proc.interrupted
     if failure is not None:
         raise failure
+    if proc.stalled:
+        from hpcai.errors import WorkloadError
+
+        raise WorkloadError(f"the in-run process {proc.stalled}",
+                            f"see {run_dir / 'workload.log'}; run the same command again to "
+                            "measure the segments still to do")
 
 
 def _make_folder(run_dir: Path, spec: RunSpec) -> None:
@@ -232,6 +243,7 @@ def _file_last(proc: WorkloadProcess, segments: Segments, run_dir: Path):
 
     if segments.open is None:
         return None
+    segments.stalled = proc.stalled
     if proc.interrupted is not None and proc.signals.under_slurm:
         # torchrun may die of srun's second SIGTERM while its workers still write.
         await_file(segments.open["dir"] / "segment.json", ORPHAN_WAIT_S)

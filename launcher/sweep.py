@@ -206,7 +206,9 @@ def measurement_key(spec: dict) -> dict:
     return {
         "host": _host(),
         "workload": spec["workload"], "impl": spec.get("impl"), "preset": spec["preset"],
-        "params": spec["params"], "protocol": spec["protocol"], "devices": spec["devices"],
+        "params": spec["params"], "devices": spec["devices"],
+        # The stall timeout says when to give up on a run, not what it measures.
+        "protocol": {k: v for k, v in spec["protocol"].items() if k != "stall_timeout_s"},
         "power": {k: power.get(k) for k in ("method", "cap_tolerance_frac", "node_overhead_w")},
         "site": (spec.get("site") or {}).get("name"), "runtime": spec.get("runtime"),
         "seed": spec.get("seed"),
@@ -479,6 +481,10 @@ def run_sweep(opts) -> int:
     except HpcaiError:
         summary.doc["status"] = "stopped"
         summary.refresh_attempts()
+        summary.write(quiet=True)
+        raise
+    except Exception:  # a bug must not leave sweep.json `running` for good
+        summary.doc["status"] = "stopped"
         summary.write(quiet=True)
         raise
     return _finish(summary)

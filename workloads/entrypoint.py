@@ -275,6 +275,9 @@ class Run:
         R.write_json_atomic(folder / "segment.json", R.clean(doc))
 
     def _report_epoch(self, epoch, total: int) -> None:
+        from hpcai.workloads import heartbeat
+
+        heartbeat.beat()  # engines that drive their own steps beat here, once an epoch
         kind = "warm-up" if epoch.warmup else "measured"
         line = (f"epoch {epoch.index + 1}/{total} ({kind}): "
                 f"{epoch.throughput:.1f} {self.workload_def.unit}/s per process")
