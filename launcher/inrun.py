@@ -143,6 +143,10 @@ class Segments:
             doc["status"], doc["error"] = "failed", {"type": "ResultError", "message": message}
         write_json_atomic(result, doc)
         path.unlink(missing_ok=True)
+        failed = [c.get("name", "?") for c in (doc.get("validity") or {}).get("checks") or []
+                  if c.get("verdict") == "fail"]
+        if status == "complete" and failed:  # the report leaves it out: resume measures it again
+            status, message = "invalid", f"failed validity check(s): {', '.join(dict.fromkeys(failed))}"
         self.summary.set_run(seg["position"], quiet=True, status=status, message=message)
         log(f"in-run segment {seg['k'] + 1}: {seg['slot'].describe()} {status}"
             + (f" ({message})" if message else ""))

@@ -242,10 +242,15 @@ def run_slot(run: dict) -> Slot:
 
 
 def completed_slots(sweep_dir: Path, digest: str) -> dict[Slot, str]:
-    """Slots with a schema-valid `complete` result of this sweep: slot -> run id."""
+    """Slots with a result of this sweep that counts: schema-valid, `complete`,
+    finished by its launcher, no failed validity check, and trusted (launcher/
+    trust.py): slot -> run id. Any other attempt stays in its folder, beside the
+    one that measures the slot again."""
     from hpcai.launcher.results import validation_errors
+    from hpcai.launcher.trust import HOW_TO_TRUST, untrusted
 
     done: dict[Slot, str] = {}
+    distrusted = []
     for path in sorted(Path(sweep_dir).glob("*/result.json")):
         try:
             doc = json.loads(path.read_text())
@@ -254,10 +259,25 @@ def completed_slots(sweep_dir: Path, digest: str) -> dict[Slot, str]:
         if not isinstance(doc, dict) or doc.get("status") != "complete":
             continue
         sweep = (doc.get("spec") or {}).get("sweep") or {}
-        if sweep.get("key") != digest or validation_errors(doc):
+        if sweep.get("key") != digest or validation_errors(doc) or not counts_as_done(doc):
+            continue
+        why = untrusted(path)
+        if why:
+            distrusted.append(why)
             continue
         done.setdefault(doc_slot(doc["spec"], sweep["repeat"]), doc["run_id"])
+    if distrusted:
+        log(f"{len(distrusted)} complete result(s) not trusted, measured again: "
+            f"{distrusted[0]}{' ...' if len(distrusted) > 1 else ''}; {HOW_TO_TRUST}")
     return done
+
+
+def counts_as_done(doc: dict) -> bool:
+    """A complete result the report would count: its launcher finished it, and no
+    validity check failed (such a slot is measured again on resume)."""
+    from hpcai.measure.validity import failed_checks
+
+    return isinstance(doc.get("launcher"), dict) and not failed_checks(doc.get("validity"))
 
 
 def attempts(sweep_dir: Path, digest: str) -> dict[Slot, list[dict]]:
@@ -272,9 +292,19 @@ def attempts(sweep_dir: Path, digest: str) -> dict[Slot, list[dict]]:
             slot = doc_slot(doc["spec"], sweep["repeat"])
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        found.setdefault(slot, []).append({"run_id": doc.get("run_id"),
-                                           "status": doc.get("status")})
+        entry = {"run_id": doc.get("run_id"), "status": doc.get("status")}
+        failed = _failed_check_names(doc)
+        if failed:
+            entry["failed_checks"] = failed
+        found.setdefault(slot, []).append(entry)
     return found
+
+
+def _failed_check_names(doc: dict) -> list[str]:
+    from hpcai.measure.validity import failed_checks
+
+    validity = doc.get("validity") if isinstance(doc.get("validity"), dict) else None
+    return list(dict.fromkeys(c.get("name", "?") for c in failed_checks(validity)))
 
 
 # ---- the idle baseline ----------------------------------------------------------
@@ -641,6 +671,11 @@ def _run_slot(opts, slot: Slot, position: int, total: int, digest: str, sweep_di
     except HpcaiError as exc:  # power or configuration trouble: stop the sweep
         summary.set_run(position, quiet=True, status="failed", message=exc.one_line())
         raise
+    failed = _failed_checks_of(sweep_dir / spec.run_id / "result.json")
+    if failed:  # complete, but the report will not count it: resume measures it again
+        summary.set_run(position, status="invalid",
+                        message=f"failed validity check(s): {', '.join(failed)}")
+        return
     summary.set_run(position, status="complete")
 
 
@@ -670,6 +705,14 @@ def _other_axes(opts) -> str | None:
     if opts.sm_clocks or opts.mem_clocks or opts.sm_clock_mhz or opts.mem_clock_mhz:
         return "clock caps"
     return None
+
+
+def _failed_checks_of(path: Path) -> list[str]:
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    return _failed_check_names(doc) if isinstance(doc, dict) else []
 
 
 def _result_status(path: Path) -> str:
