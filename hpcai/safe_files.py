@@ -25,6 +25,9 @@ from pathlib import Path
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+# Whatever the umask (002 on many HPC systems): never writable by group or others.
+FILE_MODE = 0o644
+FOLDER_MODE = 0o755
 
 
 def umask() -> int:
@@ -55,7 +58,7 @@ class Folder:
         if create:
             path.parent.mkdir(parents=True, exist_ok=True)
             with contextlib.suppress(FileExistsError):
-                os.mkdir(path, 0o777)
+                os.mkdir(path, FOLDER_MODE)
         return cls(os.open(path, _DIR_FLAGS), path)
 
     def folder(self, name: str, exclusive: bool = False) -> Folder:
@@ -63,7 +66,7 @@ class Folder:
         opened without following a link."""
         _plain_name(name)
         try:
-            os.mkdir(name, 0o777, dir_fd=self.fd)
+            os.mkdir(name, FOLDER_MODE, dir_fd=self.fd)
         except FileExistsError:
             if exclusive:
                 raise
@@ -76,8 +79,10 @@ class Folder:
         tmp = f".{name}.{secrets.token_hex(6)}.tmp"
         fd = os.open(tmp, _NEW_FILE_FLAGS, 0o600, dir_fd=self.fd)
         try:
-            # The mode the umask gives new files (so a shared folder stays readable).
-            os.fchmod(fd, (0o666 & ~umask()) if mode is None else mode)
+            # Readable as the umask allows (a shared folder stays readable by the
+            # group), never writable by others: resume and the report trust only
+            # results no one else could have written (launcher/trust.py).
+            os.fchmod(fd, (FILE_MODE & ~umask()) if mode is None else mode)
             with os.fdopen(fd, "wb") as fh:
                 yield fh
                 fh.flush()

@@ -233,7 +233,7 @@ def _make_folder(run_dir: Path, spec: RunSpec) -> None:
     from hpcai.launcher import output_check
 
     try:
-        run_dir.mkdir(parents=True, exist_ok=False)
+        run_dir.mkdir(mode=0o755, parents=True, exist_ok=False)
     except OSError as exc:
         raise output_check.write_error(run_dir.parent, exc, "the run folder",
                                        "free space or make the folder writable") from None

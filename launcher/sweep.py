@@ -492,6 +492,9 @@ def run_sweep(opts) -> int:
         return _dry_run(sweep)
     # Journal, free space, output: all before the idle baseline measures anything.
     _check_other_points(sweep)
+    from hpcai.launcher.trust import claim_folder
+
+    _guarded_output(claim_folder, sweep.folder, "the sweep folder")
     preflight(sweep.plan, sweep.folder)
     summary = _new_summary(sweep)
     todo = [i for i, s in enumerate(sweep.slots) if s not in sweep.done]
@@ -518,6 +521,16 @@ def run_sweep(opts) -> int:
         summary.write(quiet=True)
         raise
     return _finish(summary)
+
+
+def _guarded_output(fn, folder: Path, what: str) -> None:
+    from hpcai.launcher.output_check import write_error
+
+    try:
+        fn(folder, what)
+    except OSError as exc:
+        raise write_error(folder.parent, exc, what, "free space or make the folder writable, "
+                          "or choose another with --output") from None
 
 
 def _plan_sweep(opts) -> _Sweep:
@@ -561,6 +574,10 @@ def _find_folder(sweep: _Sweep) -> None:
         key["mode"] = "in-run"
     sweep.key, sweep.digest = key, key_hash(key)
     sweep.folder = Path(spec["output_dir"]).parent / sweep_id(spec, sweep.digest)
+    from hpcai.launcher.trust import refuse_planted
+
+    # Its name is predictable: one planted by someone else is refused, never read.
+    refuse_planted(sweep.folder, "the sweep folder")
     summary_path = sweep.folder / SUMMARY_FILE
     sweep.previous = Summary.load(summary_path) if summary_path.exists() else None
     sweep.seed = opts.seed if opts.seed is not None else (

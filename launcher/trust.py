@@ -51,3 +51,40 @@ def untrusted(result: Path) -> str | None:
 
 HOW_TO_TRUST = ("keep results in folders only you can write (chmod go-w), "
                 "or copy them into one")
+
+
+def refuse_planted(folder: Path, what: str) -> None:
+    """A folder hpcai names predictably (a sweep's) that exists must be a real
+    folder of this user's (or root's) that no one else can write: else someone
+    may have planted it to redirect the writes, or forge what resume reads."""
+    from hpcai.errors import UsageError
+
+    try:
+        st = os.lstat(folder)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise UsageError(f"cannot read {what} {folder} ({exc.strerror})",
+                         "check the results folder") from None
+    fix = "move it aside (someone else may have made it) and run again"
+    if stat.S_ISLNK(st.st_mode):
+        raise UsageError(f"{what} {folder} is a symbolic link: hpcai never writes through one",
+                         fix)
+    if not stat.S_ISDIR(st.st_mode):
+        raise UsageError(f"{what} {folder} is not a folder", fix)
+    if not _owner_ok(st.st_uid):
+        raise UsageError(f"{what} {folder} belongs to uid {st.st_uid}, not to you", fix)
+    if st.st_mode & _OTHERS_WRITE:
+        raise UsageError(f"{what} {folder} can be written by other users",
+                         f"chmod go-w {folder} if it is yours, else {fix}")
+
+
+def claim_folder(folder: Path, what: str) -> None:
+    """The folder made now, exclusively (mkdir: a name planted meanwhile, link or
+    not, is EEXIST and then checked), or the existing one checked."""
+    refuse_planted(folder, what)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.mkdir(folder, 0o755)  # never writable by others, whatever the umask
+    except FileExistsError:
+        refuse_planted(folder, what)

@@ -81,7 +81,11 @@ class LogFollower:
 
     def open_for_workload(self):
         """A file object for the child's stdout and stderr (the caller closes it)."""
-        return open(self.path, "ab", buffering=0)
+        import os  # O_NOFOLLOW: never append through a link planted at the name
+
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+                     | os.O_CLOEXEC, 0o666)
+        return os.fdopen(fd, "ab", buffering=0)
 
     def start(self) -> LogFollower:
         self._thread = threading.Thread(target=self._follow, name="hpcai-log", daemon=True)
