@@ -18,6 +18,8 @@ from pathlib import Path
 FILE = "workload.log"
 POLL_S = 0.1
 _TORCHRUN_LOG = re.compile(r"^[EWI]\d{4} [\d:.]+ \d+ .*torch/distributed/elastic/")
+# torch.distributed prefixes a rank's error output with its rank ("[rank1]: Traceback ...").
+_RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")
 _CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
 
 
@@ -40,7 +42,7 @@ class TracebackFilter:
         self.hidden = 0
 
     def show(self, line: str) -> bool:
-        keep = self._show(line.rstrip("\n"))
+        keep = self._show(_RANK_PREFIX.sub("", line.rstrip("\n"), count=1))
         if not keep:
             self.hidden += 1
         return keep
