@@ -161,7 +161,7 @@ def _write_and_submit(job: Job, script: str, slurm: SlurmOptions, results: Path)
                              f"{', '.join(known) or 'none'})",
                              "pick one with --partition or the site's [scheduler] partition")
     check_output_dir(results)
-    job.folder.mkdir(parents=True)
+    job.folder.mkdir(mode=0o755, parents=True)  # exclusive; writable by us alone
     try:
         from hpcai.safe_files import Folder
 
