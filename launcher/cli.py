@@ -283,6 +283,10 @@ def _window_and_power_options() -> list:
                       "30 power samples; less for the tiny and short presets)"),
     click.option("--max-window-s", type=click.FloatRange(min=0, min_open=True),
                  help="adaptive window: stop after this long, met or not (default: 600 s)"),
+    click.option("--stall-timeout-s", type=click.FloatRange(min=0, min_open=True),
+                 help="end the run as failed, every rank stopped, after this long without "
+                      "a completed step (default: the preset's; 600 s for test presets, "
+                      "1800 s for paper and fast ones)"),
     click.option("--power-method", type=click.Choice(POWER_METHODS),
                  help="how caps are set (default: the site's)"),
     click.option("--site", help="site name or .toml path (default: matched by hostname)"),
@@ -376,7 +380,7 @@ _COMMAND_PARAMS = (
     "steps_per_epoch", "precision", "channels_last", "compile_", "sample_interval_ms",
     "no_telemetry", "output", "journal", "runtime", "image", "dry_run", "slurm", "nodes",
     "partition", "account", "time_limit", "array", "slurm_options", "vary", "scaling", "in_run",
-    "ci_target", "min_window_s", "max_window_s", "wait_for_gpus")
+    "ci_target", "min_window_s", "max_window_s", "wait_for_gpus", "stall_timeout_s")
 
 
 def _run_options_of(workload, v: dict, extra: dict, axes, batch):
@@ -405,7 +409,7 @@ def _run_options_of(workload, v: dict, extra: dict, axes, batch):
                   "steps_per_epoch": v["steps_per_epoch"],
                   "sample_interval_s": interval_ms / 1000 if interval_ms else None,
                   "ci_target": v["ci_target"], "min_window_s": v["min_window_s"],
-                  "max_window_s": v["max_window_s"]},
+                  "max_window_s": v["max_window_s"], "stall_timeout_s": v["stall_timeout_s"]},
     )
 
 
@@ -417,6 +421,9 @@ def _run_workload(workload, values: dict):
 
     v = {k: values[k] for k in _COMMAND_PARAMS}
     extra = {k: value for k, value in values.items() if k not in v}
+    from hpcai.launcher.finite_options import refuse_non_finite  # NaN/inf, before anything
+
+    _run_guarded(refuse_non_finite, click.get_current_context().command.params, values)
     _run_guarded(resolve_data, workload, extra)
     axes = _run_guarded(_parse_vary, v["vary"], workload)
     batch = _slurm_options(v["slurm"], v["nodes"], v["partition"], v["account"], v["time_limit"],

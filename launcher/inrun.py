@@ -43,6 +43,7 @@ class Segments:
         self.folder = Path(spec.output_dir) / control.CONTROL_DIR
         self.next = 0
         self.open: dict | None = None  # answered, result not yet filed
+        self.stalled: str | None = None  # the stall watchdog's reason, for the open segment
 
     def poll(self) -> None:
         """Answer the next request, if the workload made it; a full or read-only
@@ -123,6 +124,10 @@ class Segments:
                 results.mark_interrupted(doc, interrupted.one_line())
             else:
                 results.mark_crashed(doc, code if code is not None else -1)
+        if self.stalled:
+            from hpcai.launcher.stall import mark_stalled
+
+            mark_stalled(doc, self.stalled)
         if doc["status"] == "running":
             results.mark_interrupted(doc, "the process stopped")
         # Stopped before the workload opened it: the placeholder says which segment it was.
@@ -138,6 +143,10 @@ class Segments:
             doc["status"], doc["error"] = "failed", {"type": "ResultError", "message": message}
         write_json_atomic(result, doc)
         path.unlink(missing_ok=True)
+        failed = [c.get("name", "?") for c in (doc.get("validity") or {}).get("checks") or []
+                  if c.get("verdict") == "fail"]
+        if status == "complete" and failed:  # the report leaves it out: resume measures it again
+            status, message = "invalid", f"failed validity check(s): {', '.join(dict.fromkeys(failed))}"
         self.summary.set_run(seg["position"], quiet=True, status=status, message=message)
         log(f"in-run segment {seg['k'] + 1}: {seg['slot'].describe()} {status}"
             + (f" ({message})" if message else ""))
@@ -212,13 +221,19 @@ def execute(plan: RunPlan, make_segments) -> None:
         raise proc.interrupted
     if failure is not None:
         raise failure
+    if proc.stalled:
+        from hpcai.errors import WorkloadError
+
+        raise WorkloadError(f"the in-run process {proc.stalled}",
+                            f"see {run_dir / 'workload.log'}; run the same command again to "
+                            "measure the segments still to do")
 
 
 def _make_folder(run_dir: Path, spec: RunSpec) -> None:
     from hpcai.launcher import output_check
 
     try:
-        run_dir.mkdir(parents=True, exist_ok=False)
+        run_dir.mkdir(mode=0o755, parents=True, exist_ok=False)
     except OSError as exc:
         raise output_check.write_error(run_dir.parent, exc, "the run folder",
                                        "free space or make the folder writable") from None
@@ -232,6 +247,7 @@ def _file_last(proc: WorkloadProcess, segments: Segments, run_dir: Path):
 
     if segments.open is None:
         return None
+    segments.stalled = proc.stalled
     if proc.interrupted is not None and proc.signals.under_slurm:
         # torchrun may die of srun's second SIGTERM while its workers still write.
         await_file(segments.open["dir"] / "segment.json", ORPHAN_WAIT_S)

@@ -36,7 +36,8 @@ class Lifeline:
     def __enter__(self) -> Lifeline:
         try:
             # O_CLOEXEC (Python's default): the workload must not inherit the lock.
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC
+                               | os.O_NOFOLLOW, 0o644)
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:  # a filesystem without locks: run without a lifeline
             self.problem = f"{self.path}: {exc.strerror or exc}"

@@ -54,6 +54,10 @@ class WorkloadProcess:
         self.follower: LogFollower | None = None
         self.child: subprocess.Popen | None = None
         self.interrupted: Interrupted | None = None
+        from hpcai.launcher.stall import StallWatchdog
+
+        self.watchdog = StallWatchdog(self.run_dir, plan.spec.protocol.get("stall_timeout_s"))
+        self.stalled: str | None = None  # why the watchdog ended the run
         self._stack = contextlib.ExitStack()
 
     # ---- limits -------------------------------------------------------------------
@@ -116,7 +120,18 @@ class WorkloadProcess:
         if lifeline.problem:
             log(f"no lifeline for the workload ({lifeline.problem}); "
                 "if this launcher is killed, stop the workload by hand")
-        self.env.update(lifeline.environment(container=self.spec.runtime["kind"] == "apptainer"))
+        container = self.spec.runtime["kind"] == "apptainer"
+        self.env.update(lifeline.environment(container=container))
+        # Entered after the lifeline, so it runs before the lifeline and the limits
+        # go: no limit comes back while any rank of the run is alive.
+        self._stack.callback(self._end_every_rank)
+        progress = self.watchdog.prepare()
+        if self.watchdog.problem:
+            log(f"no stall watchdog ({self.watchdog.problem})")
+        self._stack.callback(self.watchdog.close)
+        self.env.update(progress)
+        if container:
+            self.env.update({f"APPTAINERENV_{k}": v for k, v in progress.items()})
         self.follower = LogFollower(self.run_dir)
         self._stack.callback(self.follower.stop)
         if self.spec.runtime["kind"] == "apptainer":
@@ -128,16 +143,42 @@ class WorkloadProcess:
         A signal (or Ctrl-C) stops it and is kept in `interrupted`."""
         try:
             self.start()
-            if poll is None:
-                self.child.wait()
-            else:
-                while self.child.poll() is None:
+            while self.child.poll() is None:
+                if poll is not None:
                     poll()
-                    time.sleep(POLL_S)
+                if self._stall_ended_run():
+                    return
+                time.sleep(POLL_S)
+            if poll is not None:
                 poll()  # a last request, made just before the workload exited
         except (Interrupted, KeyboardInterrupt) as exc:
             self.interrupted = exc if isinstance(exc, Interrupted) else Interrupted(signal.SIGINT)
             self.stop(self.interrupted.signum)
+
+    def _stall_ended_run(self) -> bool:
+        """No step progress for the stall timeout: every rank stopped, the run failed."""
+        from hpcai.launcher.stall import STALL_GRACE_S, end_every_rank
+
+        reason = self.watchdog.stalled()
+        if reason is None:
+            return False
+        self.stalled = reason
+        log(f"{reason.split(';')[0]}: stopping every rank of the run")
+        with contextlib.suppress(ProcessLookupError):
+            self.child.send_signal(signal.SIGTERM)  # rank 0 may still write its result
+        end_every_rank(self.child.pid, self.spec.run_id, exit_s=STALL_GRACE_S, term_s=2.0)
+        self.child.wait()
+        return True
+
+    def _end_every_rank(self) -> None:
+        """Before the limits come back: every process of the run gone (ranks in
+        their own sessions included), given a moment to end by themselves."""
+        from hpcai.launcher.stall import ORPHAN_EXIT_S, ORPHAN_EXIT_SLURM_S, end_every_rank
+
+        if self.child is None:
+            return
+        wait_s = ORPHAN_EXIT_SLURM_S if self.signals.under_slurm else ORPHAN_EXIT_S
+        end_every_rank(self.child.pid, self.spec.run_id, exit_s=wait_s, term_s=wait_s)
 
     def start(self) -> None:
         # Its own session: a terminal's Ctrl-C reaches the launcher alone, which
@@ -145,6 +186,7 @@ class WorkloadProcess:
         self.child = self.signals.child = start_workload(self.plan.command, self.env,
                                                          self.follower, self.run_dir)
         self.follower.start()
+        self.watchdog.arm()
         if self.spec.power.cap_w is not None and self.session is not None:
             from hpcai.launcher.power.journal import record_workload
 

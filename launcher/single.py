@@ -74,6 +74,10 @@ def write_result(run_dir: Path, spec: RunSpec, proc: WorkloadProcess, end_limits
         raise WorkloadError(f"the workload exited with code {proc.code} and wrote no result",
                             f"see {run_dir / 'workload.log'}; the run spec is "
                             f"{run_dir / 'spec.json'}")
+    if proc.stalled:
+        from hpcai.launcher.stall import mark_stalled
+
+        mark_stalled(doc, proc.stalled)
     doc = finish_result(doc, run_dir, spec, proc.code, proc.limits, end_limits,
                         proc.interrupted, proc.clock_session)
     try:

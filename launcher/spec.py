@@ -55,6 +55,13 @@ def build_spec(
     protocol = {**PROTOCOL_DEFAULTS, **preset.protocol,
                 **{k: v for k, v in protocol_overrides.items() if v is not None}}
     protocol.setdefault("telemetry", True)
+    if protocol.get("stall_timeout_s") is None:  # the watchdog's default for this preset's kind
+        from hpcai.launcher.stall import default_timeout_s
+
+        protocol["stall_timeout_s"] = default_timeout_s(preset.kind)
+    if not 0 < float(protocol["stall_timeout_s"]) < float("inf"):
+        raise UsageError("--stall-timeout-s must be a positive number of seconds",
+                         f"got {protocol['stall_timeout_s']}")
     for key in ("warmup_epochs", "epochs", "steps_per_epoch"):
         minimum = 0 if key == "warmup_epochs" else 1
         if int(protocol[key]) < minimum:

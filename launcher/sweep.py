@@ -206,7 +206,9 @@ def measurement_key(spec: dict) -> dict:
     return {
         "host": _host(),
         "workload": spec["workload"], "impl": spec.get("impl"), "preset": spec["preset"],
-        "params": spec["params"], "protocol": spec["protocol"], "devices": spec["devices"],
+        "params": spec["params"], "devices": spec["devices"],
+        # The stall timeout says when to give up on a run, not what it measures.
+        "protocol": {k: v for k, v in spec["protocol"].items() if k != "stall_timeout_s"},
         "power": {k: power.get(k) for k in ("method", "cap_tolerance_frac", "node_overhead_w")},
         "site": (spec.get("site") or {}).get("name"), "runtime": spec.get("runtime"),
         "seed": spec.get("seed"),
@@ -240,10 +242,15 @@ def run_slot(run: dict) -> Slot:
 
 
 def completed_slots(sweep_dir: Path, digest: str) -> dict[Slot, str]:
-    """Slots with a schema-valid `complete` result of this sweep: slot -> run id."""
+    """Slots with a result of this sweep that counts: schema-valid, `complete`,
+    finished by its launcher, no failed validity check, and trusted (launcher/
+    trust.py): slot -> run id. Any other attempt stays in its folder, beside the
+    one that measures the slot again."""
     from hpcai.launcher.results import validation_errors
+    from hpcai.launcher.trust import HOW_TO_TRUST, untrusted
 
     done: dict[Slot, str] = {}
+    distrusted = []
     for path in sorted(Path(sweep_dir).glob("*/result.json")):
         try:
             doc = json.loads(path.read_text())
@@ -252,10 +259,25 @@ def completed_slots(sweep_dir: Path, digest: str) -> dict[Slot, str]:
         if not isinstance(doc, dict) or doc.get("status") != "complete":
             continue
         sweep = (doc.get("spec") or {}).get("sweep") or {}
-        if sweep.get("key") != digest or validation_errors(doc):
+        if sweep.get("key") != digest or validation_errors(doc) or not counts_as_done(doc):
+            continue
+        why = untrusted(path)
+        if why:
+            distrusted.append(why)
             continue
         done.setdefault(doc_slot(doc["spec"], sweep["repeat"]), doc["run_id"])
+    if distrusted:
+        log(f"{len(distrusted)} complete result(s) not trusted, measured again: "
+            f"{distrusted[0]}{' ...' if len(distrusted) > 1 else ''}; {HOW_TO_TRUST}")
     return done
+
+
+def counts_as_done(doc: dict) -> bool:
+    """A complete result the report would count: its launcher finished it, and no
+    validity check failed (such a slot is measured again on resume)."""
+    from hpcai.measure.validity import failed_checks
+
+    return isinstance(doc.get("launcher"), dict) and not failed_checks(doc.get("validity"))
 
 
 def attempts(sweep_dir: Path, digest: str) -> dict[Slot, list[dict]]:
@@ -270,9 +292,19 @@ def attempts(sweep_dir: Path, digest: str) -> dict[Slot, list[dict]]:
             slot = doc_slot(doc["spec"], sweep["repeat"])
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        found.setdefault(slot, []).append({"run_id": doc.get("run_id"),
-                                           "status": doc.get("status")})
+        entry = {"run_id": doc.get("run_id"), "status": doc.get("status")}
+        failed = _failed_check_names(doc)
+        if failed:
+            entry["failed_checks"] = failed
+        found.setdefault(slot, []).append(entry)
     return found
+
+
+def _failed_check_names(doc: dict) -> list[str]:
+    from hpcai.measure.validity import failed_checks
+
+    validity = doc.get("validity") if isinstance(doc.get("validity"), dict) else None
+    return list(dict.fromkeys(c.get("name", "?") for c in failed_checks(validity)))
 
 
 # ---- the idle baseline ----------------------------------------------------------
@@ -460,6 +492,9 @@ def run_sweep(opts) -> int:
         return _dry_run(sweep)
     # Journal, free space, output: all before the idle baseline measures anything.
     _check_other_points(sweep)
+    from hpcai.launcher.trust import claim_folder
+
+    _guarded_output(claim_folder, sweep.folder, "the sweep folder")
     preflight(sweep.plan, sweep.folder)
     summary = _new_summary(sweep)
     todo = [i for i, s in enumerate(sweep.slots) if s not in sweep.done]
@@ -481,7 +516,21 @@ def run_sweep(opts) -> int:
         summary.refresh_attempts()
         summary.write(quiet=True)
         raise
+    except Exception:  # a bug must not leave sweep.json `running` for good
+        summary.doc["status"] = "stopped"
+        summary.write(quiet=True)
+        raise
     return _finish(summary)
+
+
+def _guarded_output(fn, folder: Path, what: str) -> None:
+    from hpcai.launcher.output_check import write_error
+
+    try:
+        fn(folder, what)
+    except OSError as exc:
+        raise write_error(folder.parent, exc, what, "free space or make the folder writable, "
+                          "or choose another with --output") from None
 
 
 def _plan_sweep(opts) -> _Sweep:
@@ -525,6 +574,10 @@ def _find_folder(sweep: _Sweep) -> None:
         key["mode"] = "in-run"
     sweep.key, sweep.digest = key, key_hash(key)
     sweep.folder = Path(spec["output_dir"]).parent / sweep_id(spec, sweep.digest)
+    from hpcai.launcher.trust import refuse_planted
+
+    # Its name is predictable: one planted by someone else is refused, never read.
+    refuse_planted(sweep.folder, "the sweep folder")
     summary_path = sweep.folder / SUMMARY_FILE
     sweep.previous = Summary.load(summary_path) if summary_path.exists() else None
     sweep.seed = opts.seed if opts.seed is not None else (
@@ -635,6 +688,11 @@ def _run_slot(opts, slot: Slot, position: int, total: int, digest: str, sweep_di
     except HpcaiError as exc:  # power or configuration trouble: stop the sweep
         summary.set_run(position, quiet=True, status="failed", message=exc.one_line())
         raise
+    failed = _failed_checks_of(sweep_dir / spec.run_id / "result.json")
+    if failed:  # complete, but the report will not count it: resume measures it again
+        summary.set_run(position, status="invalid",
+                        message=f"failed validity check(s): {', '.join(failed)}")
+        return
     summary.set_run(position, status="complete")
 
 
@@ -664,6 +722,14 @@ def _other_axes(opts) -> str | None:
     if opts.sm_clocks or opts.mem_clocks or opts.sm_clock_mhz or opts.mem_clock_mhz:
         return "clock caps"
     return None
+
+
+def _failed_checks_of(path: Path) -> list[str]:
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    return _failed_check_names(doc) if isinstance(doc, dict) else []
 
 
 def _result_status(path: Path) -> str:

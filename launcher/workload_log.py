@@ -18,6 +18,8 @@ from pathlib import Path
 FILE = "workload.log"
 POLL_S = 0.1
 _TORCHRUN_LOG = re.compile(r"^[EWI]\d{4} [\d:.]+ \d+ .*torch/distributed/elastic/")
+# torch.distributed prefixes a rank's error output with its rank ("[rank1]: Traceback ...").
+_RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")
 _CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
 
 
@@ -40,7 +42,7 @@ class TracebackFilter:
         self.hidden = 0
 
     def show(self, line: str) -> bool:
-        keep = self._show(line.rstrip("\n"))
+        keep = self._show(_RANK_PREFIX.sub("", line.rstrip("\n"), count=1))
         if not keep:
             self.hidden += 1
         return keep
@@ -81,7 +83,11 @@ class LogFollower:
 
     def open_for_workload(self):
         """A file object for the child's stdout and stderr (the caller closes it)."""
-        return open(self.path, "ab", buffering=0)
+        import os  # O_NOFOLLOW: never append through a link planted at the name
+
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+                     | os.O_CLOEXEC, 0o666)
+        return os.fdopen(fd, "ab", buffering=0)
 
     def start(self) -> LogFollower:
         self._thread = threading.Thread(target=self._follow, name="hpcai-log", daemon=True)

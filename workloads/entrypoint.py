@@ -277,6 +277,9 @@ class Run:
         R.write_json_atomic(folder / "segment.json", R.clean(doc))
 
     def _report_epoch(self, epoch, total: int) -> None:
+        from hpcai.workloads import heartbeat
+
+        heartbeat.beat()  # engines that drive their own steps beat here, once an epoch
         kind = "warm-up" if epoch.warmup else "measured"
         # Sweeps and adaptive windows have no fixed total: say where the measurement is.
         measurer = getattr(self, "measurer", None)

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from hpcai.errors import UsageError, WorkloadError
-from hpcai.workloads import distributed
+from hpcai.workloads import distributed, heartbeat
 from hpcai.workloads import flops as F
 from hpcai.workloads import llm_assets
 from hpcai.workloads import precision as prec
@@ -78,6 +78,7 @@ class EpochClock:
              extra: dict | None = None, micro_steps: int = 1) -> bool:
         """One finished (optimizer) step of `micro_steps` micro-batches, the last
         of which took iter_time_s; returns True when the last epoch is complete."""
+        heartbeat.beat()  # every rank's step, for the launcher's stall watchdog
         if self._start_wall is None:
             first = iter_time_s * micro_steps  # the step's micro-batches take about as long each
             self._start_wall, self._start_perf = wall - first, perf - first
@@ -129,6 +130,7 @@ class ProgramClock(EpochClock):
 
     def step(self, wall: float, perf: float, iter_time_s: float, loss: float,
              extra: dict | None = None, micro_steps: int = 1) -> bool:
+        heartbeat.beat()
         if self.finished:
             return True
         if self._start_wall is None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 
-from hpcai.workloads import distributed
+from hpcai.workloads import distributed, heartbeat
 
 
 @dataclass
@@ -79,6 +79,7 @@ def run_epoch(workload, ctx, sampler, steps: int, warmup: bool, progress: Progre
     units = 0
     for _ in range(steps):
         units += workload.step()
+        heartbeat.beat()  # the launcher's stall watchdog sees each step
         if progress.first_loss is None:
             progress.first_loss = workload.latest_loss()  # one sync, in warm-up
     synchronize(ctx, workload)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -50,19 +49,14 @@ def write_json_atomic(path: Path, doc: dict) -> None:
     """Readers see the old file or the new one, never half of one. The file
     gets the mode the user's umask gives new files (mkstemp's is 0600), so a
     shared results folder stays readable by the group."""
+    # Through hpcai/safe_files.py: the folder opened without following a link, a
+    # new file made inside it (O_EXCL | O_NOFOLLOW), renamed over the name.
+    from hpcai.safe_files import Folder
+
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o666 & ~umask())
-        with os.fdopen(fd, "w") as fh:
-            json.dump(doc, fh, indent=2, allow_nan=False, default=_json_default)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    text = json.dumps(doc, indent=2, allow_nan=False, default=_json_default) + "\n"
+    with Folder.open(path.parent) as folder:
+        folder.write_text(path.name, text)
 
 
 def _json_default(value):

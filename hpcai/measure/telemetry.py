@@ -147,8 +147,15 @@ class Sampler:
     def write_csv(self, path, source_names: list[str], t0: float | None = None,
                   t1: float | None = None) -> int:
         """Every tick, or those in [t0, t1] (an in-run segment's)."""
+        from pathlib import Path
+
+        from hpcai.safe_files import Folder
+
         rows = 0
-        with open(path, "w", newline="") as fh:
+        path = Path(path)
+        # Never through a planted link: made new inside the run folder, renamed over the name.
+        with Folder.open(path.parent) as folder, \
+                folder.replacing_text(path.name, newline="") as fh:
             writer = csv.writer(fh)
             writer.writerow(SAMPLE_COLUMNS)
             for t, row in zip(list(self.times), list(self.readings)):

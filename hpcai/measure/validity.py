@@ -67,6 +67,13 @@ THRESHOLDS = {
     "cv_fail": 0.50,
     # ... and only fails a run with at least this many measured epochs.
     "cv_fail_min_epochs": 3,
+    # Slowest measured epoch / median of the other measured epochs (issue 25): the
+    # CV cannot catch one stalled epoch among few (4 epochs at 100, 100, 100, 40
+    # give a CV of 0.35, under cv_fail). Run-to-run noise on a GPU is a few % (the
+    # CV warns at 5%); an epoch at half the others' throughput spent as long
+    # again doing nothing: a stall (a hung rank, a paused job), not noise.
+    "slow_epoch_warn_frac": 0.8,
+    "slow_epoch_fail_frac": 0.5,
     # Settle drift (in-run segments): the settle record's own thresholds when it
     # has them, else these (temperature slope in °C and power slope as a share
     # of mean power, over the settle window); above 3x them: fail.
@@ -104,6 +111,7 @@ def evaluate(doc: dict, evaluated_by: str = "workload") -> dict:
                    ("energy_agreement", "power_range", "gpu_utilisation", "temperature", "throttle")]
     checks += _enforced_limits(doc, T)
     checks.append(_throughput_cv(doc, T))
+    checks.append(_slow_epoch(doc, T))
     checks += _settle(doc, T)
     worst = max((c["verdict"] for c in checks), key=_RANK.__getitem__, default="pass")
     return {"version": VERSION, "verdict": "pass" if worst == "n/a" else worst,
@@ -384,6 +392,33 @@ def _throughput_cv(doc: dict, T: dict) -> dict:
         # mark the figure noisy (the report does), not to call the run invalid.
         verdict, note = "warn", f"over only {n} measured epochs: too few to fail a run on"
     return check("throughput_cv", verdict, cv, "fraction", threshold, note)
+
+
+def _slow_epoch(doc: dict, T: dict) -> dict:
+    """One epoch far below the others, robustly: against the median of the rest."""
+    import statistics
+
+    per_epoch = [float(x) for x in (doc.get("throughput") or {}).get("per_epoch_node") or []
+                 if isinstance(x, (int, float))]
+    threshold = (f">= {T['slow_epoch_warn_frac']:.0%} of the other epochs' median "
+                 f"(fail below {T['slow_epoch_fail_frac']:.0%})")
+    if len(per_epoch) < 2:
+        return check("slow_epoch", "n/a", None, "fraction", threshold,
+                     f"{len(per_epoch)} measured epoch(s): no other epoch to compare with")
+    slowest = min(range(len(per_epoch)), key=per_epoch.__getitem__)
+    median = statistics.median(per_epoch[:slowest] + per_epoch[slowest + 1:])
+    if median <= 0:
+        return check("slow_epoch", "n/a", None, "fraction", threshold,
+                     "the other epochs did no work")
+    ratio = per_epoch[slowest] / median
+    verdict = _grade_low(ratio, T["slow_epoch_fail_frac"], T["slow_epoch_warn_frac"])
+    note = (f"measured epoch {slowest + 1} of {len(per_epoch)}: {per_epoch[slowest]:.4g} vs "
+            f"median {median:.4g} of the others")
+    if verdict == "fail" and (doc.get("config") or {}).get("device_type") != "cuda":
+        # A CPU run shares its cores with whatever else the host runs: a slow epoch
+        # there may be the host's load, and such a run is a smoke test anyway.
+        verdict, note = "warn", note + "; a CPU run (the host's load may explain it)"
+    return check("slow_epoch", verdict, ratio, "fraction", threshold, note)
 
 
 def _settle_records(doc: dict) -> list[tuple[str, dict]]:

@@ -111,10 +111,13 @@ def _load(paths: list, opts: ReportOptions) -> _Parts:
                          "give a run id from the report's runs table")
     out = Path(opts.output)
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        from hpcai.safe_files import Folder
+
+        Folder.open(out, create=True).close()  # never a link: nothing is written through one
     except OSError as exc:
-        raise UsageError(f"cannot create report folder {out} ({exc.strerror})",
-                         "choose another with --output") from None
+        raise UsageError(f"cannot create report folder {out} ({exc.strerror}"
+                         f"{'; it is a symbolic link' if out.is_symlink() else ''})",
+                         "choose another with --output (give the real folder, not a link)") from None
     return _Parts(runs, sweeps, reference, out)
 
 
@@ -276,12 +279,13 @@ def _write_pages(out: Path, title: str, meta: list[str], sections: list) -> tupl
             else:
                 md += [f"![{item.title}](plots/{item.png.name})", "",
                        f"*{item.title}.* {item.caption} ([SVG](plots/{item.svg.name}))", ""]
-    md_path = out / "report.md"
-    # Text read from results may hold what UTF-8 cannot (lone surrogates): escaped, never fatal.
-    md_path.write_text("\n".join(md), encoding="utf-8", errors="backslashreplace")
-    html_path = out / "report.html"
-    html_path.write_text(html.page(title, meta, sections), encoding="utf-8",
-                         errors="backslashreplace")
+    from hpcai.safe_files import Folder
+
+    # Text read from results may hold what UTF-8 cannot (lone surrogates): escaped, never
+    # fatal. Never through a planted link (hpcai/safe_files.py).
+    with Folder.open(out) as folder:
+        md_path = folder.write_text("report.md", "\n".join(md))
+        html_path = folder.write_text("report.html", html.page(title, meta, sections))
     return md_path, html_path
 
 

@@ -201,11 +201,21 @@ def _from_doc(path: Path, doc: dict, errors: list[str]) -> Run:
     if run.status == "complete" and run.per_gpu is None:
         run.problems.append("complete but without a throughput")
     _validity(run, doc)
+    _trust(run, path)
     if run.status == "complete" and not isinstance(doc.get("launcher"), dict):
         # The workload outlived a killed launcher: no cap check, limits maybe restored under it.
         run.problems.append("written without its launcher's finishing step (no cap check; "
                             "the launcher was killed)")
     return run
+
+
+def _trust(run: Run, path: Path) -> None:
+    """A result another user could have written or replaced is left out (launcher/trust.py)."""
+    from hpcai.launcher.trust import HOW_TO_TRUST, untrusted
+
+    why = untrusted(path)
+    if why:
+        run.problems.append(f"not trusted: {shown_text(why)}; {HOW_TO_TRUST}")
 
 
 def _validity(run: Run, doc: dict) -> None:

@@ -1,6 +1,7 @@
 """Markdown, CSV and JSON renderings of the report's tables and numbers."""
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 from pathlib import Path
@@ -42,13 +43,23 @@ def write_table_csv(table: Table, folder: Path) -> Path:
             header += [f"{name} noisy", f"{name} cap enforced"]
             getters += [(i, lambda c: "" if c.value is None or c.reference else str(c.noisy).lower()),
                         (i, lambda c: "" if c.value is None else str(not c.unenforced).lower())]
-    path = folder / f"{table.key}.csv"
-    with open(path, "w", newline="", encoding="utf-8", errors="backslashreplace") as fh:
+    with _replacing(folder, f"{table.key}.csv") as fh:
         writer = csv.writer(fh)
         writer.writerow(header)
         for row in table.rows:
             writer.writerow([get(row[i]) for i, get in getters])
-    return path
+    return folder / f"{table.key}.csv"
+
+
+@contextlib.contextmanager
+def _replacing(folder: Path, name: str):
+    """A text file in the report folder, never written through a planted link
+    (hpcai/safe_files.py: the folder opened without following one, the file
+    made new and renamed over the name)."""
+    from hpcai.safe_files import Folder
+
+    with Folder.open(folder) as opened, opened.replacing_text(name, newline="") as fh:
+        yield fh
 
 
 def _csv_value(cell) -> str:
@@ -100,7 +111,7 @@ def cell_record(cell: Cell, analysis: Analysis | None) -> dict:
 
 def write_cells_csv(records: list[dict], folder: Path) -> Path:
     path = folder / "cells.csv"
-    with open(path, "w", newline="", encoding="utf-8", errors="backslashreplace") as fh:
+    with _replacing(folder, path.name) as fh:
         writer = csv.writer(fh)
         writer.writerow(CELL_COLUMNS)
         for rec in records:
@@ -132,5 +143,6 @@ def analysis_record(a: Analysis, work: dict[str, float]) -> dict:
 
 def write_json(doc: dict, folder: Path) -> Path:
     path = folder / "report.json"
-    path.write_text(json.dumps(doc, indent=2, default=str, allow_nan=False) + "\n")
+    with _replacing(folder, path.name) as fh:
+        fh.write(json.dumps(doc, indent=2, default=str, allow_nan=False) + "\n")
     return path

@@ -37,11 +37,16 @@ def _pyplot():
 
 
 def _save(fig, folder: Path, name: str, title: str, caption: str) -> Plot:
-    folder.mkdir(parents=True, exist_ok=True)
+    from hpcai.safe_files import Folder
+
     png, svg = folder / f"{name}.png", folder / f"{name}.svg"
     fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    fig.savefig(svg)
+    # Into file objects made inside the folder, never through a planted link.
+    with Folder.open(folder.parent) as report, report.folder(folder.name) as plots:
+        with plots.replacing(png.name) as fh:
+            fig.savefig(fh, dpi=110, format="png")
+        with plots.replacing(svg.name) as fh:
+            fig.savefig(fh, format="svg")
     _pyplot().close(fig)
     return Plot(name, title, caption, png, svg)
 

@@ -13,6 +13,7 @@ import sys
 
 import hpcai
 from hpcai.launcher.slurm.job import Job, now_iso
+from hpcai.launcher.slurm.script_values import check_value, sbatch_word
 
 PYTHON_MODULE = ["-m", "hpcai.launcher.cli"]
 
@@ -28,11 +29,24 @@ def sbatch_options(job: Job) -> list[str]:
     options.append(f"--output={log}")
     for key in ("partition", "account", "time"):
         if slurm.get(key):
-            options.append(f"--{key}={slurm[key]}")
+            options.append(f"--{key}={check_value(f'--{key}', slurm[key])}")
     if slurm.get("gpus_per_node"):
         options.append(f"--gpus-per-node={slurm['gpus_per_node']}")
-    options += list(slurm.get("extra_options") or [])
-    return options
+    options += [check_value("--slurm-option (or the site's [scheduler] extra_options)", o)
+                for o in slurm.get("extra_options") or []]
+    return [check_value("an sbatch option", o) for o in options]
+
+
+def _check_script_values(job: Job, python: str) -> None:
+    """Every other value the script carries, refused before a line is written."""
+    check_value("the workload", job.doc["workload"])
+    check_value("the job folder", job.folder)
+    check_value("the working folder", job.doc["workdir"])
+    check_value("the Python interpreter", python)
+    for word in job.doc["command"]:
+        check_value("the command line", word)
+    for run in job.runs:
+        check_value("a run id", run.run_id)
 
 
 def how_runs_run(job: Job) -> str:
@@ -48,8 +62,10 @@ def render(job: Job, python: str = sys.executable) -> str:
     caps = sorted({r.cap_w for r in runs}, key=lambda c: (c is None, c or 0))
     caps_text = ", ".join("uncapped" if c is None else f"{c:g} W" for c in caps)
     hpcai_cmd = shlex.join([python, *PYTHON_MODULE])
+    options = sbatch_options(job)  # the options first: they name what is wrong best
+    _check_script_values(job, python)
     lines = ["#!/bin/bash"]
-    lines += [f"#SBATCH {opt}" for opt in sbatch_options(job)]
+    lines += [f"#SBATCH {sbatch_word(opt)}" for opt in options]
     lines += [
         f"# hpcai {hpcai.__version__}, written {now_iso()} by: {shlex.join(job.doc['command'])}",
         f"# {job.doc['workload']}: {len(runs)} run(s) on {job.nodes} node(s) ({caps_text}),"

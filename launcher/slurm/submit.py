@@ -161,9 +161,12 @@ def _write_and_submit(job: Job, script: str, slurm: SlurmOptions, results: Path)
                              f"{', '.join(known) or 'none'})",
                              "pick one with --partition or the site's [scheduler] partition")
     check_output_dir(results)
-    job.folder.mkdir(parents=True)
+    job.folder.mkdir(mode=0o755, parents=True)  # exclusive; writable by us alone
     try:
-        (job.folder / SCRIPT_FILE).write_text(script)
+        from hpcai.safe_files import Folder
+
+        with Folder.open(job.folder) as folder:  # never through a planted link
+            folder.write_text(SCRIPT_FILE, script)
         job.write()
         job_id = commands.submit(job.folder / SCRIPT_FILE)
     except (HpcaiError, OSError, KeyboardInterrupt):

@@ -10,6 +10,9 @@ PyTorch on the CPU, is hit 20 times at a random moment by one of:
   another state folder (issue 25): it must be refused in one line naming the
   holder (or, if the first has ended by then, run on its own), never cap
   alongside it nor take its cap for the original.
+- stall: one workload rank is SIGSTOP'ed (hung: in a session of its own, deaf
+  to all but SIGKILL) under a short --stall-timeout-s (issue 25): the launcher
+  must end by itself, with every rank gone the moment it exits.
 
 After each, as an operator would, `power restore` where a launcher was
 killed (retried while the workload still stops), and the invariants:
@@ -38,7 +41,13 @@ from disks import small_disk
 
 pytestmark = pytest.mark.slow
 ROUNDS = int(os.environ.get("HPCAI_FAULT_ROUNDS") or 20)  # fewer only to try a change quickly
+# HPCAI_FAULT_KINDS=stall: only those faults (a shorter loop to check one kind).
+KINDS = tuple((os.environ.get("HPCAI_FAULT_KINDS") or "launcher,rank,disk,concurrent,stall").split(","))
 CAPS = ("300", "400")
+# Stall rounds: the watchdog's timeout. The clock starts with the workload, so a
+# loaded machine's slow start-up may end a stalled round's run before its first
+# step; either way the run must end failed with no rank left.
+STALL_TIMEOUT_S = 60
 
 
 def sweep_args(results: Path, nproc: int, site: Path) -> list[str]:
@@ -143,6 +152,7 @@ def false_completes(folder: Path) -> list[str]:
     return bad
 
 
+@pytest.mark.timeout(7200)  # 20 rounds of torchrun on a loaded machine, stalls waiting their timeout
 def test_twenty_random_faults_leave_every_invariant_intact(fake_nvidia_node, tmp_path):
     node = fake_nvidia_node
     seed = int(os.environ.get("HPCAI_FAULT_SEED") or random.SystemRandom().randrange(1, 10**6))
@@ -150,7 +160,7 @@ def test_twenty_random_faults_leave_every_invariant_intact(fake_nvidia_node, tmp
     rng = random.Random(seed)
     snapshot = node.limits()
     marker = f"HPCAI_FAKE_GPU_STATE={node.state}".encode()
-    injected: dict[str, int] = {"launcher": 0, "rank": 0, "disk": 0, "concurrent": 0}
+    injected: dict[str, int] = {kind: 0 for kind in KINDS}
     site = tmp_path / "small-disk.toml"  # runs start on the 4 MB disk (the default asks 100 MB)
     site.write_text('name = "small-disk"\n[paths]\nmin_free_mb = 0.5\n')
     violations: list[str] = []
@@ -158,24 +168,28 @@ def test_twenty_random_faults_leave_every_invariant_intact(fake_nvidia_node, tmp
         print(f"disk faults: {'a 4 MB tmpfs fills (ENOSPC)' if mounted else 'read-only (EACCES)'}",
               flush=True)
         for round_ in range(ROUNDS):
-            kind = rng.choice(("launcher", "rank", "disk", "concurrent"))
-            nproc = 2 if kind == "rank" else 1  # torchrun where a rank is the target
+            kind = rng.choice(KINDS)
+            nproc = 2 if kind in ("rank", "stall") else 1  # torchrun where a rank is the target
             delay = rng.uniform(0.5, 10.0)
             results = tmp_path / "disk" / f"round-{round_:02d}"
             where = f"round {round_} ({kind} at {delay:.1f} s, nproc {nproc}, seed {seed})"
-            proc = node.popen(*sweep_args(results, nproc, site))
+            args = sweep_args(results, nproc, site)
+            if kind == "stall":
+                args += ["--stall-timeout-s", str(STALL_TIMEOUT_S)]
+            proc = node.popen(*args)
             time.sleep(delay)
             hit = False
             if kind == "launcher" and proc.poll() is None:
                 proc.kill()
                 hit = True
-            elif kind == "rank":
+            elif kind in ("rank", "stall"):
                 ranks = [p for p in workload_processes(marker)
                          if b"hpcai.workloads" in Path(f"/proc/{p}/cmdline").read_bytes()
                          and b"torch.distributed.run" not in Path(f"/proc/{p}/cmdline").read_bytes()]
                 if ranks:
                     with contextlib.suppress(ProcessLookupError):
-                        os.kill(random.Random(seed * 100 + round_).choice(ranks), signal.SIGKILL)
+                        os.kill(random.Random(seed * 100 + round_).choice(ranks),
+                                signal.SIGKILL if kind == "rank" else signal.SIGSTOP)
                         hit = True
             elif kind == "disk" and proc.poll() is None:
                 fill(tmp_path / "disk", mounted)
@@ -183,14 +197,23 @@ def test_twenty_random_faults_leave_every_invariant_intact(fake_nvidia_node, tmp
             elif kind == "concurrent" and proc.poll() is None:
                 hit = True
                 violations += [f"{where}: {v}" for v in second_launcher(node, tmp_path, round_, site, proc)]
+            limit_s = 240 + (STALL_TIMEOUT_S if kind == "stall" else 0)
             try:
-                output, _ = proc.communicate(timeout=240)
+                output, _ = proc.communicate(timeout=limit_s)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 output, _ = proc.communicate()
-                violations.append(f"{where}: the launcher did not end within 240 s; its last "
+                violations.append(f"{where}: the launcher did not end within {limit_s} s; its last "
                                   f"lines:\n{chr(10).join(output.splitlines()[-15:])}")
             injected[kind] += hit
+            if kind == "stall" and hit:
+                # The moment the launcher is gone, so is every rank: it restored the
+                # limits only after them (none may hang on, stopped, holding the GPUs).
+                left = workload_processes(marker)
+                if left:
+                    violations.append(f"{where}: ranks {left} outlived the launcher")
+                if proc.returncode == 0:
+                    violations.append(f"{where}: a stalled sweep ended with exit status 0")
             if kind == "disk":
                 unfill(tmp_path / "disk", mounted)
             if "Traceback" in output:

@@ -51,7 +51,7 @@ def test_a_sound_result_passes_every_check_and_matches_the_schema(result_schema)
     names = {c["name"] for c in found["checks"]}
     assert names == {"window_length", "sample_coverage", "sample_interval", "energy_agreement",
                      "power_range", "enforced_limit", "gpu_utilisation", "temperature", "throttle",
-                     "throughput_cv", "settle_drift"}
+                     "throughput_cv", "slow_epoch", "settle_drift"}
     doc["validity"] = found
     jsonschema.validate(doc, result_schema)
 
@@ -78,6 +78,8 @@ def _break(doc, what):
         gpu["throttle_reasons"] = {"sw_power_cap": 0.5, "hw_thermal": 0.3}
     elif what == "throughput_cv":
         doc["throughput"]["stats_node"]["cv"] = 0.8
+    elif what == "slow_epoch":  # one stalled epoch among three
+        doc["throughput"]["per_epoch_node"][1] *= 0.3
     elif what == "settle_drift":  # as issue 16's in-run segments record it (workloads/inrun.py)
         doc["segment"] = {"index": 2, "in_run": True, "cap_w": 300.0}
         doc["measurement"] = {"settle": {
@@ -89,7 +91,7 @@ def _break(doc, what):
 @pytest.mark.parametrize("name", ["window_length", "sample_coverage", "sample_interval",
                                   "energy_agreement", "power_range", "enforced_limit",
                                   "gpu_utilisation", "temperature", "throttle", "throughput_cv",
-                                  "settle_drift"])
+                                  "slow_epoch", "settle_drift"])
 def test_each_check_fails_on_purpose(name):
     doc = good_doc()
     _break(doc, name)
@@ -253,3 +255,28 @@ def test_a_wide_spread_over_two_epochs_is_a_warning_not_a_failure():
     doc["throughput"]["stats_node"].update(epochs=2)
     cv = next(c for c in validity.evaluate(doc)["checks"] if c["name"] == "throughput_cv")
     assert cv["verdict"] == "warn" and "only 2 measured epochs" in cv["note"]
+
+
+def test_one_stalled_epoch_among_few_fails_where_the_cv_does_not():
+    """Issue 25: 4 epochs at 100, 100, 100, 40 (one stalled) have a CV of 0.35,
+    under cv_fail: only the slow-epoch check, against the others' median, fails it."""
+    per_gpu = [100.0, 100.0, 40.0, 100.0]
+    doc = good_doc(epochs=per_gpu)
+    found = validity.evaluate(doc)
+    by_name = {c["name"]: c for c in found["checks"]}
+    assert by_name["throughput_cv"]["verdict"] != "fail"
+    assert by_name["slow_epoch"]["verdict"] == "fail"
+    assert by_name["slow_epoch"]["value"] == pytest.approx(0.4)
+    assert "measured epoch 3 of 4" in by_name["slow_epoch"]["note"]
+    assert found["failed"] == ["slow_epoch"]
+    # Two epochs are enough to see one stall; ordinary noise is not one.
+    assert verdict_of(good_doc(epochs=[100.0, 30.0]), "slow_epoch") == "fail"
+    assert verdict_of(good_doc(epochs=[100.0, 97.0, 103.0]), "slow_epoch") == "pass"
+    assert verdict_of(good_doc(epochs=[100.0, 70.0, 100.0]), "slow_epoch") == "warn"
+    assert verdict_of(good_doc(epochs=[100.0]), "slow_epoch") == "n/a"
+
+
+def test_a_slow_epoch_on_the_cpu_is_a_warning():
+    doc = make_result(device_type="cpu", cap_w=None, epochs=[10.0, 10.0, 2.0])
+    (c,) = [c for c in validity.evaluate(doc)["checks"] if c["name"] == "slow_epoch"]
+    assert c["verdict"] == "warn" and "CPU run" in c["note"]
