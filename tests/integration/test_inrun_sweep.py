@@ -63,7 +63,8 @@ def measuring_segment(k: int):
     as the workload's own log says (the launcher's lines may come before it)."""
     def check(text: str) -> bool:
         marker = f"[hpcai] segment {k}:"
-        return marker in text and "(measured)" in text.split(marker, 1)[1]
+        # A measured epoch's line says where the window is: `epoch N (segment k, window ...)`.
+        return marker in text and f"(segment {k}, window " in text.split(marker, 1)[1]
     return check
 
 
