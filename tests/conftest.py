@@ -115,8 +115,15 @@ class FakeNode:
                                 **popen_options(self.env, self.mark))
 
     def stop_everything(self) -> list[int]:
-        """Teardown: every process this node started, and all they started, killed."""
-        return kill_marked(self.mark)
+        """Teardown: every process this node started, and all they started, killed,
+        then the node-wide authority's files for this node's GPUs removed (their UUIDs
+        are this test's own, so nothing else holds them; /run would keep them)."""
+        killed = kill_marked(self.mark)
+        if self.state.is_file():
+            for device in self.devices():
+                for leftover in Path("/run/hpcai").glob(f"gpu-{device['uuid']}.*"):
+                    leftover.unlink(missing_ok=True)
+        return killed
 
     def result_paths(self) -> list[Path]:
         return sorted(self.results.glob("*/result.json"))
