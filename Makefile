@@ -91,16 +91,19 @@ setup-system:
 images: setup
 	$(BIN)/hpcai-launch images build $(if $(FLAVOUR),--flavour $(FLAVOUR)) $(IMAGES_ARGS)
 
-# Two pytest-xdist workers (TEST_JOBS): the service tests (Slurm, registry, Apptainer,
-# Chromium, IPMI) run one after another on one of them (tests/conftest.py).
+# The tests that need no system service on two pytest-xdist workers (TEST_JOBS),
+# a test module per worker (--dist loadfile: module fixtures are built once); then
+# the service tests (Slurm's fixed ports, one image, one registry) one at a time.
+# Exit status 5 is "no test selected" (an ARGS path without service tests).
 test: setup setup-system
-	$(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadgroup $(ARGS)
+	$(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadfile -m "not system" $(ARGS)
+	$(BIN)/python -m pytest -q -m system $(ARGS) || test $$? = 5
 
 # No root, no setup-system: the unit tests and every integration test that needs no
 # system service (those needing Chromium, Apptainer, the OCI registry or Slurm carry
 # the `system` marker, which this deselects; `make test` runs them all).
 test-fast: setup
-	$(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadgroup -m "not system" $(ARGS)
+	$(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadfile -m "not system" $(ARGS)
 
 # The observer effect and start-up costs, the input pipeline's cost (data from
 # storage against preloaded), and the wall time of an in-run cap sweep against

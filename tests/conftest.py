@@ -36,9 +36,6 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(getattr(pytest.mark, service))
         if services:
             item.add_marker(pytest.mark.system)
-            # Under pytest-xdist (--dist loadgroup) the service tests share one worker:
-            # the Slurm cluster's ports are fixed and the image and registry are built once.
-            item.add_marker(pytest.mark.xdist_group("services"))
 
 
 @pytest.fixture(autouse=True)

@@ -53,8 +53,8 @@ from packaging.requirements import Requirement
 
 from hpcai.workloads.catalog import IMAGE_FAMILIES
 
-# One pytest-xdist worker runs this module: its tests download into one shared wheel folder.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group('wheels')]
+# make test runs a module on one pytest-xdist worker (--dist loadfile): its tests download into one shared wheel folder.
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 REQS = REPO / "definitions" / "requirements"

@@ -13,8 +13,8 @@ import pytest
 
 from conftest import ROOT, assert_valid_result
 
-# One pytest-xdist worker runs this module: its module fixture installs the plugin once.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group('plugin-workload')]
+# make test runs a module on one pytest-xdist worker (--dist loadfile): its module fixture installs the plugin once.
+pytestmark = pytest.mark.slow
 TINY = ["mlp-example", "--preset", "tiny", "--nproc", "1", "--device", "cpu"]
 
 
