@@ -242,7 +242,9 @@ def _sections(parts: _Parts) -> list[tuple[str, list]]:
 def _write_pages(out: Path, title: str, meta: list[str], sections: list) -> tuple[Path, Path]:
     """report.md and report.html."""
     from hpcai.launcher.report import html, outputs, tables
+    from hpcai.launcher.report.readable import for_pages
 
+    sections = for_pages(sections)  # long tables: the first rows, the rest in the CSV
     md = [f"# {title}", "", *[f"{m}  " for m in meta], ""]
     for heading, items in sections:
         if not items:
