@@ -641,6 +641,9 @@ from hpcai.launcher.data_cli import data as _data_group  # noqa: E402
 main.add_command(_data_group)
 
 main.add_command(selftest_command(_run_guarded))
+from hpcai.launcher.results_cli import results as _results_group  # noqa: E402
+
+main.add_command(_results_group)
 
 
 if __name__ == "__main__":

@@ -16,13 +16,27 @@ readable error messages the report has always shown.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 import stat
 from pathlib import Path
 
-from hpcai.launcher.report.load import Run, _from_doc, shown_path
+
+
+def shown_path(path) -> str:
+    """As load.shown_path (this module sits below load.py, which reads through it)."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+class Kit:
+    """What a file is reduced to, given by the reader (report/load.py: its Run and
+    _from_doc), so this module and the store stay below it."""
+
+    def __init__(self, run_class, from_doc, sweep_class):
+        self.Run, self.from_doc, self.Sweep = run_class, from_doc, sweep_class
+        self.fields = [f.name for f in dataclasses.fields(run_class)]
 
 MAX_BYTES = 16 * 1024 * 1024  # a real result is ~20 KB; 16 MiB leaves room for many GPUs
 _validator = None
@@ -66,7 +80,7 @@ def parse(data: bytes) -> tuple[object, bool]:
     except BadJSON:
         raise
     except ValueError as exc:
-        raise BadJSON(f"not JSON: {' '.join(str(exc).split())}") from None
+        raise BadJSON(f"not readable JSON: {' '.join(str(exc).split())}") from None
     return doc, bool(non_finite)
 
 
@@ -120,40 +134,40 @@ def content_hash(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def unreadable(path: Path, why: str, digest: str = "") -> Run:
-    run = Run(path, shown_path(path.parent.name), "unreadable", [why])
+def unreadable(kit: Kit, path: Path, why: str, digest: str = ""):
+    run = kit.Run(path, shown_path(path.parent.name), "unreadable", [why])
     run.content_hash = digest
     return run
 
 
-def ingest_bytes(path: Path, data: bytes) -> Run:
+def ingest_bytes(kit: Kit, path: Path, data: bytes):
     """A Run from a file's bytes; never raises for what the bytes hold."""
     digest = content_hash(data)
     try:
         doc, non_finite = parse(data)
     except BadJSON as exc:
-        return unreadable(path, str(exc), digest)
+        return unreadable(kit, path, str(exc), digest)
     if not isinstance(doc, dict):
-        return unreadable(path, "not a JSON object", digest)
+        return unreadable(kit, path, "not a JSON object", digest)
     try:
         errors = schema_errors(doc, non_finite)
-        run = _from_doc(path, doc, errors)
+        run = kit.from_doc(path, doc, errors)
     except RecursionError:
-        return unreadable(path, "nested too deep to be a result", digest)
+        return unreadable(kit, path, "nested too deep to be a result", digest)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a malformed validity block
-        run = Run(path, shown_path(path.parent.name), "invalid", [f"malformed result: {exc!r}"[:300]])
+        run = kit.Run(path, shown_path(path.parent.name), "invalid", [f"malformed result: {exc!r}"[:300]])
     run.content_hash = digest
     return run
 
 
-def ingest(path: Path) -> Run:
+def ingest(kit: Kit, path: Path):
     """A Run from one result file: its reason when it cannot be read."""
     try:
         data = read_bytes(path)
     except BadJSON as exc:
-        return unreadable(path, str(exc))
+        return unreadable(kit, path, str(exc))
     except OSError as exc:
         if exc.errno == getattr(os, "ELOOP", 40):
-            return unreadable(path, "a symbolic link: not followed")
-        return unreadable(path, f"cannot be read ({exc.strerror})")
-    return ingest_bytes(path, data)
+            return unreadable(kit, path, "a symbolic link: not followed")
+        return unreadable(kit, path, f"cannot be read ({exc.strerror})")
+    return ingest_bytes(kit, path, data)

@@ -157,10 +157,17 @@ def load_results(paths: list[str | Path], allow_empty: bool = False) -> tuple[li
 
     from hpcai.launcher.report.store import index
 
-    indexed = index(paths, allow_empty)
+    indexed = index(kit(), paths, allow_empty)
     if indexed.note:
         print(f"note: {indexed.note}", file=sys.stderr)
     return indexed.runs, indexed.sweeps
+
+
+def kit():
+    """What the results store reduces each file to: a Run, by _from_doc."""
+    from hpcai.launcher.report.ingest import Kit
+
+    return Kit(Run, _from_doc, Sweep)
 
 
 def _from_doc(path: Path, doc: dict, errors: list[str]) -> Run:

@@ -31,7 +31,12 @@ import tempfile
 from pathlib import Path
 
 from hpcai.errors import UsageError
-from hpcai.launcher.report.load import Run, Sweep, shown_path, shown_text
+from hpcai.launcher.report.ingest import Kit, shown_path
+
+
+def shown_text(text: str) -> str:
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
 
 INDEX_ENV = "HPCAI_RESULTS_INDEX"
 # Bump when what is stored per file changes (Run's fields, the reduction in load.py).
@@ -131,7 +136,7 @@ def _safe_location(db: Path) -> str | None:
     return None
 
 
-def open_index(roots: list[Path]):
+def open_index(kit: Kit, roots: list[Path]):
     """(DuckDB connection, note): the cached index, or one in memory with why."""
     import duckdb
 
@@ -140,7 +145,7 @@ def open_index(roots: list[Path]):
     if why is None:
         try:
             con = duckdb.connect(str(db))
-            _prepare(con)
+            _prepare(con, kit)
             return con, ""
         except duckdb.Error as exc:
             why = " ".join(str(exc).split())[:200]
@@ -149,18 +154,18 @@ def open_index(roots: list[Path]):
                     for path in (db, Path(f"{db}.wal")):
                         path.unlink(missing_ok=True)
                     con = duckdb.connect(str(db))
-                    _prepare(con)
+                    _prepare(con, kit)
                     return con, ""
                 except (duckdb.Error, OSError):
                     pass
     con = duckdb.connect(":memory:")
-    _prepare(con)
+    _prepare(con, kit)
     return con, f"results index not used ({why}): every file was read"
 
 
-def _prepare(con) -> None:
+def _prepare(con, kit: Kit) -> None:
     con.execute("CREATE TABLE IF NOT EXISTS meta (format INTEGER, hpcai VARCHAR)")
-    stamp = (INDEX_FORMAT, _code_stamp())
+    stamp = (INDEX_FORMAT, _code_stamp(kit))
     if con.execute("SELECT format, hpcai FROM meta").fetchall() != [stamp]:
         con.execute("DROP TABLE IF EXISTS files")
         con.execute("DELETE FROM meta")
@@ -169,42 +174,41 @@ def _prepare(con) -> None:
                 + ", ".join(f'"{n}" {t}' for n, t in COLUMNS.items()) + ")")
 
 
-def _code_stamp() -> str:
+def _code_stamp(kit: Kit) -> str:
     """The code that reduces a file to a Run, and the schema it is checked against:
     when either changes, the stored reductions are stale."""
+    import sys
     from importlib import resources
 
-    from hpcai.launcher.report import ingest, load
+    from hpcai.launcher.report import ingest
 
     digest = hashlib.sha256()
-    for module in (load, ingest):
+    for module in (sys.modules[kit.Run.__module__], ingest):
         digest.update(Path(module.__file__).read_bytes())
     digest.update(resources.files("hpcai").joinpath("schema/result-v1.schema.json").read_bytes())
     return digest.hexdigest()[:16]
 
 
 # ---- runs in and out of rows ----------------------------------------------------------
-_FIELDS = [f.name for f in dataclasses.fields(Run)]
-
-
-def to_blob(run: Run) -> str:
+def to_blob(run) -> str:
     """The Run as a JSON array in field order (no keys: a third smaller, faster to read)."""
-    values = [getattr(run, name) for name in _FIELDS]
+    values = [getattr(run, f.name) for f in dataclasses.fields(run)]
+    _FIELDS = [f.name for f in dataclasses.fields(run)]
     for i, name in enumerate(_FIELDS):
         if name in _PATH_FIELDS and values[i]:
             values[i] = os.fsencode(values[i]).hex()
     return json.dumps(values, ensure_ascii=True, separators=(",", ":"))  # lone surrogates as \udcxx
 
 
-def from_blob(blob: str) -> Run:
-    values = dict(zip(_FIELDS, json.loads(blob)))
+def from_blob(kit: Kit, blob: str):
+    values = dict(zip(kit.fields, json.loads(blob)))
     for name in _PATH_FIELDS:
         if values.get(name):
             values[name] = Path(os.fsdecode(bytes.fromhex(values[name])))
-    return Run(**values)
+    return kit.Run(**values)
 
 
-def _row(key: str, st: os.stat_result, run: Run, blob: str) -> dict:
+def _row(key: str, st: os.stat_result, run, blob: str) -> dict:
     text = shown_text
     return {"path": key, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino,
             "sha256": run.content_hash, "run_id": text(run.run_id), "status": run.status,
@@ -236,8 +240,8 @@ def _key(path: Path) -> str:
 # ---- indexing ---------------------------------------------------------------------------
 @dataclasses.dataclass
 class Indexed:
-    runs: list[Run]
-    sweeps: list[Sweep]
+    runs: list
+    sweeps: list
     read: int  # files read this time (new or changed)
     reused: int  # files whose stored reduction was reused
     note: str
@@ -246,45 +250,45 @@ class Indexed:
 PARALLEL_FROM = 2000  # new files from which reading is spread over the CPU cores
 
 
-def index(paths: list[str | Path], allow_empty: bool = False, con=None) -> Indexed:
+def index(kit: Kit, paths: list[str | Path], allow_empty: bool = False, con=None) -> Indexed:
     """Every result under paths as a Run, from the index where the file is unchanged;
     copies (same run id and content) marked duplicates. The index is updated."""
     from hpcai.launcher.report.ingest import unreadable
 
     found = walk(paths, allow_empty)
     own = con is None
-    con, note = open_index(found.roots) if own else (con, "")
+    con, note = open_index(kit, found.roots) if own else (con, "")
     try:
         known = {row[0]: row[1:] for row in con.execute(
             "SELECT path, size, mtime_ns, ino, sha256, run FROM files").fetchall()}
-        runs: list[Run | None] = []
+        runs: list = []
         todo = []  # (position, path, stat, stored row): new or changed files
         for path, st in found.results:
             old = known.get(_key(path))
             if old and old[:3] == (st.st_size, st.st_mtime_ns, st.st_ino):
-                runs.append(from_blob(old[4]))
+                runs.append(from_blob(kit, old[4]))
             else:
                 todo.append((len(runs), path, st, old))
                 runs.append(None)
         fresh = []
-        for (position, path, st, _), (run, blob) in zip(todo, _read_all(todo)):
+        for (position, path, st, _), (run, blob) in zip(todo, _read_all(kit, todo)):
             runs[position] = run
             fresh.append(_row(_key(path), st, run, blob))
         _store(con, fresh, found, {_key(p) for p, _ in found.results}, known)
-        runs += [unreadable(p, "a symbolic link: not followed") for p in found.links]
+        runs += [unreadable(kit, p, "a symbolic link: not followed") for p in found.links]
         mark_duplicates(runs)
-        return Indexed(runs, _sweeps(found.sweeps), len(todo), len(found.results) - len(todo), note)
+        return Indexed(runs, _sweeps(kit, found.sweeps), len(todo), len(found.results) - len(todo), note)
     finally:
         if own:
             con.close()
 
 
-def _read_all(todo: list) -> list[tuple[Run, str]]:
+def _read_all(kit: Kit, todo: list) -> list[tuple]:
     """(Run, stored form) of each new or changed file, on every core when there are many."""
     items = [(path, old) for _, path, _, old in todo]
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     if len(items) < PARALLEL_FROM or cores < 2:
-        return _read_chunk(items)
+        return _read_chunk(kit, items)
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -292,10 +296,10 @@ def _read_all(todo: list) -> list[tuple[Run, str]]:
     chunks = [items[i:i + size] for i in range(0, len(items), size)]
     # fork: the workers start with the modules already imported (Linux, where hpcai runs).
     with ProcessPoolExecutor(cores, mp_context=multiprocessing.get_context("fork")) as pool:
-        return [pair for part in pool.map(_read_chunk, chunks) for pair in part]
+        return [pair for part in pool.map(_read_chunk, [kit] * len(chunks), chunks) for pair in part]
 
 
-def _read_chunk(items: list) -> list[tuple[Run, str]]:
+def _read_chunk(kit: Kit, items: list) -> list[tuple]:
     from hpcai.launcher.report.ingest import content_hash, ingest_bytes, read_bytes, BadJSON, ingest
 
     out = []
@@ -306,13 +310,13 @@ def _read_chunk(items: list) -> list[tuple[Run, str]]:
             except (OSError, BadJSON):
                 data = None
             if data is not None and content_hash(data) == old[3]:
-                run = from_blob(old[4])
+                run = from_blob(kit, old[4])
                 run.path = path
                 out.append((run, old[4]))
                 continue
-            run = ingest_bytes(path, data) if data is not None else ingest(path)
+            run = ingest_bytes(kit, path, data) if data is not None else ingest(kit, path)
         else:
-            run = ingest(path)
+            run = ingest(kit, path)
         out.append((run, to_blob(run)))
     return out
 
@@ -340,9 +344,9 @@ def _store(con, fresh: list[dict], found: Found, seen: set[str], known: dict) ->
         os.unlink(fh.name)
 
 
-def mark_duplicates(runs: list[Run]) -> None:
+def mark_duplicates(runs: list) -> None:
     """The second and later files with one run id and one content: duplicates."""
-    first: dict[tuple[str, str], Run] = {}
+    first: dict = {}
     for run in sorted(runs, key=lambda r: os.fsencode(r.path)):
         if not run.content_hash:
             continue
@@ -355,7 +359,7 @@ def mark_duplicates(runs: list[Run]) -> None:
                             "counted once"]
 
 
-def _sweeps(paths: list[Path]) -> list[Sweep]:
+def _sweeps(kit: Kit, paths: list[Path]) -> list:
     from hpcai.launcher.report.ingest import BadJSON, parse, read_bytes
 
     sweeps = []
@@ -365,5 +369,5 @@ def _sweeps(paths: list[Path]) -> list[Sweep]:
         except (OSError, BadJSON):
             continue
         if isinstance(doc, dict):
-            sweeps.append(Sweep(path, doc))
+            sweeps.append(kit.Sweep(path, doc))
     return sweeps
