@@ -15,6 +15,7 @@ from pathlib import Path
 import click
 
 from hpcai.errors import UsageError
+from hpcai.launcher.guarded import run_guarded
 
 LS_COLUMNS = ("run_id", "counted", "workload", "device", "site", "cap_w", "per_gpu", "started", "path")
 EXPORT_COLUMNS = ("run_id", "sha256", "counted", "duplicate_of", "status", "problems", "workload",
@@ -129,6 +130,10 @@ def _text(value) -> str:
               help="rows to print (the rest: counted, and in `results export`)")
 def ls(paths, limit, **filters):
     """List the results under PATHS (folders or result files)."""
+    run_guarded(_ls, paths, limit, **filters)
+
+
+def _ls(paths, limit, **filters):
     columns, rows = query(paths, **filters)
     at = {c: i for i, c in enumerate(columns)}
     table = [list(LS_COLUMNS)] + [[_text(row[at[c]]) if c != "counted" else
@@ -148,6 +153,10 @@ def ls(paths, limit, **filters):
 @_filters
 def show(run_id, paths, **filters):
     """Every indexed field of run RUN_ID under PATHS, and its copies."""
+    run_guarded(_show, run_id, paths, **filters)
+
+
+def _show(run_id, paths, **filters):
     columns, rows = query(paths, run_id=run_id, **filters)
     if not rows:
         raise UsageError(f"no result with run id {run_id!r} under {', '.join(paths)}",
@@ -168,6 +177,10 @@ def show(run_id, paths, **filters):
               help="default: from the output's extension")
 def export(paths, output, fmt, **filters):
     """Write the results under PATHS (one row each, copies marked) as CSV or Parquet."""
+    run_guarded(_export, paths, output, fmt, **filters)
+
+
+def _export(paths, output, fmt, **filters):
     out = Path(output)
     fmt = fmt or {".csv": "csv", ".parquet": "parquet"}.get(out.suffix.lower())
     if fmt is None:

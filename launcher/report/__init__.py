@@ -244,8 +244,11 @@ def _write_pages(out: Path, title: str, meta: list[str], sections: list) -> tupl
     from hpcai.launcher.report import html, outputs, tables
     from hpcai.launcher.report.readable import for_pages
 
+    from hpcai.launcher.report.safe_text import md_text
+
     sections = for_pages(sections)  # long tables: the first rows, the rest in the CSV
-    md = [f"# {title}", "", *[f"{m}  " for m in meta], ""]
+    # Names from results (workloads, sites, devices) are text, never markup: escaped.
+    md = [f"# {md_text(title)}", "", *[f"{md_text(m)}  " for m in meta], ""]
     for heading, items in sections:
         if not items:
             continue
@@ -254,10 +257,10 @@ def _write_pages(out: Path, title: str, meta: list[str], sections: list) -> tupl
             if isinstance(item, tables.Table):
                 md.append(outputs.table_markdown(item))
             elif isinstance(item, str):
-                md += [item, ""]
+                md += [md_text(item), ""]
             else:
-                md += [f"![{item.title}](plots/{item.png.name})", "",
-                       f"*{item.title}.* {item.caption} ([SVG](plots/{item.svg.name}))", ""]
+                md += [f"![{md_text(item.title)}](plots/{item.png.name})", "",
+                       f"*{md_text(item.title)}.* {md_text(item.caption)} ([SVG](plots/{item.svg.name}))", ""]
     md_path = out / "report.md"
     # Text read from results may hold what UTF-8 cannot (lone surrogates): escaped, never fatal.
     md_path.write_text("\n".join(md), encoding="utf-8", errors="backslashreplace")

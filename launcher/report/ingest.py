@@ -119,12 +119,12 @@ def read_bytes(path: Path) -> bytes:
         if not stat.S_ISREG(info.st_mode):
             raise BadJSON("not a regular file")
         if info.st_size > MAX_BYTES:
-            raise BadJSON(f"{info.st_size / 2**20:.0f} MiB, larger than the {MAX_BYTES // 2**20} MiB "
-                          "a result may be: not read")
+            raise BadJSON(f"{info.st_size:,} bytes, larger than the {MAX_BYTES:,} bytes a result "
+                          "may be: not read")
         with os.fdopen(fd, "rb", closefd=False) as fh:
             data = fh.read(MAX_BYTES + 1)
         if len(data) > MAX_BYTES:
-            raise BadJSON(f"grew past {MAX_BYTES // 2**20} MiB while read: not read")
+            raise BadJSON(f"grew past {MAX_BYTES:,} bytes while read: not read")
         return data
     finally:
         os.close(fd)
@@ -152,6 +152,8 @@ def ingest_bytes(kit: Kit, path: Path, data: bytes):
     try:
         errors = schema_errors(doc, non_finite)
         run = kit.from_doc(path, doc, errors)
+        if errors:  # one reason: the schema's first error (what follows from it adds nothing)
+            run.problems = run.problems[:1]
     except RecursionError:
         return unreadable(kit, path, "nested too deep to be a result", digest)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a malformed validity block

@@ -18,7 +18,7 @@ def _md_escape(text: str) -> str:
 
 
 def table_markdown(table: Table) -> str:
-    lines = [f"### {table.title}", "",
+    lines = [f"### {_md_escape(table.title)}", "",
              "| " + " | ".join(_md_escape(h) for h in table.header) + " |",
              "|" + "|".join("---" for _ in table.header) + "|"]
     for row in table.rows:
