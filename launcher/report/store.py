@@ -138,7 +138,11 @@ def _safe_location(db: Path) -> str | None:
 
 def open_index(kit: Kit, roots: list[Path]):
     """(DuckDB connection, note): the cached index, or one in memory with why."""
-    import duckdb
+    try:
+        import duckdb
+    except ImportError:
+        raise UsageError("the results store needs DuckDB, which is not installed",
+                         "pip install 'hpcai[report]'") from None
 
     db = index_location(roots)
     why = _safe_location(db)
