@@ -44,8 +44,12 @@ def build_report(paths: list, opts: ReportOptions) -> int:
     print(f"  {len(written['csv'])} CSV file(s), {len(written['plots'])} plot(s) in {out}/plots")
     for line in written["skipped_plots"]:
         print(f"  no plot: {line}")
-    for line in written["excluded"]:
+    shown = 20  # thousands of broken files or copies: the first, then the count
+    for line in written["excluded"][:shown]:
         print(f"  not included: {line}")
+    if len(written["excluded"]) > shown:
+        print(f"  not included: … and {len(written['excluded']) - shown} more, listed under "
+              f"\"Runs not included\" in {shown_path(written['html'])}")
     if not written["usable"] and not (opts.reference and written["runs"] == 0):
         # The report still lists every input with why; but it measured nothing.
         # (--reference over no results at all is the paper's tables alone.)

@@ -275,3 +275,16 @@ def test_load_results_still_returns_runs_and_sweeps(tmp_path):
     crafted_set(tmp_path / "results")
     runs, sweeps = load_results([tmp_path / "results"])
     assert len(runs) == 8 and sweeps == [] and all(r.content_hash for r in runs)
+
+
+def test_the_cli_prints_the_first_twenty_runs_not_included_then_the_count(tmp_path, capsys):
+    from hpcai.errors import ResultError
+    from hpcai.launcher.report import build_report
+
+    for i in range(25):
+        (tmp_path / "results" / f"broken-{i}").mkdir(parents=True)
+        (tmp_path / "results" / f"broken-{i}" / "result.json").write_text("{")
+    with pytest.raises(ResultError):
+        build_report([tmp_path / "results"], ReportOptions(output=tmp_path / "out"))
+    lines = [line for line in capsys.readouterr().out.splitlines() if "not included:" in line]
+    assert len(lines) == 21 and "… and 5 more" in lines[-1]
