@@ -264,16 +264,19 @@ def index(kit: Kit, paths: list[str | Path], allow_empty: bool = False, con=None
     con, note = open_index(kit, found.roots) if own else (con, "")
     try:
         known = {row[0]: row[1:] for row in con.execute(
-            "SELECT path, size, mtime_ns, ino, sha256, run FROM files").fetchall()}
+            "SELECT path, size, mtime_ns, ino, sha256 FROM files").fetchall()}
         runs: list = []
-        todo = []  # (position, path, stat, stored row): new or changed files
+        unchanged: dict[str, int] = {}  # key -> position in runs
+        todo = []  # [position, path, stat, (stored sha256, stored run) or None]: new or changed
         for path, st in found.results:
-            old = known.get(_key(path))
+            key = _key(path)
+            old = known.get(key)
             if old and old[:3] == (st.st_size, st.st_mtime_ns, st.st_ino):
-                runs.append(from_blob(kit, old[4]))
+                unchanged[key] = len(runs)
             else:
-                todo.append((len(runs), path, st, old))
-                runs.append(None)
+                todo.append([len(runs), path, st, old])
+            runs.append(None)
+        _stored_runs(kit, con, runs, unchanged, {_key(t[1]): t for t in todo if t[3]})
         fresh = []
         for (position, path, st, _), (run, blob) in zip(todo, _read_all(kit, todo)):
             runs[position] = run
@@ -285,6 +288,20 @@ def index(kit: Kit, paths: list[str | Path], allow_empty: bool = False, con=None
     finally:
         if own:
             con.close()
+
+
+def _stored_runs(kit: Kit, con, runs: list, unchanged: dict, touched: dict) -> None:
+    """Runs of unchanged files from their stored form, streamed in batches (100,000
+    stored forms at once would be a quarter of a gigabyte of text); for touched
+    files, the stored hash and form, to reuse if their bytes are the same."""
+    cursor = con.execute("SELECT path, sha256, run FROM files")
+    while batch := cursor.fetchmany(5000):
+        for key, digest, blob in batch:
+            position = unchanged.get(key)
+            if position is not None:
+                runs[position] = from_blob(kit, blob)
+            elif key in touched:
+                touched[key][3] = (digest, blob)
 
 
 def _read_all(kit: Kit, todo: list) -> list[tuple]:
@@ -313,10 +330,10 @@ def _read_chunk(kit: Kit, items: list) -> list[tuple]:
                 data = read_bytes(path)
             except (OSError, BadJSON):
                 data = None
-            if data is not None and content_hash(data) == old[3]:
-                run = from_blob(kit, old[4])
+            if data is not None and content_hash(data) == old[0]:
+                run = from_blob(kit, old[1])
                 run.path = path
-                out.append((run, old[4]))
+                out.append((run, old[1]))
                 continue
             run = ingest_bytes(kit, path, data) if data is not None else ingest(kit, path)
         else:
