@@ -64,8 +64,9 @@ def _cap(value: str | None):
 
 
 def query(paths, workload=None, gpu=None, cap=None, site=None, since=None, until=None,
-          counted=False, run_id=None) -> tuple[list[str], list[tuple]]:
-    """(columns, rows) of the indexed results under paths that pass the filters.
+          counted=False, run_id=None, parquet: Path | None = None) -> tuple[list[str], list[tuple]]:
+    """(columns, rows) of the indexed results under paths that pass the filters; with
+    parquet, those rows written there by DuckDB instead (rows: just their count).
     Every filter is checked before the index is touched."""
     from hpcai.launcher.report.load import kit
     from hpcai.launcher.report.store import _key, index, open_index, walk
@@ -106,6 +107,12 @@ def query(paths, workload=None, gpu=None, cap=None, site=None, since=None, until
             FROM ranked WHERE {' AND '.join(where[1:]) or 'true'}
             {'AND usable AND copy = 1' if counted else ''}
             ORDER BY started NULLS LAST, path"""
+        if parquet is not None:  # DuckDB writes it: no row passes through Python
+            con.execute(f"CREATE TEMP TABLE selected AS {sql}", params)
+            quoted = ", ".join(f'"{c}"' for c in EXPORT_COLUMNS)
+            con.execute(f"COPY (SELECT {quoted} FROM selected) "
+                        f"TO '{_sql_text(parquet)}' (FORMAT parquet, COMPRESSION zstd)")
+            return [], con.execute("SELECT count(*) FROM selected").fetchall()
         cursor = con.execute(sql, params)
         columns = [d[0] for d in cursor.description]
         rows = cursor.fetchall()
@@ -189,19 +196,23 @@ def _export(paths, output, fmt, **filters):
         raise UsageError(f"{output} is a symbolic link or not a file", "choose another --output")
     if not out.parent.is_dir():
         raise UsageError(f"folder {out.parent} does not exist", "create it, or choose another --output")
-    columns, rows = query(paths, **filters)
-    at = {c: i for i, c in enumerate(columns)}
-    rows = [[row[at[c]] for c in EXPORT_COLUMNS] for row in rows]
-    # Written beside, then renamed over: a link put at the name meanwhile is replaced, not followed.
-    fd, temp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-    os.close(fd)
+    # Written in a private folder beside, then renamed over: a link put at the name
+    # meanwhile is replaced, never followed.
+    private = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
+    temp = private / out.name
     try:
-        (_write_csv if fmt == "csv" else _write_parquet)(Path(temp), rows)
+        if fmt == "parquet":
+            _, ((count,),) = query(paths, parquet=temp, **filters)
+        else:
+            columns, rows = query(paths, **filters)
+            at = {c: i for i, c in enumerate(columns)}
+            _write_csv(temp, [[row[at[c]] for c in EXPORT_COLUMNS] for row in rows])
+            count = len(rows)
         os.replace(temp, out)
     finally:
-        if os.path.exists(temp):
-            os.unlink(temp)
-    click.echo(f"{len(rows)} result(s) written to {output} ({fmt})")
+        temp.unlink(missing_ok=True)
+        private.rmdir()
+    click.echo(f"{count} result(s) written to {output} ({fmt})")
 
 
 def _write_csv(path: Path, rows: list) -> None:
@@ -213,22 +224,6 @@ def _write_csv(path: Path, rows: list) -> None:
         writer = csv.writer(fh)
         writer.writerow(EXPORT_COLUMNS)
         writer.writerows([csv_cell(v) for v in row] for row in rows)
-
-
-def _write_parquet(path: Path, rows: list) -> None:
-    import duckdb
-
-    from hpcai.launcher.report.store import COLUMNS
-
-    types = dict(COLUMNS, counted="BOOLEAN", duplicate_of="VARCHAR")
-    con = duckdb.connect(":memory:")
-    try:
-        con.execute("CREATE TABLE out (" + ", ".join(f'"{c}" {types[c]}' for c in EXPORT_COLUMNS) + ")")
-        if rows:
-            con.executemany(f"INSERT INTO out VALUES ({', '.join('?' for _ in EXPORT_COLUMNS)})", rows)
-        con.execute(f"COPY out TO '{_sql_text(path)}' (FORMAT parquet, COMPRESSION zstd)")
-    finally:
-        con.close()
 
 
 def _sql_text(path: Path) -> str:
