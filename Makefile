@@ -108,11 +108,14 @@ test-fast: setup
 # The observer effect and start-up costs, the input pipeline's cost (data from
 # storage against preloaded), and the wall time of an in-run cap sweep against
 # one run per cap (bench/inrun_sweep.py), each reported as ratios from one run.
+# The report's scaling (bench/report_scaling.py): 1k, 10k and 100k synthetic results,
+# cold and warm index, seconds, peak memory and seconds per result (REPORT_SCALING_ARGS=--sizes 1000).
 bench: setup
 	$(BIN)/python bench/observer_effect.py $(ARGS)
 	$(BIN)/python bench/input_pipeline.py
 	$(BIN)/python bench/inrun_sweep.py $(INRUN_ARGS)
 	$(BIN)/python bench/fleet_stats.py
+	$(BIN)/python bench/report_scaling.py $(REPORT_SCALING_ARGS)
 
 lint: setup
 	$(BIN)/python -m pip install --quiet ruff==0.17.6

@@ -13,7 +13,7 @@ table is printed.
 """
 from __future__ import annotations
 
-import json
+import errno
 from pathlib import Path
 
 import click
@@ -52,16 +52,21 @@ def load_result(given: str) -> tuple[Path, dict]:
     if path.is_dir():
         path = path / "result.json"
     hint = HINT
+    from hpcai.launcher.report.ingest import BadJSON, parse, read_bytes
+
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        # Read as the report reads: no symbolic link followed, a size limit, no duplicate
+        # keys; a file nested too deep is a reason, not a RecursionError traceback.
+        doc, _ = parse(read_bytes(path))
+    except BadJSON as exc:
+        reason = str(exc).replace("not readable JSON", "not JSON", 1)
+        raise UsageError(f"{path} is not an hpcai result ({reason})", hint) from None
     except FileNotFoundError:
         raise UsageError(f"{given} holds no result.json" if Path(given).is_dir()
                          else f"{given} does not exist", hint) from None
     except OSError as exc:
-        raise UsageError(f"{path} cannot be read ({exc.strerror})", hint) from None
-    except ValueError as exc:  # UnicodeDecodeError included
-        reason = " ".join(str(exc).split())
-        raise UsageError(f"{path} is not an hpcai result (not JSON: {reason})", hint) from None
+        why = "a symbolic link: not followed" if exc.errno == errno.ELOOP else exc.strerror
+        raise UsageError(f"{path} cannot be read ({why})", hint) from None
     if not isinstance(doc, dict) or doc.get("kind") != "hpcai.result":
         what = (f"its kind is {doc.get('kind')!r}" if isinstance(doc, dict) and "kind" in doc
                 else "no \"kind\": \"hpcai.result\"")

@@ -1,4 +1,7 @@
-"""`hpcai-launch results ...`: signed, attested result bundles (launcher/bundles).
+"""`hpcai-launch results ...`: the results store's queries (launcher/results_store_cli.py)
+and signed, attested result bundles (launcher/bundles).
+
+ls|show|export PATH...   list, show and export indexed results (DuckDB)
 
 keygen PRIVATE_PATH      an Ed25519 key pair (never overwrites)
 bundle RUN|SWEEP... -o DIR [--tar]   the runs' files and a signed in-toto statement
@@ -13,6 +16,8 @@ import sys
 from pathlib import Path
 
 import click
+
+from hpcai.launcher import results_store_cli as store_cli
 
 
 def _guarded(fn, *args, **kwargs):
@@ -44,7 +49,8 @@ def _sign_key(site: dict, given: str | None) -> str | None:
 
 @click.group(name="results")
 def results():
-    """Signed result bundles: make, verify, share and compare them."""
+    """Query the results store (ls, show, export) and make, verify, share and compare
+    signed result bundles."""
 
 
 @results.command()
@@ -200,3 +206,7 @@ def compare(a, b, site, as_json):
             for r in p["reasons"]:
                 click.echo(f"  {r['grade']}: {r['reason']}")
     sys.exit(1 if any(p["verdict"] == "not comparable" for p in pairs) else 0)
+
+
+for _command in (store_cli.ls, store_cli.show, store_cli.export):
+    results.add_command(_command)

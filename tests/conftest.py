@@ -185,3 +185,12 @@ from image_fixtures import (apptainer_exe, cpu_cv_image, registry, signing_keys,
 
 # A real two-node Slurm cluster, private to the session (tests/slurm_fixtures.py).
 from slurm_fixtures import slurm_cluster  # noqa: E402,F401
+
+
+@pytest.fixture(autouse=True)
+def results_index(tmp_path_factory, monkeypatch) -> Path:
+    """Each test's results index (report/store.py) in its own temporary folder,
+    not the user's cache: the index is a cache, and tests must not share one."""
+    path = tmp_path_factory.mktemp("results-index") / "index.duckdb"
+    monkeypatch.setenv("HPCAI_RESULTS_INDEX", str(path))
+    return path

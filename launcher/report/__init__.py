@@ -44,8 +44,12 @@ def build_report(paths: list, opts: ReportOptions) -> int:
     print(f"  {len(written['csv'])} CSV file(s), {len(written['plots'])} plot(s) in {out}/plots")
     for line in written["skipped_plots"]:
         print(f"  no plot: {line}")
-    for line in written["excluded"]:
+    shown = 20  # thousands of broken files or copies: the first, then the count
+    for line in written["excluded"][:shown]:
         print(f"  not included: {line}")
+    if len(written["excluded"]) > shown:
+        print(f"  not included: … and {len(written['excluded']) - shown} more, listed under "
+              f"\"Runs not included\" in {shown_path(written['html'])}")
     if not written["usable"] and not (opts.reference and written["runs"] == 0):
         # The report still lists every input with why; but it measured nothing.
         # (--reference over no results at all is the paper's tables alone.)
@@ -265,8 +269,13 @@ def _sections(parts: _Parts) -> list[tuple[str, list]]:
 def _write_pages(out: Path, title: str, meta: list[str], sections: list) -> tuple[Path, Path]:
     """report.md and report.html."""
     from hpcai.launcher.report import html, outputs, tables
+    from hpcai.launcher.report.readable import for_pages
 
-    md = [f"# {title}", "", *[f"{m}  " for m in meta], ""]
+    from hpcai.launcher.report.safe_text import md_text
+
+    sections = for_pages(sections)  # long tables: the first rows, the rest in the CSV
+    # Names from results (workloads, sites, devices) are text, never markup: escaped.
+    md = [f"# {md_text(title)}", "", *[f"{md_text(m)}  " for m in meta], ""]
     for heading, items in sections:
         if not items:
             continue
@@ -275,10 +284,10 @@ def _write_pages(out: Path, title: str, meta: list[str], sections: list) -> tupl
             if isinstance(item, tables.Table):
                 md.append(outputs.table_markdown(item))
             elif isinstance(item, str):
-                md += [item, ""]
+                md += [md_text(item), ""]
             else:
-                md += [f"![{item.title}](plots/{item.png.name})", "",
-                       f"*{item.title}.* {item.caption} ([SVG](plots/{item.svg.name}))", ""]
+                md += [f"![{md_text(item.title)}](plots/{item.png.name})", "",
+                       f"*{md_text(item.title)}.* {md_text(item.caption)} ([SVG](plots/{item.svg.name}))", ""]
     from hpcai.safe_files import Folder
 
     # Text read from results may hold what UTF-8 cannot (lone surrogates): escaped, never

@@ -6,7 +6,6 @@ kept, with why, so the report can list it instead of averaging it.
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +20,7 @@ REFERENCE_COLUMNS = ["workload", "gpu", "cap_w", "throughput", "unit", "enforced
 UNITS = ("images/s", "samples/s", "tokens/s")
 
 
-@dataclass
+@dataclass(slots=True)  # 100,000 runs in one report: no per-instance dict
 class Run:
     """One result file, reduced to what the report needs."""
 
@@ -99,6 +98,9 @@ class Run:
     # bundle verified (verified | unsigned | failed); a failed one is never averaged.
     origin: str | None = None
     verification: str | None = None
+    # sha256 of the file's bytes: with run_id, the run's identity (a copy is a duplicate).
+    content_hash: str = ""
+    duplicate_of: str | None = None  # the path of the copy that is counted
 
     @property
     def usable(self) -> bool:
@@ -156,35 +158,23 @@ def find_files(paths: list[str | Path], allow_empty: bool = False) -> tuple[list
 
 
 def load_results(paths: list[str | Path], allow_empty: bool = False) -> tuple[list[Run], list[Sweep]]:
-    from hpcai.launcher.results import validation_errors
+    """Every result under paths (through the results store: report/store.py, which
+    reads only new or changed files) and the sweeps' summaries."""
+    import sys
 
-    result_files, sweep_files = find_files(paths, allow_empty)
-    runs = []
-    for path in result_files:
-        folder = shown_path(path.parent.name)
-        try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            runs.append(Run(path, folder, "unreadable", [f"cannot be read ({exc.strerror})"]))
-            continue
-        except ValueError as exc:  # UnicodeDecodeError included
-            runs.append(Run(path, folder, "unreadable", [f"not readable JSON: {exc}"]))
-            continue
-        if not isinstance(doc, dict):
-            runs.append(Run(path, folder, "unreadable", ["not a JSON object"]))
-            continue
-        errors = validation_errors(doc)
-        run = _from_doc(path, doc, errors)
-        runs.append(run)
-    sweeps = []
-    for path in sweep_files:
-        try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(doc, dict):
-            sweeps.append(Sweep(path, doc))
-    return runs, sweeps
+    from hpcai.launcher.report.store import index
+
+    indexed = index(kit(), paths, allow_empty)
+    if indexed.note:
+        print(f"note: {indexed.note}", file=sys.stderr)
+    return indexed.runs, indexed.sweeps
+
+
+def kit():
+    """What the results store reduces each file to: a Run, by _from_doc."""
+    from hpcai.launcher.report.ingest import Kit
+
+    return Kit(Run, _from_doc, Sweep)
 
 
 def _from_doc(path: Path, doc: dict, errors: list[str]) -> Run:

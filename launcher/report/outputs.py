@@ -7,16 +7,19 @@ import json
 from pathlib import Path
 
 from hpcai.launcher.report.efficiency import Analysis, edp_per_unit, fixed_work
+from hpcai.launcher.report.safe_text import csv_cell
 from hpcai.launcher.report.stats import Cell
 from hpcai.launcher.report.tables import Table
 
 
 def _md_escape(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    from hpcai.launcher.report.safe_text import md_text
+
+    return md_text(text)
 
 
 def table_markdown(table: Table) -> str:
-    lines = [f"### {table.title}", "",
+    lines = [f"### {_md_escape(table.title)}", "",
              "| " + " | ".join(_md_escape(h) for h in table.header) + " |",
              "|" + "|".join("---" for _ in table.header) + "|"]
     for row in table.rows:
@@ -47,7 +50,7 @@ def write_table_csv(table: Table, folder: Path) -> Path:
         writer = csv.writer(fh)
         writer.writerow(header)
         for row in table.rows:
-            writer.writerow([get(row[i]) for i, get in getters])
+            writer.writerow([csv_cell(get(row[i])) for i, get in getters])
     return folder / f"{table.key}.csv"
 
 
@@ -115,8 +118,8 @@ def write_cells_csv(records: list[dict], folder: Path) -> Path:
         writer = csv.writer(fh)
         writer.writerow(CELL_COLUMNS)
         for rec in records:
-            writer.writerow(["" if rec[k] is None else
-                             " ".join(rec[k]) if isinstance(rec[k], list) else rec[k]
+            writer.writerow([csv_cell("" if rec[k] is None else
+                                      " ".join(rec[k]) if isinstance(rec[k], list) else rec[k])
                              for k in CELL_COLUMNS])
     return path
 

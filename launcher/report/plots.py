@@ -15,6 +15,7 @@ from pathlib import Path
 from hpcai.launcher.report.efficiency import Analysis
 from hpcai.launcher.report.load import Run
 from hpcai.launcher.report.points import RefPoint, workload_key
+from hpcai.launcher.report.readable import first_series, series_note
 from hpcai.launcher.report.stats import Cell, Group, cap_label, cap_sort_key
 
 
@@ -78,15 +79,19 @@ def make_plots(folder: Path, cells: list[Cell], analyses: list[Analysis], runs: 
         by_workload.setdefault(cell.group.workload, []).append(cell)
     for workload, mine in by_workload.items():
         refs = [p for p in reference or [] if workload_key(p.workload) == workload_key(workload)]
+        mine, left_out = first_series(mine)  # thousands of rows: the first few stay readable
+        drawn, first_plot = {c.group for c in mine}, len(plots)
         plots.append(throughput_plot(folder, workload, mine, refs, sites))
-        group_analyses = [a for a in analyses if a.group.workload == workload]
+        group_analyses = [a for a in analyses if a.group.workload == workload and a.group in drawn]
         if any(c.power_available for c in mine):
             plots.append(efficiency_plot(folder, workload, mine, group_analyses, sites))
         else:
             skipped.append(f"efficiency of {workload}: power was not measured")
         if any(c.sm_clock_mhz is not None or c.memory_clock_mhz is not None for c in mine):
             plots.append(clocks_plot(folder, workload, mine, sites))
-        else:
+        for plot in plots[first_plot:]:
+            plot.caption += series_note(left_out)
+        if not any(c.sm_clock_mhz is not None or c.memory_clock_mhz is not None for c in mine):
             skipped.append(f"clocks of {workload}: no GPU clocks were sampled")
     run = pick_power_run(runs, analyses, power_run)
     if run is not None:

@@ -226,9 +226,13 @@ def split_table(runs: list[Run]) -> Table | None:
 def split_plot(folder, runs: list[Run]) -> list:
     from hpcai.launcher.report.plots import _pyplot, _save
 
+    from hpcai.launcher.report.readable import PLOT_BARS
+
     these = [r for r in runs if r.input]
     if not these:
         return []
+    left_out = max(0, len(these) - PLOT_BARS)  # thousands of bars: the first stay readable
+    these = these[:PLOT_BARS]
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 0.5 * len(these) + 1.8))
     labels = [f"{r.workload} ×{r.processes} {', '.join(f'{k} {v}' for k, v in r.point.items())} "
@@ -243,7 +247,9 @@ def split_plot(folder, runs: list[Run]) -> list:
     ax.set_xlabel("seconds of the measured epochs (mean over ranks)")
     ax.legend(fontsize=7)
     return [_save(fig, folder, "runtime-split", "Runtime split: compute and waiting for data",
-                  "Per run with --data; the label gives the throughput per GPU.")]
+                  "Per run with --data; the label gives the throughput per GPU."
+                  + (f" The first {PLOT_BARS} runs are drawn; {left_out} more are in "
+                     "runtime-split.csv." if left_out else ""))]
 
 
 # ---- node scaling -------------------------------------------------------------------------

@@ -96,6 +96,14 @@ def _mark_failed(tcell: TCell, names: list[str] | None) -> TCell:
     return tcell
 
 
+def cells_by_group(cells: list[Cell]) -> dict:
+    """group -> {cap: cell}, in the cells' order (one pass; the tables look rows up in it)."""
+    index: dict = {}
+    for cell in cells:
+        index.setdefault(cell.group, {})[cell.cap_w] = cell
+    return index
+
+
 def _with_site(cells: list[Cell]) -> bool:
     return len({c.group.site for c in cells}) > 1
 
@@ -126,8 +134,9 @@ def throughput_tables(cells: list[Cell], analyses: list[Analysis],
         # Configurations whose every run failed a check still get their row, to say so.
         groups = list(dict.fromkeys([c.group for c in mine] + [g for g, _ in mine_failed
                                                                if g not in {c.group for c in mine}]))
+        index = cells_by_group(mine)  # once: a lookup per row was quadratic in the rows
         for group in groups:
-            by_cap = {c.cap_w: c for c in mine if c.group == group}
+            by_cap = index.get(group, {})
             row = [_t(group.workload_label()), _t(group.device_label(sites))]
             for cap in caps:
                 cell = by_cap.get(cap)
@@ -215,8 +224,9 @@ def efficiency_tables(cells: list[Cell], analyses: list[Analysis], overhead_note
         caps = sorted({c.cap_w for c in mine}, key=cap_sort_key)
         work = unit.split("/")[0]
         rows = []
-        for group in dict.fromkeys(c.group for c in mine):
-            by_cap = {c.cap_w: c for c in mine if c.group == group}
+        index = cells_by_group(mine)
+        for group in index:
+            by_cap = index[group]
             row = [_t(group.workload_label()), _t(group.device_label(sites))]
             for cap in caps:
                 cell = by_cap.get(cap)
