@@ -37,7 +37,8 @@ from hpcai.workloads import distributed, llm_assets
 from hpcai.workloads import llm_serve as S
 from hpcai.workloads.catalog import LLAMA3_8B_INFERENCE
 
-# make test runs a module on one pytest-xdist worker (--dist loadfile): its session fixture builds one venv in a shared cache folder.
+# make test runs a module on one pytest-xdist worker (--dist loadfile): its session
+# fixture builds one venv in a shared cache folder.
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]

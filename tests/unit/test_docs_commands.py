@@ -21,7 +21,7 @@ from fakes import fake_gpu_state
 from report_docs import crafted_set
 
 NOT_WORKLOADS = {"list", "info", "power", "report", "check", "jobs", "site", "images", "data",
-                 "selftest", "slurm-node", "slurm-aggregate"}
+                 "selftest", "slurm-node", "slurm-aggregate", "results", "fleet"}
 BLOCKS = all_blocks()
 RUN_HERE = [(b.where, c) for b in BLOCKS if not b.needs for c in b.commands]
 
