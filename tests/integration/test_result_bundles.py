@@ -241,6 +241,10 @@ def test_report_over_two_sites_bundles_shows_origins_and_never_averages_a_failed
     (excluded,) = report["excluded_runs"]
     assert "bundle verification failed" in excluded["problems"][-1]
     assert "## Origins and verification" in (tmp_path / "rep" / "report.md").read_text()
+    # Every row of the figures says whose runs it averages and that they verified.
+    (table,) = [t for key, t in report["tables"].items() if key.startswith("throughput-")]
+    assert table["header"][-1] == "Origin"
+    assert [row[-1] for row in table["rows"]] == ["alpha (verified)"]
 
 
 def test_push_pull_and_verify_through_the_real_registry(centres, registry, tmp_path):
