@@ -292,7 +292,10 @@ def nvmlDeviceGetSerial(handle):
     # number printed on the board. For all products with an inforom." (NVML API
     # reference, Device Queries). Parts without one (GeForce) raise NotSupported:
     # "serial" in not_supported. pynvml returns str (nvidia-ml-py decodes it).
-    return _dev(handle, "serial")["serial"]
+    serial = _dev(handle, "serial").get("serial")
+    if serial is None:  # a hand-written state without one: as a part without an inforom
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    return serial
 
 
 def nvmlDeviceGetPciInfo(handle):

@@ -104,6 +104,8 @@ def test_bundle_and_verify_roundtrip_with_the_statement_saying_what_produced_the
     (rec,) = pred["runs"]
     doc = json.loads(result.read_text())
     assert rec["gpus"][0]["uuid"] == doc["gpus"][0]["uuid"]
+    # The board serial the (fake) NVML gave, recorded by the run, named by the statement.
+    assert rec["gpus"][0]["serial"] == doc["gpus"][0]["serial"] == centres["node"].devices()[0]["serial"]
     assert rec["caps"]["requested_w"] == 300.0 and rec["caps"]["enforced"] is True
     assert rec["validity"]["recomputed"] == doc["validity"]["verdict"]
     for target in (out, tmp_path / "b.tar"):
