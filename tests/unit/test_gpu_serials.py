@@ -116,3 +116,25 @@ def test_a_bundle_statement_names_the_serial_the_result_recorded():
            "software": {"gpu_library": {"driver": "550.54.15"}}}
     predicate = run_predicate("run", doc, {"verdict": "pass", "failed": []})
     assert [g["serial"] for g in predicate["gpus"]] == ["1654923001234", None]
+
+
+def test_a_fleet_unit_records_the_serial_and_a_resumed_one_gains_it(tmp_path):
+    from hpcai.gpu.base import GpuInfo
+    from hpcai.launcher.fleet.campaign import Campaign
+    from hpcai.launcher.fleet.run import _unit
+
+    campaign = Campaign(tmp_path / "c", {"workload": "resnet50", "caps_w": [300.0]})
+    info = GpuInfo(index=0, vendor="nvidia", name="H100", uuid="GPU-a", memory_total_bytes=1,
+                   serial="1654923001234")
+    assert _unit(campaign, "n01", info).doc["serial"] == "1654923001234"
+    # A unit written before serials were read (serial null) gains it on resume, state kept.
+    path = campaign.unit_dir("n01", 0) / "unit.json"
+    old = {**json.loads(path.read_text()), "serial": None, "state": "interrupted"}
+    path.write_text(json.dumps(old))
+    unit = _unit(campaign, "n01", info)
+    saved = json.loads(path.read_text())
+    assert unit.doc["serial"] == saved["serial"] == "1654923001234"
+    assert saved["state"] == "interrupted"
+    # A GPU without one (GeForce) leaves null.
+    other = GpuInfo(index=1, vendor="nvidia", name="RTX 4090", uuid="GPU-b", memory_total_bytes=1)
+    assert _unit(campaign, "n01", other).doc["serial"] is None
