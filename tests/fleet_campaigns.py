@@ -40,7 +40,7 @@ def result(uuid: str, index: int, cap: float, *, throughput: float = 100.0,
 
 def write_campaign(folder: Path, gpus: list[dict], caps=(300.0, 700.0),
                    workload: str = "resnet50", preset: str = "tiny") -> Path:
-    """gpus: [{"node", "index", "uuid", "state", "selftest", "results": [doc]}]."""
+    """gpus: [{"node", "index", "uuid", "serial", "state", "selftest", "results": [doc]}]."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "campaign.json").write_text(json.dumps({
         "kind": "hpcai.fleet.campaign", "format": 1, "workload": workload, "preset": preset,
@@ -51,7 +51,7 @@ def write_campaign(folder: Path, gpus: list[dict], caps=(300.0, 700.0),
         (unit / "runs").mkdir(parents=True, exist_ok=True)
         (unit / "unit.json").write_text(json.dumps({
             "kind": "hpcai.fleet.unit", "format": 1, "node": g["node"], "index": g["index"],
-            "uuid": g["uuid"], "name": "NVIDIA H100 80GB HBM3", "serial": None,
+            "uuid": g["uuid"], "name": "NVIDIA H100 80GB HBM3", "serial": g.get("serial"),
             "state": g.get("state", "done"),
             "selftest": g.get("selftest", {"verdict": "ok", "reason": None})}))
         for k, doc in enumerate(g.get("results", [])):

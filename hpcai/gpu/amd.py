@@ -80,6 +80,18 @@ def _measure(value) -> float | None:
     return None if number is None or number >= NA_MARKER_MIN else number
 
 
+def _asic_serial(value) -> str | None:
+    """amdsmi_get_gpu_asic_info's "asic_serial" (amdsmi_asic_info_t, the ASIC's
+    serial number: AMD SMI docs, "ASIC & Board Static Information"; the Python
+    wrapper decodes the C string). "N/A", empty or all zeros: it cannot say."""
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    if not text or text.upper() == "N/A" or text.lower().removeprefix("0x").strip("0") == "":
+        return None
+    return text
+
+
 def energy_resolution_uj(reported) -> float | None:
     """The counter's unit: the hardware's 2^-16 J where the library rounds it."""
     number = _number(reported)
@@ -273,6 +285,7 @@ class AmdDevice(GpuDevice):
                 pci_bus_id=None if bdf is None else str(bdf),
                 # ROCr names GPUs "GPU-<16 hex>", not by amdsmi's UUID (ROCm 6.4 changelog).
                 visible_id=hip_uuid if isinstance(hip_uuid, str) and hip_uuid.startswith("GPU-") else None,
+                serial=_asic_serial(asic.get("asic_serial")),
             )
         return self._info
 

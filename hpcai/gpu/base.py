@@ -24,6 +24,9 @@ class GpuInfo:
     visible_id: str | None = None
     mig_enabled: bool = False  # NVIDIA MIG: power and energy are the whole GPU's
     mig_uuids: tuple = ()  # the GPU's MIG devices ("MIG-...")
+    # The board's serial number where the library gives it (NVML: parts with an
+    # inforom; amdsmi: the ASIC serial); None where it cannot say.
+    serial: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)

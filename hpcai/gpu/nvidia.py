@@ -173,8 +173,16 @@ class NvidiaDevice(GpuDevice):
                 visible_id=uuid,
                 mig_enabled=mig is not None,
                 mig_uuids=tuple(mig or ()),
+                serial=self._serial(),
             )
         return self._info
+
+    def _serial(self) -> str | None:
+        """nvmlDeviceGetSerial: "for all products with an inforom" (NVML API
+        reference, Device Queries); GeForce parts raise NotSupported -> None."""
+        serial = self._optional("nvmlDeviceGetSerial")
+        text = _text(serial).strip() if serial is not None else ""
+        return text or None
 
     def _mig_uuids(self) -> list[str] | None:
         """None when MIG is off; else the UUIDs of the GPU's MIG devices."""

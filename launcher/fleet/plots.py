@@ -55,7 +55,8 @@ def heatmap(folder: Path, doc: dict, cap: str, metric: str) -> Path | None:
     label = METRICS[metric][0]
     shown = "" if len(worst) <= HEATMAP_MAX_NODES else f" ({len(nodes)} nodes most out of line)"
     ax.set_title(f"{label} at {cap} W: robust z-score{shown}")
-    fig.colorbar(image, ax=ax, label="robust z: (x - median) / (1.4826 MAD)")
+    # The formula did not fit beside a one-node map (cut off); fleet.md and the docs give it.
+    fig.colorbar(image, ax=ax, label="robust z")
     return _save(plt, fig, folder, f"heatmap-{metric}-{cap}W")
 
 

@@ -51,6 +51,8 @@ def unit_record(unit: Unit, workload: str, campaign: str) -> GpuRecord:
         # A result of another workload or another GPU has no place in this unit.
         if doc.get("workload") != workload or gpu is None or gpu.get("uuid") != unit.uuid:
             continue
+        if record.serial is None and isinstance(gpu.get("serial"), str):
+            record.serial = gpu["serial"]  # the result read it where the unit did not
         got = figures(doc, str(path))
         if got is None:
             continue

@@ -120,9 +120,10 @@ def markdown(doc: dict, plots: list[Path]) -> str:
     for node in doc.get("nodes_not_measured") or []:
         lines.append(f"- node {node}: no GPU measured (`hpcai-launch fleet status` says why)")
     if rows:
-        lines += ["| node | GPU | UUID | verdict | reason |", "|---|---|---|---|---|"]
-        lines += [f"| {r['node']} | {r['index']} | {r['uuid']} | {r['verdict']} | {r['reason']} |"
-                  for r in rows]
+        # The serial is what a ticket to the vendor names (null: the library cannot say).
+        lines += ["| node | GPU | UUID | serial | verdict | reason |", "|---|---|---|---|---|---|"]
+        lines += [f"| {r['node']} | {r['index']} | {r['uuid']} | {r['serial'] or '-'} | "
+                  f"{r['verdict']} | {r['reason']} |" for r in rows]
     else:
         lines.append("None: every GPU passed.")
     lines += ["", "## Spread per cap", "",
@@ -157,7 +158,9 @@ def print_summary(doc: dict, output: str | None) -> None:
     for g in doc["gpus"]:
         if g["verdict"] != "pass":
             why = "; ".join(r["text"] for r in g["reasons"])
-            click.echo(f"  {g['verdict'].upper():<4} {g['node']} gpu{g['index']} {g['uuid']}: {why}")
+            serial = f" serial {g['serial']}" if g.get("serial") else ""
+            click.echo(f"  {g['verdict'].upper():<4} {g['node']} gpu{g['index']} {g['uuid']}"
+                       f"{serial}: {why}")
     for cap, per in sorted(doc["spread"].items(), key=lambda kv: float(kv[0])):
         tp = per.get("throughput")
         if tp and tp["robust_cv"] is not None:

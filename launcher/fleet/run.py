@@ -142,10 +142,12 @@ def _unit(campaign: Campaign, node: str, info) -> Unit:
         doc = None
     unit = Unit(folder, doc or {"kind": "hpcai.fleet.unit", "format": 1, "node": node,
                                "index": info.index, "uuid": info.uuid, "name": info.name,
-                               "pci_bus_id": info.pci_bus_id, "serial": None,
+                               "pci_bus_id": info.pci_bus_id, "serial": info.serial,
                                "state": "pending", "created": now_iso()})
     if doc is None:
         unit.save()
+    elif doc.get("serial") is None and info.serial is not None:
+        unit.save(serial=info.serial)  # a campaign begun before serials were read
     return unit
 
 

@@ -13,9 +13,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpcai.launcher.report.cell_origins import UNSIGNED
 from hpcai.launcher.report.tables import Table, TCell
-
-UNSIGNED = "unsigned"
 
 
 @dataclass

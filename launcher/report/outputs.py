@@ -42,7 +42,7 @@ def write_table_csv(table: Table, folder: Path) -> Path:
     for i, name in enumerate(table.header):
         header.append(name)
         getters.append((i, _csv_value))
-        if table.flag_columns and i >= 2:
+        if table.flag_columns and i >= 2 and name not in table.plain_columns:
             header += [f"{name} noisy", f"{name} cap enforced"]
             getters += [(i, lambda c: "" if c.value is None or c.reference else str(c.noisy).lower()),
                         (i, lambda c: "" if c.value is None else str(not c.unenforced).lower())]

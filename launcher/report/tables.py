@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from hpcai.launcher.report import cell_origins
 from hpcai.launcher.report import reference as ref
 from hpcai.launcher.report.efficiency import Analysis, edp_per_unit, fixed_work
 from hpcai.launcher.report.load import Run, shown_path
@@ -39,6 +40,7 @@ class Table:
     rows: list[list[TCell]]
     notes: list[str] = field(default_factory=list)
     flag_columns: bool = False  # caps as columns: the CSV gives each its noisy/enforced flags
+    plain_columns: tuple = ()  # columns among those that are no cap (no flags): "Origin"
 
 
 PRECISION_NOTE = ("Our figures: 5 significant figures (the CSV files and report.json keep "
@@ -108,6 +110,19 @@ def _with_site(cells: list[Cell]) -> bool:
     return len({c.group.site for c in cells}) > 1
 
 
+def _origin_column(cells: list[Cell], runs: list[Run] | None) -> bool:
+    """An Origin column where several origins meet (report/cell_origins.py)."""
+    return cell_origins.wanted(runs if runs is not None else [r for c in cells for r in c.runs])
+
+
+def _with_origin(table: Table, origins: bool) -> Table:
+    if origins:
+        table.header.append(cell_origins.HEADER)
+        table.plain_columns = (cell_origins.HEADER,)
+        table.notes.append(cell_origins.NOTE)
+    return table
+
+
 def throughput_tables(cells: list[Cell], analyses: list[Analysis],
                       reference: list[RefPoint] | None, runs: list[Run] | None = None) -> list[Table]:
     """One table per unit (images/s, tokens/s), as the paper's Tables 3 and 4.
@@ -116,6 +131,7 @@ def throughput_tables(cells: list[Cell], analyses: list[Analysis],
     best = {a.group: a.best for a in analyses}
     sites = _with_site(cells)
     failed = failed_checks_by_cell(runs)
+    origins = _origin_column(cells, runs)
     # With no results of ours, the reference's tables alone.
     units = sorted(({c.group.unit for c in cells} | {g.unit for g, _ in failed})
                    or {p.unit for p in reference or []})
@@ -146,13 +162,17 @@ def throughput_tables(cells: list[Cell], analyses: list[Analysis],
             if refs:
                 _beside_the_paper(row[2:], group, [by_cap.get(cap) for cap in caps], caps, refs,
                                   why_not)
+            if origins:
+                row.append(_t(cell_origins.row_text(list(by_cap.values()))))
             rows.append(row)
-        rows += _paper_rows(refs, caps)
+        rows += [row + [_t(cell_origins.PAPER)] if origins else row
+                 for row in _paper_rows(refs, caps)]
         if not rows:
             continue
         notes = _throughput_notes(mine, bool(mine_failed), refs, why_not)
         key = "throughput-" + unit.split("/")[0]
-        tables.append(Table(key, UNIT_TITLES.get(unit, unit), header, rows, notes, flag_columns=True))
+        tables.append(_with_origin(Table(key, UNIT_TITLES.get(unit, unit), header, rows, notes,
+                                         flag_columns=True), origins))
     return tables
 
 
@@ -217,6 +237,7 @@ def efficiency_tables(cells: list[Cell], analyses: list[Analysis], overhead_note
     failed = failed_checks_by_cell(runs)
     best = {a.group: a.best for a in analyses}
     sites = _with_site(cells)
+    origins = _origin_column(cells, runs)
     for unit in sorted({c.group.unit for c in cells}):
         mine = [c for c in cells if c.group.unit == unit and c.power_available]
         if not mine:
@@ -234,11 +255,14 @@ def efficiency_tables(cells: list[Cell], analyses: list[Analysis], overhead_note
                                      noisy=cell.noisy, best=cell is best.get(group))
                          if cell else _t("–"))
                 row.append(_mark_failed(tcell, failed.get((replace(group, series=""), cap))))
+            if origins:
+                row.append(_t(cell_origins.row_text(list(by_cap.values()))))
             rows.append(row)
-        tables.append(Table(f"efficiency-{work}", f"Energy efficiency ({work} per joule, "
-                            "node overhead included)", ["Workload", "GPU",
-                                                        *[cap_label(c) for c in caps]], rows,
-                            [overhead_note, BOLD_NOTE, PRECISION_NOTE], flag_columns=True))
+        tables.append(_with_origin(Table(f"efficiency-{work}", f"Energy efficiency ({work} per joule, "
+                                         "node overhead included)", ["Workload", "GPU",
+                                                                     *[cap_label(c) for c in caps]],
+                                         rows, [overhead_note, BOLD_NOTE, PRECISION_NOTE],
+                                         flag_columns=True), origins))
     return tables
 
 

@@ -242,7 +242,11 @@ def amdsmi_get_gpu_asic_info(handle):
         "vendor_name": "Advanced Micro Devices Inc. [AMD/ATI]",
         "device_id": "0x74a1",
         "rev_id": "0x00",
-        "asic_serial": f"0x{handle.position:016X}",
+        # The ASIC's serial number (amdsmi_asic_info_t.asic_serial, AMD SMI docs
+        # "ASIC & Board Static Information"; amdsmi_interface.py decodes the C
+        # string). A part that cannot say: "serial" in not_supported -> N/A.
+        "asic_serial": (_na() if "serial" in dev.get("not_supported", []) or not dev.get("serial")
+                        else dev["serial"]),
         "oam_id": handle.position,
         "num_compute_units": 304,
         "target_graphics_version": "gfx942",

@@ -18,6 +18,7 @@ State file schema (format 1)::
         "vendor": "nvidia" | "amd",          # pynvml sees only "nvidia", amdsmi only "amd"
         "name": "NVIDIA H100 80GB HBM3",
         "uuid": "GPU-...",
+        "serial": "1654923001234",           # nvmlDeviceGetSerial / amdsmi asic_serial
         "pci_bus_id": "00000000:18:00.0",
         "memory_total_bytes": int, "memory_used_bytes": int,
         "power_draw_w": float,               # what the GPU would draw without a cap
@@ -69,7 +70,8 @@ Feature names for ``not_supported``: "power_instant", "power_average",
 "utilization", "memory_used", "throttle", "enforced_limit", "default_limit",
 "constraints", "current_limit", "set_limit", "cuda_version", "power_cap_info",
 "field_values", "mig", "violation", "gpu_metrics", "supported_clocks",
-"clock_lock" (setting or resetting clocks).
+"clock_lock" (setting or resetting clocks), "serial" (NVML: nvmlDeviceGetSerial
+raises NotSupported, as on GeForce parts; amdsmi: asic_serial is "N/A").
 
 Top-level keys: "removed_functions" (NVML symbols the driver lacks: calls raise
 FunctionNotFound), "amd_na_value" (what amdsmi reports for an unsupported
@@ -91,6 +93,7 @@ import sys
 import tempfile
 import time
 import uuid as uuid_module
+import zlib
 from pathlib import Path
 
 ENV = "HPCAI_FAKE_GPU_STATE"
@@ -111,6 +114,8 @@ def make_devices(n: int = 2, vendor: str = "nvidia", node: str | None = None, **
                 "vendor": "nvidia",
                 "name": "NVIDIA H100 80GB HBM3",
                 "uuid": f"GPU-{node}-0000-4000-8000-{i:012d}",
+                # 13 digits, as on NVIDIA data-centre boards (nvidia-smi -q "Serial Number").
+                "serial": f"16549{zlib.crc32(node.encode()) % 10**5:05d}{i:03d}",
                 "pci_bus_id": f"00000000:{0x18 + 0x10 * i:02X}:00.0",
                 "memory_total_bytes": 80 * 1024**3,
                 "memory_used_bytes": 1024**3,
@@ -132,6 +137,7 @@ def make_devices(n: int = 2, vendor: str = "nvidia", node: str | None = None, **
                 "vendor": "amd",
                 "name": "AMD Instinct MI300X",
                 "uuid": f"{node}-{i:04x}-1000-8000-0000000000{i:02x}",
+                "serial": f"0x{zlib.crc32(node.encode()):08X}{i:08X}",
                 "pci_bus_id": f"0000:{0x0C + 0x10 * i:02x}:00.0",
                 "memory_total_bytes": 192 * 1024**3,
                 "memory_used_bytes": 1024**3,

@@ -287,6 +287,17 @@ def nvmlDeviceGetUUID(handle):
     return dev["uuid"]
 
 
+def nvmlDeviceGetSerial(handle):
+    # "Retrieves the globally unique board serial number ... the same as the serial
+    # number printed on the board. For all products with an inforom." (NVML API
+    # reference, Device Queries). Parts without one (GeForce) raise NotSupported:
+    # "serial" in not_supported. pynvml returns str (nvidia-ml-py decodes it).
+    serial = _dev(handle, "serial").get("serial")
+    if serial is None:  # a hand-written state without one: as a part without an inforom
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    return serial
+
+
 def nvmlDeviceGetPciInfo(handle):
     return SimpleNamespace(busId=_dev(handle)["pci_bus_id"])
 

@@ -84,6 +84,10 @@ def test_a_local_campaign_stopped_resumed_and_reported(tmp_path):
                              "--json")
         assert report.returncode == 1, report.stderr
         gpus = {g["index"]: g for g in json.loads(report.stdout)["gpus"]}
+        # Each GPU's serial, as the (fake) NVML gives it, in its unit and in the report.
+        serials = [d["serial"] for d in node.devices()]
+        assert [after[i]["serial"] for i in range(5)] == serials
+        assert [gpus[i]["serial"] for i in range(5)] == serials
         text = {i: " | ".join(r["text"] for r in g["reasons"]) for i, g in gpus.items()}
         assert "cap not enforced at 300 W (drew 650 W)" in text[1]
         assert "thermal throttling in 100% of readings at 300 W" in text[2]

@@ -104,6 +104,8 @@ def test_bundle_and_verify_roundtrip_with_the_statement_saying_what_produced_the
     (rec,) = pred["runs"]
     doc = json.loads(result.read_text())
     assert rec["gpus"][0]["uuid"] == doc["gpus"][0]["uuid"]
+    # The board serial the (fake) NVML gave, recorded by the run, named by the statement.
+    assert rec["gpus"][0]["serial"] == doc["gpus"][0]["serial"] == centres["node"].devices()[0]["serial"]
     assert rec["caps"]["requested_w"] == 300.0 and rec["caps"]["enforced"] is True
     assert rec["validity"]["recomputed"] == doc["validity"]["verdict"]
     for target in (out, tmp_path / "b.tar"):
@@ -241,6 +243,10 @@ def test_report_over_two_sites_bundles_shows_origins_and_never_averages_a_failed
     (excluded,) = report["excluded_runs"]
     assert "bundle verification failed" in excluded["problems"][-1]
     assert "## Origins and verification" in (tmp_path / "rep" / "report.md").read_text()
+    # Every row of the figures says whose runs it averages and that they verified.
+    (table,) = [t for key, t in report["tables"].items() if key.startswith("throughput-")]
+    assert table["header"][-1] == "Origin"
+    assert [row[-1] for row in table["rows"]] == ["alpha (verified)"]
 
 
 def test_push_pull_and_verify_through_the_real_registry(centres, registry, tmp_path):
