@@ -43,6 +43,10 @@ from hpcai.launcher.power.authority import (
 HELPER_CONFIG = Path("/etc/hpcai/power-helper.toml")  # fixed: sudo's caller must not move it
 SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SCONTROL_TIMEOUT_S = 30
+# The site's lines, as docs/how-to/power-helper.md shows them and the Slurm test uses
+# them ({helper}: the console script's absolute path).
+SUDOERS_LINE = "ALL ALL=(root) NOPASSWD: {helper}"
+EPILOG_LINE = '{helper} restore --job "$SLURM_JOB_ID"'
 TOLERANCE_W = 1.0
 
 
