@@ -95,6 +95,7 @@ class CapSession(RestoringSession):
         run_id: str | None = None,
         hold: bool = False,
         wait_s: float = 0.0,
+        on_wait=None,
     ):
         self.backend = backend
         self.cap_w = None if cap_w is None else float(cap_w)
@@ -110,6 +111,7 @@ class CapSession(RestoringSession):
         # for a cap or (hold) for the clocks a ClockSession sets inside this one.
         self.run_id, self.hold, self.wait_s = run_id, hold, float(wait_s)
         self.authority = None
+        self.on_wait = on_wait  # on_wait(message): a run queued behind a holder says so
         self._asked: dict[int, list[float]] = {}  # every limit this run set, per GPU
 
     # -- entry --------------------------------------------------------------------
@@ -189,12 +191,16 @@ class CapSession(RestoringSession):
         if not authority_applies(self.backend):
             return  # not root, setting through the site's helper: the helper takes it
         uuids = [self.gpus[i]["uuid"] for i in self.indices]
-        self.authority = GpuAuthority(uuids, self.run_id, self.wait_s).__enter__()
+        self.authority = GpuAuthority(uuids, self.run_id, self.wait_s, on_wait=self._waiting).__enter__()
         try:  # under the lock: the helper's one-shot caps hold no lock of their own
             refuse_running_job_caps(self.authority.uuids, self.authority.root)
         except BaseException:
             self._release_authority()
             raise
+
+    def _waiting(self, uuid: str, holder: str) -> None:
+        message = f"GPU {uuid} is held by another run ({holder}): waiting up to {self.wait_s:g} s for it"
+        (self.on_wait or log.warning)(message)
 
     def _release_authority(self) -> None:
         if self.authority is not None:
