@@ -344,3 +344,20 @@ def test_slurm_not_answering_refuses_rather_than_guessing(node, monkeypatch):
     assert job_caps.slurm_job_live("4242") is True
     monkeypatch.setattr(helper, "scontrol", lambda config, *a: "JobId=4242 JobState=COMPLETED Partition=x\n")
     assert job_caps.slurm_job_live("4242") is False
+
+
+def test_power_restore_leaves_a_running_jobs_cap_and_restores_an_ended_jobs(node, monkeypatch):
+    """`power restore` as root (restore_originals: the node's records, no journal)
+    would have lifted a running job's cap: its original.json has no live holder."""
+    from hpcai.launcher.power import job_caps
+    from hpcai.launcher.power.session import restore_originals
+
+    helper_capped(node, 0, 300.0, job_id="4242")
+    helper_capped(node, 1, 350.0, job_id="4343")
+    monkeypatch.setattr(job_caps, "slurm_job_live", lambda job: job == "4242")
+    with make_backend("nvml") as backend:
+        done = restore_originals(backend)
+    assert [d["uuid"] for d in done] == [node.uuids[1]]
+    assert node.limits() == [300.0, 700.0]  # job 4242's cap stays; 4343 has ended
+    assert original_of(node.uuids[0])["limit_w"] == 700.0
+    assert not (authority.LOCK_ROOT / f"gpu-{node.uuids[1]}.job.json").exists()
