@@ -82,6 +82,17 @@ setup-system:
 	  else \
 	    echo "make: hpcc is missing: install Debian's hpcc package as root (apt-get install hpcc); the exec mini-app test (exec --preset hpcc) needs it" >&2; exit 1; \
 	  fi; }
+	@# sudo (and visudo): the power helper test runs hpcai-power-helper as a real user through it.
+	@{ command -v sudo && command -v visudo; } >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    if [ ! -e /usr/sbin/policy-rc.d ]; then \
+	      printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && \
+	      trap 'rm -f /usr/sbin/policy-rc.d' EXIT; \
+	    fi; \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends sudo; \
+	  else \
+	    echo "make: sudo is missing: install Debian's sudo package as root (apt-get install sudo); the power helper test (sudo -n hpcai-power-helper) needs it" >&2; exit 1; \
+	  fi; }
 	@# The tests start their own registry, munged and Slurm daemons: none at boot.
 	@tools/disable-test-services.sh
 

@@ -84,7 +84,7 @@ class WorkloadProcess:
         self.session = self._stack.enter_context(
             CapSession(self.backend, cap_w, self.indices, self.plan.journal,
                        run_id=self.spec.run_id, hold=bool(clocks),
-                       wait_s=self.plan.wait_for_gpus_s))
+                       wait_s=self.plan.wait_for_gpus_s, on_wait=log))
         gpus = ", ".join(map(str, self.indices))
         if cap_w is not None:
             log(f"power limit set to {cap_w:g} W on GPU(s) {gpus}{self.cap_note}")

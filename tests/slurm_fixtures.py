@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -56,7 +57,7 @@ class SlurmCluster:
 
 
 @pytest.fixture(scope="session")
-def slurm_cluster(tmp_path_factory) -> Iterator[SlurmCluster]:
+def slurm_cluster() -> Iterator[SlurmCluster]:
     if os.geteuid() != 0:
         pytest.fail("the Slurm tests start slurmctld, slurmd (SlurmUser=root) and munged: "
                     "run them as root")
@@ -67,7 +68,10 @@ def slurm_cluster(tmp_path_factory) -> Iterator[SlurmCluster]:
     if missing:
         pytest.fail(f"{', '.join(missing)} not found: run `make setup-system` as root "
                     "(apt-get install slurm-wlm munge)")
-    confdir = tmp_path_factory.mktemp("slurm")
+    # Not under pytest's /tmp/pytest-of-$USER: every pytest session that starts (other
+    # users' too) resets that folder to 0700, which would cut a test's unprivileged
+    # user (test_power_helper_slurm.py) off from slurmd's spool in the middle of a job.
+    confdir = Path(tempfile.mkdtemp(prefix="hpcai-slurm-"))
     stop = [str(SLURM_CI / "stop.sh"), str(confdir)]
     try:
         start = subprocess.run([str(SLURM_CI / "start.sh"), str(confdir)], capture_output=True,
@@ -78,3 +82,4 @@ def slurm_cluster(tmp_path_factory) -> Iterator[SlurmCluster]:
     finally:
         # Also after a failed start: it may have started some daemons (or munged).
         subprocess.run(stop, capture_output=True, timeout=120)
+        shutil.rmtree(confdir, ignore_errors=True)

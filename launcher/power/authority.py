@@ -37,6 +37,9 @@ from hpcai.errors import PowerError
 LOCK_ROOT = Path("/run/hpcai")
 POLL_S = 0.2
 PROBE_GRACE_S = 0.5
+# A run queued behind a holder says so after this long (a shorter wait that runs
+# out ends in its one-line refusal alone).
+WAIT_NOTICE_S = 3.0
 _SAFE_UUID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 
 
@@ -182,8 +185,11 @@ class GpuAuthority:
     """
 
     def __init__(self, uuids: list[str], run_id: str | None, wait_s: float = 0.0,
-                 root: Path = LOCK_ROOT, job_id: str | None = None):
+                 root: Path = LOCK_ROOT, job_id: str | None = None, on_wait=None):
         self.uuids = sorted({check_uuid(u) for u in uuids})
+        # on_wait(uuid, holder): told once per GPU, WAIT_NOTICE_S into a wait behind
+        # a holder, so that a waiting run does not look hung.
+        self.on_wait = on_wait
         self.run_id, self.wait_s, self.root, self.job_id = run_id, float(wait_s), Path(root), job_id
         self._fds: dict[str, int] = {}
         self.held = False
@@ -192,7 +198,8 @@ class GpuAuthority:
         check_private_dir(self.root, create=True)
         # A moment's grace even without waiting: holder_of() (an uncapped run's
         # look) holds a shared lock for an instant, which must not refuse a run.
-        deadline = time.monotonic() + max(PROBE_GRACE_S, self.wait_s)
+        self._started = time.monotonic()
+        deadline = self._started + max(PROBE_GRACE_S, self.wait_s)
         try:
             for uuid in self.uuids:  # sorted: two runs never wait on each other in a circle
                 self._take(uuid, deadline)
@@ -215,6 +222,7 @@ class GpuAuthority:
 
     def _take(self, uuid: str, deadline: float) -> None:
         fd = _open_lock(self.root / f"gpu-{uuid}.lock")
+        told = self.on_wait is None or self.wait_s <= 0
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -231,6 +239,9 @@ class GpuAuthority:
                 raise GpuBusyError(
                     f"GPU {uuid} is held by another run{waited} ({describe_holder(holder)})",
                     "wait for it to end, or pass --wait-for-gpus SECONDS to queue behind it")
+            if not told and time.monotonic() >= self._started + WAIT_NOTICE_S:
+                told = True
+                self.on_wait(uuid, describe_holder(read_private_json(self.root / f"gpu-{uuid}.holder.json")))
             time.sleep(POLL_S)
 
     # ---- the first holder's limits ----------------------------------------------------------

@@ -43,6 +43,10 @@ from hpcai.launcher.power.authority import (
 HELPER_CONFIG = Path("/etc/hpcai/power-helper.toml")  # fixed: sudo's caller must not move it
 SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SCONTROL_TIMEOUT_S = 30
+# The site's lines, as docs/how-to/power-helper.md shows them and the Slurm test uses
+# them ({helper}: the console script's absolute path).
+SUDOERS_LINE = "ALL ALL=(root) NOPASSWD: {helper}"
+EPILOG_LINE = '{helper} restore --job "$SLURM_JOB_ID"'
 TOLERANCE_W = 1.0
 
 
@@ -97,7 +101,7 @@ def load_config(path: Path = HELPER_CONFIG) -> dict:
 
 
 # ---- Slurm: the caller's jobs and the GPUs they hold ----------------------------------------
-def _scontrol(config: dict, *args: str) -> str:
+def scontrol(config: dict, *args: str) -> str:
     env = {"PATH": SAFE_PATH}
     if config.get("slurm_conf"):
         env["SLURM_CONF"] = str(config["slurm_conf"])
@@ -121,7 +125,7 @@ def this_nodes(config: dict) -> set[str]:
     """This host's Slurm node names (a host may run several slurmd)."""
     host = socket.gethostname()
     names = set()
-    for line in _scontrol(config, "show", "node", "-o").splitlines():
+    for line in scontrol(config, "show", "node", "-o").splitlines():
         f = _fields(line)
         if f.get("NodeHostName") in (host, host.split(".")[0]) or f.get("NodeName") == host.split(".")[0]:
             names.add(f["NodeName"])
@@ -143,7 +147,7 @@ def _indices(spec: str) -> set[int]:
 def job_gpus_here(config: dict, job: dict, here: set[str], line: str) -> set[int] | None:
     """The GPU indices a running job holds on this node: its GRES IDX there; where
     Slurm tracks no GPUs for it, all of them if it has the node exclusively (None)."""
-    nodes = set(_scontrol(config, "show", "hostnames", job.get("NodeList", "")).split())
+    nodes = set(scontrol(config, "show", "hostnames", job.get("NodeList", "")).split())
     mine = nodes & here
     if not mine:
         return set()
@@ -153,7 +157,7 @@ def job_gpus_here(config: dict, job: dict, here: set[str], line: str) -> set[int
         if "gpu" not in gres:
             continue
         gres_seen = True
-        if set(_scontrol(config, "show", "hostnames", node_list).split()) & here:
+        if set(scontrol(config, "show", "hostnames", node_list).split()) & here:
             for idx in re.findall(r"IDX:([0-9,\-]+)", gres):
                 held |= _indices(idx)
     if gres_seen:
@@ -167,7 +171,7 @@ def caller_job_holding(config: dict, uid: int, index: int) -> str:
     if not here:
         raise PowerError(f"Slurm knows no node on this host ({socket.gethostname()})",
                          "run the helper on a Slurm compute node")
-    for line in _scontrol(config, "show", "job", "-d", "-o").splitlines():
+    for line in scontrol(config, "show", "job", "-d", "-o").splitlines():
         job = _fields(line)
         owner = re.search(r"\((\d+)\)$", job.get("UserId", ""))
         if job.get("JobState") != "RUNNING" or not owner or int(owner.group(1)) != uid:
@@ -181,7 +185,7 @@ def caller_job_holding(config: dict, uid: int, index: int) -> str:
 
 def job_state(config: dict, job_id: str) -> str | None:
     try:
-        out = _scontrol(config, "show", "job", "-o", job_id)
+        out = scontrol(config, "show", "job", "-o", job_id)
     except PowerError:
         return None
     return _fields(out.splitlines()[0]).get("JobState") if out.strip() else None

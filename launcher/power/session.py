@@ -95,6 +95,7 @@ class CapSession(RestoringSession):
         run_id: str | None = None,
         hold: bool = False,
         wait_s: float = 0.0,
+        on_wait=None,
     ):
         self.backend = backend
         self.cap_w = None if cap_w is None else float(cap_w)
@@ -110,6 +111,7 @@ class CapSession(RestoringSession):
         # for a cap or (hold) for the clocks a ClockSession sets inside this one.
         self.run_id, self.hold, self.wait_s = run_id, hold, float(wait_s)
         self.authority = None
+        self.on_wait = on_wait  # on_wait(message): a run queued behind a holder says so
         self._asked: dict[int, list[float]] = {}  # every limit this run set, per GPU
 
     # -- entry --------------------------------------------------------------------
@@ -184,11 +186,21 @@ class CapSession(RestoringSession):
     # -- the node's authority (authority.py) -------------------------------------------
     def _take_authority(self) -> None:
         from hpcai.launcher.power.authority import GpuAuthority, authority_applies
+        from hpcai.launcher.power.job_caps import refuse_running_job_caps
 
         if not authority_applies(self.backend):
             return  # not root, setting through the site's helper: the helper takes it
         uuids = [self.gpus[i]["uuid"] for i in self.indices]
-        self.authority = GpuAuthority(uuids, self.run_id, self.wait_s).__enter__()
+        self.authority = GpuAuthority(uuids, self.run_id, self.wait_s, on_wait=self._waiting).__enter__()
+        try:  # under the lock: the helper's one-shot caps hold no lock of their own
+            refuse_running_job_caps(self.authority.uuids, self.authority.root)
+        except BaseException:
+            self._release_authority()
+            raise
+
+    def _waiting(self, uuid: str, holder: str) -> None:
+        message = f"GPU {uuid} is held by another run ({holder}): waiting up to {self.wait_s:g} s for it"
+        (self.on_wait or log.warning)(message)
 
     def _release_authority(self) -> None:
         if self.authority is not None:
@@ -367,16 +379,24 @@ def restore_authority(backend, uuids: list):
     """As root, the node's lock on these GPUs for the restore: a GPU a live run
     holds is refused (that run restores its own). None without root."""
     from hpcai.launcher.power.authority import GpuAuthority, authority_applies
+    from hpcai.launcher.power.job_caps import refuse_running_job_caps
 
     if not authority_applies(backend):
         return None
-    return GpuAuthority([u for u in uuids if u], "power-restore").__enter__()
+    authority = GpuAuthority([u for u in uuids if u], "power-restore").__enter__()
+    try:  # a running job's helper cap is that job's to restore (its epilog)
+        refuse_running_job_caps(authority.uuids, authority.root)
+    except BaseException:
+        authority.__exit__(None, None, None)
+        raise
+    return authority
 
 
 def restore_originals(backend) -> list[dict]:
     """As root: the limits recorded node-wide (authority.py) by a holder that died
     without restoring them, journal or not (a deleted journal). One dict per GPU."""
     from hpcai.launcher.power.authority import LOCK_ROOT, authority_applies, holder_of, original_of
+    from hpcai.launcher.power.job_caps import GpuCappedForJobError
 
     if not authority_applies(backend) or not LOCK_ROOT.is_dir():
         return []
@@ -389,7 +409,11 @@ def restore_originals(backend) -> list[dict]:
         lim = backend.limits(gpu.index)
         if lim.min_w is not None and lim.max_w is not None and not lim.min_w - 1 <= want <= lim.max_w + 1:
             continue
-        authority = restore_authority(backend, [gpu.uuid])
+        try:
+            authority = restore_authority(backend, [gpu.uuid])
+        except GpuCappedForJobError as exc:
+            log.warning("%s: left as it is", exc.message)
+            continue
         try:
             backend.set_limit_w(gpu.index, want)
             got = backend.limits(gpu.index).current_w

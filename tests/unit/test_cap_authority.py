@@ -57,7 +57,7 @@ class Node:
     def cleanup(self) -> None:
         kill_marked(self.mark)
         for uuid in self.uuids:  # this node's records; its UUIDs are its own
-            for suffix in ("lock", "holder.json", "original.json"):
+            for suffix in ("lock", "holder.json", "original.json", "job.json"):
                 Path(authority.LOCK_ROOT / f"gpu-{uuid}.{suffix}").unlink(missing_ok=True)
 
 
@@ -266,3 +266,98 @@ def test_the_power_helper_takes_the_lock_itself_so_the_launcher_does_not(node):
         assert authority_applies(other) is True  # root, any other command: the launcher locks
     with make_backend("nvml") as backend:
         assert authority_applies(backend) is True
+
+
+# ---- caps hpcai-power-helper set for a user's Slurm job (launcher/power/job_caps.py) ----------
+def helper_capped(node, index: int, cap_w: float, job_id: str = "4242") -> None:
+    """What hpcai-power-helper leaves after capping a GPU for a job (helper.set_limit):
+    the limit set, the first original and the job's record, and no lock held."""
+    uuid = node.uuids[index]
+    with GpuAuthority([uuid], f"slurm-job-{job_id}", job_id=job_id) as held:
+        held.original_w(uuid, node.limits()[index])
+        fgs.update_device(node.state, index, current_limit_w=cap_w)
+        authority.write_private_json(authority.LOCK_ROOT / f"gpu-{uuid}.job.json",
+                                     dict(held.holder_record(), uid=1001, user="alice"))
+
+
+@pytest.mark.parametrize("clocks", [False, True])
+def test_a_gpu_capped_for_a_running_job_is_refused_naming_job_and_user(node, monkeypatch, clocks):
+    """Fault: the helper holds no lock after its one-shot cap, so a root run took
+    the job's 300 W as the original and restored it over the job's head. Now the
+    root run (a cap, or clocks: hold=True) is refused before anything changes.
+    Slurm's answer is the stubbed boundary (job_caps.slurm_job_live)."""
+    from hpcai.launcher.power import job_caps
+
+    helper_capped(node, 1, 300.0)
+    asked = []
+    monkeypatch.setattr(job_caps, "slurm_job_live", lambda job: asked.append(job) or True)
+    journal = node.journal("root")
+    with make_backend("nvml") as backend:
+        session = CapSession(backend, None if clocks else 400, None, journal, run_id="root-run", hold=clocks)
+        with pytest.raises(job_caps.GpuCappedForJobError) as raised:
+            session.__enter__()
+    line = raised.value.one_line()
+    assert "\n" not in line and "Slurm job 4242" in line and "user alice" in line
+    assert node.uuids[1] in line and asked == ["4242"]
+    assert node.limits() == [700.0, 300.0]  # nothing changed, the job's cap kept
+    assert not journal.exists()
+    assert holder_of(node.uuids[0]) is None and holder_of(node.uuids[1]) is None  # locks released
+    assert (authority.LOCK_ROOT / f"gpu-{node.uuids[1]}.job.json").exists()
+
+
+def test_a_job_that_ended_leaves_a_stale_record_and_its_original_is_restored(node, monkeypatch):
+    """The job ended without its epilog's restore: its cap (300 W) is still applied.
+    The root run proceeds, and at its end restores the recorded original (700 W),
+    never the job's cap; the stale job record is gone."""
+    from hpcai.launcher.power import job_caps
+
+    helper_capped(node, 0, 300.0)
+    monkeypatch.setattr(job_caps, "slurm_job_live", lambda job: False)
+    with make_backend("nvml") as backend:
+        with CapSession(backend, 400, None, node.journal("root"), run_id="root-run") as session:
+            assert node.limits() == [400.0, 400.0]
+            assert not (authority.LOCK_ROOT / f"gpu-{node.uuids[0]}.job.json").exists()
+    assert node.limits() == [700.0, 700.0]
+    assert session.gpus[0]["restored_w"] == 700.0
+    assert original_of(node.uuids[0]) is None
+
+
+def test_slurm_not_answering_refuses_rather_than_guessing(node, monkeypatch):
+    """An unknown job has ended; scontrol failing otherwise is not a 'no'."""
+    from hpcai.errors import PowerError
+    from hpcai.launcher.power import helper, job_caps
+
+    def no_slurm(config, *args):
+        raise PowerError("scontrol show job -o 4242 failed: Unable to contact slurm controller")
+
+    monkeypatch.setattr(helper, "scontrol", no_slurm)
+    monkeypatch.setattr(helper, "load_config", lambda: {})
+    with pytest.raises(PowerError, match="cannot tell whether Slurm job 4242"):
+        job_caps.slurm_job_live("4242")
+
+    def purged(config, *args):
+        raise PowerError("scontrol show job -o 4242 failed: slurm_load_jobs error: Invalid job id specified")
+
+    monkeypatch.setattr(helper, "scontrol", purged)
+    assert job_caps.slurm_job_live("4242") is False
+    monkeypatch.setattr(helper, "scontrol", lambda config, *a: "JobId=4242 JobState=COMPLETING Partition=x\n")
+    assert job_caps.slurm_job_live("4242") is True
+    monkeypatch.setattr(helper, "scontrol", lambda config, *a: "JobId=4242 JobState=COMPLETED Partition=x\n")
+    assert job_caps.slurm_job_live("4242") is False
+
+
+def test_power_restore_leaves_a_running_jobs_cap_and_restores_an_ended_jobs(node, monkeypatch):
+    """`power restore` as root (restore_originals: the node's records, no journal)
+    would have lifted a running job's cap: its original.json has no live holder."""
+    from hpcai.launcher.power import job_caps
+    from hpcai.launcher.power.session import restore_originals
+
+    helper_capped(node, 0, 300.0, job_id="4242")
+    helper_capped(node, 1, 350.0, job_id="4343")
+    monkeypatch.setattr(job_caps, "slurm_job_live", lambda job: job == "4242")
+    with make_backend("nvml") as backend:
+        done = restore_originals(backend)
+    assert [d["uuid"] for d in done] == [node.uuids[1]]
+    assert node.limits() == [300.0, 700.0]  # job 4242's cap stays; 4343 has ended
+    assert original_of(node.uuids[0])["limit_w"] == 700.0
+    assert not (authority.LOCK_ROOT / f"gpu-{node.uuids[1]}.job.json").exists()
