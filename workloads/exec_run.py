@@ -163,7 +163,7 @@ class ExecWorkload(EngineWorkload):
                 if on_epoch is not None:
                     on_epoch(epoch, len(progress.epochs))
                 if segment is not None:
-                    gate.close(int(segment))
+                    gate.close(int(segment), aborted=bool(event.get("aborted")))
 
         while True:
             code = proc.poll()

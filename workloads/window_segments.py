@@ -54,6 +54,10 @@ class Gate:
         """The launcher's answer for the program's next measured window: the cap
         set ({"measure": True, "segment", "cap_w"}), or {"measure": False} once
         every cap is measured (the window then runs unmeasured)."""
+        if self.run.segment is not None:  # the previous window ended by an exception
+            self.run._close_segment(None, "failed", {
+                "type": "WorkloadError",
+                "message": "the program's window ended with an exception (see workload.log)"})
         if self.done:
             return {"measure": False, "segment": None}
         k = self.next
@@ -75,9 +79,11 @@ class Gate:
         return {"measure": True, "segment": k, "cap_w": answer["cap_w"],
                 "enforced_w": answer.get("enforced_w")}
 
-    def close(self, segment: int) -> None:
-        """The program closed the window of `segment`: that segment's result."""
-        if self.run.segment is None or self.run.segment["index"] != segment:
+    def close(self, segment: int, aborted: bool = False) -> None:
+        """The program closed the window of `segment`: that segment's result. A
+        window an exception ended stays open: it fails when the run or the next
+        window ends it."""
+        if aborted or self.run.segment is None or self.run.segment["index"] != segment:
             return
         self.run._close_segment({"window": dict(PROGRAM_WINDOW)}, "complete", None)
 

@@ -164,15 +164,20 @@ def window(name: str = "window", warmup: bool = False, unit: str | None = None):
     segment = None if warmup else _REPORTER.wait_for_cap()
     current = _REPORTER.current = _Window(str(name), bool(warmup), unit)
     current.start = time.time()
+    aborted = False
     try:
         yield current
+    except BaseException:
+        aborted = True  # recorded, never a complete measurement (its segment fails)
+        raise
     finally:
         current.end = time.time()
         _REPORTER.current = None
         _REPORTER.write({"event": "window", "name": current.name, "warmup": current.warmup,
                          "start": current.start, "end": current.end, "units": current.units,
                          "steps": current.steps, "loss": current.loss, "unit": current.unit,
-                         **({"segment": segment} if segment is not None else {})})
+                         **({"segment": segment} if segment is not None else {}),
+                         **({"aborted": True} if aborted else {})})
         _REPORTER.windows += 1
 
 

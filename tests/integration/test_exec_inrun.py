@@ -137,3 +137,19 @@ def test_windows_after_the_last_cap_run_unmeasured(fake_nvidia_node):
     # The third window ran at the last cap, recorded but counted in no segment.
     assert [e["warmup"] for e in record["epochs"]] == [True, False, False, True]
     assert set_log(node) == [200.0, 300.0, 700.0]
+
+
+def test_a_program_crashing_in_a_window_fails_that_segment_and_restores_the_cap(
+        fake_nvidia_node, result_schema):
+    node = busy(fake_nvidia_node)
+    done = node.launch("exec", "--api", "--cap", "200,300", "--order", "ascending", "-o",
+                       str(node.results), "--", *PROGRAM, "2", "fail")
+    assert done.returncode != 0
+    first, second = segment_results(node)
+    for result in (first, second):
+        assert_valid_result(result, result_schema)
+    assert first["status"] == "complete" and first["segment"]["cap_w"] == 200
+    # The window it died in is a failed result at its own cap, never complete.
+    assert second["status"] == "failed" and second["segment"]["cap_w"] == 300
+    assert "exited with code 1" in second["error"]["message"]
+    assert set_log(node) == [200.0, 300.0, 700.0] and node.limits() == [700.0, 700.0]

@@ -113,3 +113,34 @@ def test_exec_goes_in_run_only_with_api():
     assert supported("exec", None, {"api": True}) is None
     assert "only with --api" in supported("exec", None, {"api": False})
     assert adaptive_supported("exec", None) is not None  # the program's windows are its own
+
+
+def test_a_window_ended_by_an_exception_never_files_its_segment_complete():
+    run = fake_run()
+    run._close_segment = lambda measurement, status, error: (
+        run.closed.append((run.segment["index"], status, error and error["message"])),
+        setattr(run, "segment", None))
+    answer = {"done": False, "cap_w": 200, "spec": {"run_id": "s", "output_dir": "/x"}}
+    gate = W.Gate(run, FakeChannel([{**answer, "segment": 0}, {**answer, "segment": 1}]), 2)
+    gate.open()
+    gate.close(0, aborted=True)  # the program raised inside the window
+    assert run.closed == [] and run.segment["index"] == 0
+    gate.open()  # ... caught it and opened the next window: segment 0 fails first
+    assert run.closed == [(0, "failed", "the program's window ended with an exception "
+                                        "(see workload.log)")]
+    assert run.segment["index"] == 1
+
+
+def test_the_api_marks_a_window_an_exception_ended(tmp_path, monkeypatch):
+    events = tmp_path / "events.jsonl"
+    monkeypatch.setenv(api.EVENTS_ENV, str(events))
+    monkeypatch.delenv(api.GATE_ENV, raising=False)
+    monkeypatch.setattr(api, "_REPORTER", api._Reporter())
+    with pytest.raises(RuntimeError):
+        with api.window("solve"):
+            api.step(2)
+            raise RuntimeError("the solver diverged")
+    with api.window("solve"):
+        api.step(2)
+    broken, fine = [json.loads(line) for line in events.read_text().splitlines()]
+    assert broken["aborted"] is True and "aborted" not in fine

@@ -1,6 +1,7 @@
 """A plain Python loop for an in-run sweep under `hpcai-launch exec --api --cap
 A,B`: one warm-up window, then WINDOWS measured ones (argv[1], default 2), each
-one segment at the sweep's next cap. A window lasts 1.5 s or more (longer than
+one segment at the sweep's next cap; with argv[2] == "fail", the last window
+raises midway (a program that crashes). A window lasts 1.5 s or more (longer than
 NVML's 1 s power average, so its validity holds), counting every cell it relaxed."""
 import sys
 import time
@@ -11,6 +12,7 @@ import hpcai.measure as measure
 
 N = 200
 WINDOWS = int(sys.argv[1]) if len(sys.argv) > 1 else 2
+FAIL = sys.argv[2:] == ["fail"]
 grid = np.zeros((N, N))
 grid[0, :] = 1.0
 
@@ -26,9 +28,11 @@ def relax(sweeps: int) -> None:
 
 with measure.window("warm-up", warmup=True, unit="cells"):
     relax(10)
-for _ in range(WINDOWS):
+for index in range(WINDOWS):
     with measure.window("relax", unit="cells"):
         opened = time.monotonic()
         while time.monotonic() - opened < 1.5:
             relax(50)
+            if FAIL and index == WINDOWS - 1:
+                raise SystemExit("the solver diverged in the last window")
 print("relaxed", float(grid[N // 2, N // 2]))
