@@ -48,6 +48,8 @@ def exec_command(workload, decorators: list, run_workload) -> click.Command:
              "  hpcai-launch exec --units tokens --progress-regex 'tok/s: (?P<rate>[0-9.]+)' "
              "-- python train.py\n"
              "  hpcai-launch exec --api --units samples -- python my_loop.py\n"
+             "  hpcai-launch exec --api --cap 200,300 -- python my_loop.py   one process, "
+             "each measured window a segment at the next cap\n"
              "  hpcai-launch exec --preset hpcc      HPC Challenge (apt-get install hpcc)",
     )(command)
 

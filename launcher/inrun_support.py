@@ -5,12 +5,16 @@ from __future__ import annotations
 from hpcai.errors import UsageError
 
 
-def supported(workload_name: str, impl: str | None) -> str | None:
+def supported(workload_name: str, impl: str | None, params: dict | None = None) -> str | None:
     """None when the workload measures in-run, else why not (one line)."""
     from hpcai.workloads.catalog import get_workload
 
     workload = get_workload(workload_name)
     chosen = workload.impl(impl)
+    if chosen.in_run == "windows" and not (params or {}).get("api"):
+        # exec: only a program that marks its windows (--api) has segments to give.
+        return (f"{workload_name} measures in-run only with --api (each of the program's "
+                "measured windows a segment): one process per cap")
     if chosen.in_run is not None:  # declared on the implementation (Impl.in_run)
         return None
     return (f"{workload_name} ({impl or workload.default_impl}) cannot measure in-run yet: "
@@ -23,8 +27,11 @@ def adaptive_supported(workload_name: str, impl: str | None) -> str | None:
     from hpcai.workloads.catalog import get_workload
 
     why = supported(workload_name, impl)
-    if why is None and get_workload(workload_name).impl(impl).in_run == "waves":
+    kind = get_workload(workload_name).impl(impl).in_run
+    if why is None and kind == "waves":
         return f"{workload_name} measures one load wave per window"
+    if kind == "windows":
+        return f"{workload_name}'s windows are the program's own"
     return why
 
 
@@ -49,7 +56,7 @@ def choose(opts, log, other_axes: str | None = None) -> bool:
         log(f"this sweep has {other_axes}: one process per slot (in-run sweeps change only "
             "the cap)")
         return False
-    why = supported(opts.workload, opts.impl)
+    why = supported(opts.workload, opts.impl, getattr(opts, "params", None))
     if why is not None:
         log(why)
         return False

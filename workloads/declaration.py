@@ -25,8 +25,9 @@ PROTOCOL_DEFAULTS = {
 
 # How an implementation measures an in-run sweep (Impl.in_run): "epochs", the
 # harness drives its steps (or its engine runs the harness's programs), or
-# "waves", each segment is one load wave against one running server.
-IN_RUN_KINDS = ("epochs", "waves")
+# "waves", each segment is one load wave against one running server, or
+# "windows", each segment is one of the program's own measured windows (exec --api).
+IN_RUN_KINDS = ("epochs", "waves", "windows")
 # The params fields a workload with inputs from storage needs, by data format.
 DATA_SHAPE_FIELDS = {"jpeg": ("image_size", "num_classes"), "npy": ("channels", "cube")}
 

@@ -189,6 +189,15 @@ class Run:
 
     def _measure_in_run(self, on_epoch) -> None:
         measurer = self._measurer(on_epoch)
+        if self.impl.in_run == "windows":  # exec --api: the program's windows are the segments
+            from hpcai.workloads.control import Channel
+            from hpcai.workloads.window_segments import Gate
+
+            inrun = self.spec["inrun"]
+            gate = Gate(self, Channel(Path(self.spec["output_dir"]) / inrun["channel"]),
+                        int(inrun["segments"]))
+            self.workload.run(self.spec["protocol"], self.progress, on_epoch, program=gate)
+            return
         program = self._in_run_program(measurer)
         if isinstance(self.workload, EngineWorkload):
             from hpcai.errors import WorkloadError

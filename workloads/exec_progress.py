@@ -107,12 +107,20 @@ def epochs_from_events(lines: list[str]) -> tuple[list[Epoch], dict]:
             continue
         if not isinstance(event, dict) or event.get("event") != "window":
             continue
-        start, end = float(event["start"]), float(event["end"])
-        units = max(0, round(float(event.get("units") or 0)))
-        epochs.append(Epoch(len(epochs), bool(event.get("warmup")), max(1, int(event.get("steps") or 1)),
-                            units, start, end, max(0.0, end - start), event.get("loss")))
+        epoch = epoch_from_event(event, len(epochs))
+        start, end, units = epoch.start, epoch.end, epoch.units
+        epochs.append(epoch)
         entry = names.setdefault(str(event.get("name")), {"windows": 0, "units": 0, "seconds": 0.0})
         entry["windows"] += 1
         entry["units"] += units
         entry["seconds"] += max(0.0, end - start)
     return epochs, names
+
+
+def epoch_from_event(event: dict, index: int, warmup: bool | None = None) -> Epoch:
+    """One closed window as epoch `index` (warmup: override the window's own flag)."""
+    start, end = float(event["start"]), float(event["end"])
+    units = max(0, round(float(event.get("units") or 0)))
+    flag = bool(event.get("warmup")) if warmup is None else warmup
+    return Epoch(index, flag, max(1, int(event.get("steps") or 1)), units, start, end,
+                 max(0.0, end - start), event.get("loss"))

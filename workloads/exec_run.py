@@ -16,13 +16,14 @@ import time
 from pathlib import Path
 
 from hpcai.errors import WorkloadError
-from hpcai.workloads import exec_progress
+from hpcai.workloads import exec_progress, window_segments
 from hpcai.workloads.base import EngineWorkload
 from hpcai.workloads.engine_process import GroupProcess
 from hpcai.workloads.protocol import Epoch
 from hpcai.workloads.registry.exec import SOLUTIONS, ExecParams
 
 EVENTS_ENV = "HPCAI_MEASURE_EVENTS"  # hpcai/measure/api.py reports here under exec
+GATE_ENV = "HPCAI_MEASURE_GATE"  # in-run: where the program asks for each window's cap
 RUN_DIR_ENV = "HPCAI_RUN_DIR"  # the run's folder, for a command's scratch files
 EVENTS_FILE = "measure-events.jsonl"
 STOP_GRACE_S = 20.0  # the launcher allows its workload 30 s after a forwarded signal
@@ -91,6 +92,7 @@ class ExecWorkload(EngineWorkload):
         self.exit_code: int | None = None
         self.seconds: float | None = None
         self.windows: dict | None = None
+        self.event_lines: list[str] = []  # in-run: the closed windows' events, one per epoch
 
     # ---- the engine ---------------------------------------------------------
     def run(self, protocol: dict, progress, on_epoch=None, program=None) -> None:
@@ -98,20 +100,32 @@ class ExecWorkload(EngineWorkload):
             return self._attached(progress, on_epoch)
         if not self.command:
             raise WorkloadError("no command to run", "give one after `--`: hpcai-launch exec -- CMD")
+        if program is not None and self.mode != "api":
+            raise WorkloadError("exec measures in-run only with --api",
+                                "add --api, or run the sweep with --no-in-run")
         env = dict(os.environ)
         env[RUN_DIR_ENV] = str(self.run_dir)
         if self.mode == "api":
             self.events.unlink(missing_ok=True)
             env[EVENTS_ENV] = str(self.events)
+        gate_dir = self.run_dir / window_segments.GATE_DIR
+        if program is not None:  # an in-run sweep: each measured window a segment
+            window_segments.make_folder(gate_dir)
+            env[GATE_ENV] = str(gate_dir)
         proc = _Command(self.command, self.run_dir / "command.log", env, self._line)
         started, t0 = time.time(), time.perf_counter()
         try:
             proc.start_in(self.params.cwd)
-            self.exit_code = proc.wait()
+            if program is None:
+                self.exit_code = proc.wait()
+            else:
+                self.exit_code = self._serve_gate(proc, program, gate_dir, progress, on_epoch)
         finally:
             proc.stop()  # the group, whatever is left of it (children it left behind)
         self.seconds = time.perf_counter() - t0
         ended = time.time()
+        if program is not None:
+            return self._end_gated(program)
         epochs = self._epochs(started, ended, protocol)
         total = len(epochs)
         for epoch in epochs:
@@ -124,6 +138,56 @@ class ExecWorkload(EngineWorkload):
                                 f"see its output in {self.run_dir / 'workload.log'}")
         if not any(not e.warmup for e in epochs):
             raise WorkloadError(self._nothing_measured(), self._nothing_measured_fix())
+
+    # ---- in-run: the program's windows are the segments (workloads/window_segments.py) ----
+    def _serve_gate(self, proc: _Command, gate, gate_dir: Path, progress, on_epoch) -> int:
+        """Answer the program's window requests (each opens a segment at the next
+        cap) and file its closed windows as they come, until it exits."""
+        offset, window = 0, 0
+
+        def drain() -> None:
+            nonlocal offset
+            lines, offset = window_segments.read_new_lines(self.events, offset)
+            for line in lines:
+                event = window_segments.window_event(line)
+                if event is None:
+                    continue
+                self.event_lines.append(line)
+                if event.get("unit"):  # the segments' results are written as we go
+                    self._program_unit([line])
+                segment = event.get("segment")
+                # A measured window after the sweep's last cap belongs to no segment.
+                epoch = exec_progress.epoch_from_event(
+                    event, len(progress.epochs), True if segment is None else None)
+                progress.epochs.append(epoch)
+                if on_epoch is not None:
+                    on_epoch(epoch, len(progress.epochs))
+                if segment is not None:
+                    gate.close(int(segment), aborted=bool(event.get("aborted")))
+
+        while True:
+            code = proc.poll()
+            drain()
+            if window_segments.requested(gate_dir, window):
+                drain()  # the window before it closed first: its segment is filed
+                window_segments.answer(gate_dir, window, gate.open())
+                window += 1
+                continue
+            if code is not None:
+                break
+            time.sleep(window_segments.POLL_S)
+        code = proc.wait()
+        drain()
+        return code
+
+    def _end_gated(self, gate) -> None:
+        _, self.windows = exec_progress.epochs_from_events(self.event_lines)
+        self._program_unit(self.event_lines)
+        if self.exit_code != 0:
+            raise WorkloadError(f"the command exited with code {self.exit_code} after "
+                                f"{self.seconds:.1f} s: a failed command is a failed run",
+                                f"see its output in {self.run_dir / 'workload.log'}")
+        gate.finish()
 
     def _attached(self, progress, on_epoch) -> None:
         """hpcai.measure run alone: the program is already running (its pid); say
@@ -204,6 +268,12 @@ class ExecWorkload(EngineWorkload):
         return {"exec": {"exit_code": self.exit_code, "seconds": self.seconds,
                          "count": self.mode, "matched_lines": len(self.readings)
                          if self.mode == "regex" else None, "windows": self.windows}}
+
+    def segment_metrics(self, first_epoch: int) -> dict:
+        """An in-run segment's figures: its own windows (one event line per epoch)."""
+        _, windows = exec_progress.epochs_from_events(self.event_lines[first_epoch:])
+        return {"exec": {"exit_code": self.exit_code, "seconds": self.seconds,
+                         "count": self.mode, "matched_lines": None, "windows": windows}}
 
     def finish_document(self, doc: dict) -> None:
         """Time to solution, energy to solution and their product (EDP), from the

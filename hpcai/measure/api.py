@@ -31,6 +31,10 @@ import time
 from pathlib import Path
 
 EVENTS_ENV = "HPCAI_MEASURE_EVENTS"
+# Under an in-run sweep (exec --api --cap A,B): where each measured window asks
+# for its cap and waits until it is set (workloads/window_segments.py).
+GATE_ENV = "HPCAI_MEASURE_GATE"
+GATE_TIMEOUT_S = 900.0  # the launcher answers within ANSWER_TIMEOUT_S (600 s) itself
 RESULTS_ENV = "HPCAI_RESULTS"
 READY_TIMEOUT_S = 120.0  # the measuring process imports, finds the GPUs, starts sampling
 END_TIMEOUT_S = 120.0
@@ -59,6 +63,7 @@ class _Reporter:
         self.result_dir: Path | None = None
         self.current: _Window | None = None
         self.windows = 0
+        self.measured = 0  # measured windows opened: each one a segment under a gate
 
     def ensure(self) -> None:
         if self.events is not None:
@@ -100,6 +105,36 @@ class _Reporter:
             finally:
                 os.close(fd)
 
+    def wait_for_cap(self) -> int | None:
+        """Under an in-run sweep: ask for this measured window's segment and wait
+        until its cap is set; its index, or None (every cap measured already: the
+        window runs unmeasured). Outside one: None at once."""
+        gate = os.environ.get(GATE_ENV)
+        if not gate:
+            return None
+        k, self.measured = self.measured, self.measured + 1
+        folder = Path(gate)
+        request, reply = folder / f"open-{k}.json", folder / f"go-{k}.json"
+        temporary = request.with_suffix(".tmp")
+        temporary.write_text(json.dumps({"window": k, "pid": os.getpid(), "time": time.time()}))
+        os.replace(temporary, request)
+        deadline = time.monotonic() + GATE_TIMEOUT_S
+        while True:
+            try:
+                answer = json.loads(reply.read_text())
+                break
+            except (FileNotFoundError, ValueError):
+                pass
+            if time.monotonic() > deadline:
+                raise MeasureError(f"hpcai-launch did not set the cap for window {k} in "
+                                   f"{GATE_TIMEOUT_S:g} s ({folder})")
+            time.sleep(0.02)
+        if not answer.get("measure"):
+            print(f"hpcai.measure: window {k + 1}: every cap of the sweep is measured; "
+                  "this window runs unmeasured", file=sys.stderr, flush=True)
+            return None
+        return int(answer["segment"])
+
     def finish(self) -> Path | None:
         """Run alone: end the measurement and wait for the result; its folder."""
         if self.alone is None:
@@ -125,16 +160,24 @@ def window(name: str = "window", warmup: bool = False, unit: str | None = None):
         raise MeasureError(f"window {name!r} opened inside window {_REPORTER.current.name!r}: "
                            "close the first one (windows do not nest)")
     _REPORTER.ensure()
+    # In-run: the window's clock starts once its cap is in force.
+    segment = None if warmup else _REPORTER.wait_for_cap()
     current = _REPORTER.current = _Window(str(name), bool(warmup), unit)
     current.start = time.time()
+    aborted = False
     try:
         yield current
+    except BaseException:
+        aborted = True  # recorded, never a complete measurement (its segment fails)
+        raise
     finally:
         current.end = time.time()
         _REPORTER.current = None
         _REPORTER.write({"event": "window", "name": current.name, "warmup": current.warmup,
                          "start": current.start, "end": current.end, "units": current.units,
-                         "steps": current.steps, "loss": current.loss, "unit": current.unit})
+                         "steps": current.steps, "loss": current.loss, "unit": current.unit,
+                         **({"segment": segment} if segment is not None else {}),
+                         **({"aborted": True} if aborted else {})})
         _REPORTER.windows += 1
 
 

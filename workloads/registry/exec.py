@@ -73,7 +73,9 @@ WORKLOAD = Workload(
     summary="any command under the cap (`hpcai-launch exec -- COMMAND ARGS...`): time to "
             "solution, units from its output, or units it reports through hpcai.measure",
     unit=SOLUTIONS,
-    impls={"command": Impl("exec_run", "hpcai", process_model="single")},
+    # In-run sweeps with --api: each measured window of the program is a segment
+    # (workloads/window_segments.py); without it, one process per cap.
+    impls={"command": Impl("exec_run", "hpcai", process_model="single", in_run="windows")},
     presets={p.name: p for p in (COMMAND, HPCC)},
     params=ExecParams,
     cpu_default_preset="command",
