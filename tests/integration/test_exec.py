@@ -11,7 +11,10 @@ from conftest import ROOT, assert_valid_result, one_line_error
 
 pytestmark = pytest.mark.slow
 DATA = ROOT / "tests" / "data" / "exec"
-JACOBI = [sys.executable, str(DATA / "jacobi.py"), "96", "1e-4"]
+# A couple of seconds on an idle 2-core machine: the window holds many 100 ms samples.
+JACOBI = [sys.executable, str(DATA / "jacobi.py"), "160", "1e-5"]
+# 1848 sweeps to converge, a progress line every 50: a known count of lines.
+JACOBI_1848 = [sys.executable, str(DATA / "jacobi.py"), "96", "1e-4"]
 
 
 def test_a_numerical_kernel_under_a_cap_is_timed_to_solution(fake_nvidia_node, result_schema):
@@ -44,7 +47,7 @@ def test_a_numerical_kernel_under_a_cap_is_timed_to_solution(fake_nvidia_node, r
 def test_units_counted_from_the_output_with_the_lines_time_stamps(cpu_node, result_schema):
     done = cpu_node.launch("exec", "--units", "sweeps", "--progress-regex",
                            r"sweeps done: (?P<total>\d+)", "-o", str(cpu_node.results),
-                           "--", *JACOBI)
+                           "--", *JACOBI_1848)
     assert done.returncode == 0, done.stderr
     result = cpu_node.only_result()
     assert_valid_result(result, result_schema)
@@ -97,6 +100,8 @@ def test_bad_input_is_one_line_and_nothing_changes(fake_nvidia_node, args, fragm
 
 def test_a_cap_sweep_runs_one_process_per_cap(fake_nvidia_node, result_schema):
     node = fake_nvidia_node
+    for index in range(2):  # busy, as a GPU program's GPUs would be (else gpu_utilisation fails)
+        node.update(index, utilization_pct=95.0)
     done = node.launch("exec", "--cap", "300,400", "--idle-s", "0", "-o", str(node.results),
                        "--", *JACOBI)
     assert done.returncode == 0, done.stderr
