@@ -670,9 +670,9 @@ from hpcai.workloads.catalog import COMMAND_WORKLOADS  # noqa: E402
 
 main.add_command(exec_command(COMMAND_WORKLOADS["exec"], _workload_decorators(COMMAND_WORKLOADS["exec"]),
                               _run_workload))
-from hpcai.launcher.fleet.cli import fleet_group  # noqa: E402
+from hpcai.launcher.fleet.cli import fleet as _fleet_group  # noqa: E402
 
-main.add_command(fleet_group(_run_guarded), name="fleet")
+main.add_command(_fleet_group, name="fleet")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from pathlib import Path
 import click
 
 from hpcai.errors import UsageError
+from hpcai.workloads.registry.exec import ExecParams
 
 EXAMPLE = "e.g. hpcai-launch exec --cap 300 -- python solve.py"
 
@@ -64,7 +65,7 @@ def exec_params(workload, words: list[str], values: dict) -> dict:
     """The exec params the command line sets (command, cwd), after checking every
     exec option; a UsageError (one line) for the first thing wrong."""
     preset = workload.preset(values.get("preset") or workload.cpu_default_preset)
-    argv = words or list(preset.params.get("command") or [])
+    argv = words or list(ExecParams.from_dict(preset.params).command)
     if not argv:
         raise UsageError("no command given", f"put it after `--`: {EXAMPLE}")
     regex, api, units = values.get("progress_regex"), values.get("api"), values.get("units")
