@@ -232,8 +232,10 @@ class GpuWorker:
         still = self.missing_caps()
         if self.stopped:
             unit.save(state="interrupted", reason="stopped (SIGTERM)", pid=None)
-        elif code == 0 and not still:
-            unit.save(state="done", reason=None, pid=None, finished=now_iso())
+        elif not still:
+            # Measured at every cap. A launcher exit 3 (a slot complete but failing a
+            # validity check: a throttling GPU) is the fleet report's to judge, not a failure.
+            unit.save(state="done", reason=None, pid=None, finished=now_iso(), launcher_exit=code)
         else:
             unit.save(state="failed", pid=None,
                       reason=f"exit {code}, no complete result at "
