@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -32,23 +31,10 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
-def umask() -> int:
-    """This process's umask, read without changing it (Linux), else by a swap."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    old = os.umask(0o022)
-    os.umask(old)
-    return old
-
-
 def write_json_atomic(path: Path, doc: dict) -> None:
-    """Readers see the old file or the new one, never half of one. The file
-    gets the mode the user's umask gives new files (mkstemp's is 0600), so a
-    shared results folder stays readable by the group."""
+    """Readers see the old file or the new one, never half of one. The file is
+    0644 less the umask (hpcai/safe_files.py): readable by the group where the umask
+    allows, never writable by anyone else."""
     # Through hpcai/safe_files.py: the folder opened without following a link, a
     # new file made inside it (O_EXCL | O_NOFOLLOW), renamed over the name.
     from hpcai.safe_files import Folder
