@@ -6,13 +6,13 @@ from __future__ import annotations
 import sys
 
 import click
+from hpcai.launcher.cap_list import Caps
+from hpcai.launcher.guarded import run_guarded as _run_guarded
+from hpcai.workloads.catalog import WORKLOADS, check_plugins
 
 import hpcai
 from hpcai.errors import HpcaiError
-from hpcai.launcher.guarded import run_guarded as _run_guarded
 from hpcai.measure.adaptive import SWEEP_CI_TARGET
-
-from hpcai.workloads.catalog import WORKLOADS, check_plugins
 
 # Commands that must work while an installed workload plugin is broken: putting
 # limits back after a crash cannot wait for someone to fix a third-party package.
@@ -20,23 +20,6 @@ WITHOUT_PLUGINS = ("power",)
 
 PRECISIONS = ("auto", "fp32", "tf32", "32-true", "bf16-mixed", "fp16-mixed", "bf16-true")
 POWER_METHODS = ("auto", "nvml", "amdsmi", "command", "none")
-
-
-class Caps(click.ParamType):
-    """Watts per GPU: one cap, a list (200,300,400) or a range (200:700:100, stop
-    included), as a sorted list; a one-line error otherwise."""
-
-    name = "WATTS|LIST|START:STOP:STEP"
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, list):
-            return value
-        from hpcai.launcher.sweep import parse_caps
-
-        try:
-            return parse_caps(value)
-        except HpcaiError as exc:
-            self.fail(exc.one_line(), param, ctx)
 
 
 class Clocks(click.ParamType):
@@ -656,8 +639,8 @@ main.add_command(_site_group)
 from hpcai.launcher.images.cli import images as _images_group  # noqa: E402
 
 main.add_command(_images_group)
-from hpcai.launcher.selftest import selftest_command  # noqa: E402
 from hpcai.launcher.data_cli import data as _data_group  # noqa: E402
+from hpcai.launcher.selftest import selftest_command  # noqa: E402
 
 main.add_command(_data_group)
 from hpcai.launcher.results_cli import results as _results_group  # noqa: E402

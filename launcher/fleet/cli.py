@@ -4,26 +4,9 @@ from __future__ import annotations
 import sys
 
 import click
-
+from hpcai.launcher.cap_list import Caps
 from hpcai.launcher.fleet.stats import DEFAULT_MIN_SPREAD, DEFAULT_THRESHOLD
 from hpcai.launcher.guarded import run_guarded
-
-
-class _Caps(click.ParamType):
-    """Watts per GPU: a list (300,500) or a range (200:700:100), sorted."""
-
-    name = "WATTS|LIST|START:STOP:STEP"
-
-    def convert(self, value, param, ctx):
-        from hpcai.errors import HpcaiError
-        from hpcai.launcher.sweep import parse_caps
-
-        if isinstance(value, list):
-            return value
-        try:
-            return parse_caps(value)
-        except HpcaiError as exc:
-            self.fail(exc.one_line(), param, ctx)
 
 
 @click.group()
@@ -41,7 +24,7 @@ def fleet():
 
 @fleet.command(name="run")
 @click.argument("workload")
-@click.option("--cap", "caps", type=_Caps(), required=True,
+@click.option("--cap", "caps", type=Caps(), required=True,
               help="caps per GPU in watts: a list (300,500) or range (200:700:100)")
 @click.option("--preset", help="the workload's preset (default: its default)")
 @click.option("--output", "-o", required=True,
@@ -148,8 +131,9 @@ def fleet_report(campaigns, output, as_json, threshold, min_spread, throttle_fai
 
 
 def _check_workload(name: str, preset: str | None) -> None:
-    from hpcai.errors import UsageError
     from hpcai.workloads.catalog import WORKLOADS
+
+    from hpcai.errors import UsageError
 
     workload = WORKLOADS.get(name)
     if workload is None:

@@ -19,10 +19,21 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hpcai.launcher.fleet.campaign import (
+    FINAL_STATES,
+    Campaign,
+    Unit,
+    campaign_doc,
+    check_resumable,
+    create_or_resume,
+    node_name,
+    now_iso,
+    read_json,
+    safe_dir,
+)
+from hpcai.launcher.power.stale import pid_alive
+
 from hpcai.errors import CapOutOfRangeError, DeviceError, UsageError
-from hpcai.launcher.fleet.campaign import (FINAL_STATES, Campaign, Unit, campaign_doc,
-                                           check_resumable, create_or_resume, node_name, now_iso, read_json,
-                                           safe_dir)
 
 HPCAI = [sys.executable, "-m", "hpcai.launcher.cli"]
 SELFTEST_CHECKS = "library,gpus,power"
@@ -47,8 +58,9 @@ class FleetRequest:
 
 def _visible_gpus() -> list:
     """(GpuInfo, PowerLimits | None, workload id) for each GPU this node lets us use."""
-    from hpcai.gpu import open_library
     from hpcai.launcher.visibility import visible_gpus
+
+    from hpcai.gpu import open_library
 
     library = open_library("auto")
     if library is None:
@@ -99,7 +111,7 @@ def run_local(req: FleetRequest) -> int:
 def measure_node(campaign: Campaign, req: FleetRequest, gpus: list, resumed: bool) -> int:
     node = node_name()
     units = [_unit(campaign, node, info) for info, _, _ in gpus]
-    busy = [u for u in units if u.state in ("selftest", "running") and _alive(u.doc.get("pid"))]
+    busy = [u for u in units if u.state in ("selftest", "running") and pid_alive(u.doc.get("pid"))]
     if busy:
         raise UsageError(f"GPU {busy[0].index} of campaign {campaign.folder} is being measured "
                          f"by process {busy[0].doc['pid']} on {node}",
@@ -149,18 +161,6 @@ def _unit(campaign: Campaign, node: str, info) -> Unit:
     elif doc.get("serial") is None and info.serial is not None:
         unit.save(serial=info.serial)  # a campaign begun before serials were read
     return unit
-
-
-def _alive(pid) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def gpu_env(info, vid: str) -> dict:
