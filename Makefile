@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.hpcai-installed
 ARGS   ?=
-TEST_JOBS ?= 2
+TEST_JOBS ?= 3
 
 .PHONY: setup setup-system images run test test-fast bench lint clean docs
 
@@ -102,13 +102,12 @@ setup-system:
 images: setup
 	$(BIN)/hpcai-launch images build $(if $(FLAVOUR),--flavour $(FLAVOUR)) $(IMAGES_ARGS)
 
-# The tests that need no system service on two pytest-xdist workers (TEST_JOBS),
-# a test module per worker (--dist loadfile: module fixtures are built once); then
-# the service tests (Slurm's fixed ports, one image, one registry) one at a time.
-# Exit status 5 is "no test selected" (an ARGS path without service tests).
+# One pytest-xdist session over TEST_JOBS workers: the service tests (Slurm's fixed
+# ports, one image, one registry) one after another in one worker, the other tests
+# a module at a time (module fixtures are built once) on the others, beside them
+# (tests/service_scheduling.py).
 test: setup setup-system
-	$(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadfile -m "not system" $(ARGS)
-	$(BIN)/python -m pytest -q -m system $(ARGS) || test $$? = 5
+	$(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadfile $(ARGS)
 
 # No root, no setup-system: the unit tests and every integration test that needs no
 # system service (those needing Chromium, Apptainer, the OCI registry or Slurm carry

@@ -17,6 +17,7 @@ sys.path.insert(0, str(FAKES.parent))  # `from fakes import fake_gpu_state`
 
 from fakes import fake_gpu_state  # noqa: E402
 from processes import kill_marked, new_mark, popen_options  # noqa: E402
+from service_scheduling import ServiceSchedulingPlugin, report_service_ids  # noqa: E402
 
 LAUNCHER = [sys.executable, "-m", "hpcai.launcher.cli"]
 
@@ -36,6 +37,14 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(getattr(pytest.mark, service))
         if services:
             item.add_marker(pytest.mark.system)
+    report_service_ids(config, items)
+
+
+def pytest_configure(config):
+    # `make test`: one xdist session, the service tests one unit (service_scheduling.py).
+    if config.pluginmanager.hasplugin("xdist") and config.getoption("dist", "no") == "loadfile" \
+            and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(ServiceSchedulingPlugin(config), "hpcai-service-scheduling")
 
 
 @pytest.fixture(autouse=True)

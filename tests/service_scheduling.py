@@ -1,0 +1,92 @@
+"""`--dist loadfile`, with every service test in one unit of work.
+
+`make test` runs the whole suite in one pytest-xdist session. Tests that use a
+system service (the `system` marker, set from SERVICE_FIXTURES in conftest.py)
+share fixed ports, one two-node Slurm cluster and session-scoped images, so they
+must run one after another in one worker; everything else spreads by file over
+the other workers and runs beside them. That overlap is the saving: the service
+tests mostly wait (daemons, sbatch, a registry), so the cores they leave idle go
+to the file units.
+
+The controller decides the units from node ids alone (xdist sends no markers), so
+each worker writes the ids it marked `system` to a folder the controller named
+(pytest_configure_node); the controller reads them when it schedules, which xdist
+does only after every worker has sent its collection. (`--dist loadgroup` with
+xdist_group markers would be the documented way, but xdist 3.8 renames grouped
+tests through `item._nodeid`, which pytest 9 no longer reads: the groups are
+silently ignored.)
+
+Order: the service unit first (the longest), then integration files, then unit
+files: the slow files start early instead of last, where one of them would
+leave the other workers idle at the end.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from xdist.scheduler import LoadFileScheduling
+
+SERVICES = "system services (one worker, in order)"
+_KEY = "hpcai_service_ids_dir"
+
+
+class ServiceUnitScheduling(LoadFileScheduling):
+    def __init__(self, config, log=None):
+        super().__init__(config, log)
+        self._folder = Path(config._hpcai_service_ids_dir)
+        self._service_ids: set[str] | None = None
+
+    def schedule(self) -> None:
+        if self._service_ids is None and self.collection_is_completed:
+            self._service_ids = set()
+            for written in self._folder.glob("*.json"):
+                self._service_ids.update(json.loads(written.read_text()))
+        super().schedule()
+
+    def _split_scope(self, nodeid: str) -> str:
+        if self._service_ids and nodeid in self._service_ids:
+            return SERVICES
+        return super()._split_scope(nodeid)
+
+    def _assign_work_unit(self, node) -> None:
+        # Before xdist pops the first unit: the longest units go out first.
+        for scope in sorted(self.workqueue, key=_rank, reverse=True):
+            self.workqueue.move_to_end(scope, last=True)
+        super()._assign_work_unit(node)
+
+
+def _rank(scope: str) -> int:
+    return 2 if scope == SERVICES else 1 if scope.startswith("tests/integration/") else 0
+
+
+class ServiceSchedulingPlugin:
+    """Registered by conftest.py when xdist runs with `--dist loadfile`."""
+
+    def __init__(self, config):
+        self.folder = tempfile.mkdtemp(prefix="hpcai-service-ids-")
+        config._hpcai_service_ids_dir = self.folder
+
+    def pytest_configure_node(self, node) -> None:
+        node.workerinput[_KEY] = self.folder
+
+    def pytest_xdist_make_scheduler(self, config, log):
+        return ServiceUnitScheduling(config, log)
+
+    def pytest_unconfigure(self, config) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def report_service_ids(config, items) -> None:
+    """On a worker: say which of its tests are service tests (see the module text)."""
+    folder = getattr(config, "workerinput", {}).get(_KEY)
+    if not folder:
+        return
+    ids = [item.nodeid for item in items if item.get_closest_marker("system")]
+    worker = config.workerinput["workerid"]
+    temp = Path(folder) / f".{worker}.tmp"
+    temp.write_text(json.dumps(ids))
+    os.replace(temp, Path(folder) / f"{worker}.json")  # whole, or not there
