@@ -63,8 +63,14 @@ def _rank(scope: str) -> int:
     return 2 if scope == SERVICES else 1 if scope.startswith("tests/integration/") else 0
 
 
+def register(config) -> None:
+    """From conftest's pytest_configure: on the controller of `--dist loadfile`."""
+    if config.pluginmanager.hasplugin("xdist") and config.getoption("dist", "no") == "loadfile" \
+            and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(ServiceSchedulingPlugin(config), "hpcai-service-scheduling")
+
+
 class ServiceSchedulingPlugin:
-    """Registered by conftest.py when xdist runs with `--dist loadfile`."""
 
     def __init__(self, config):
         self.folder = tempfile.mkdtemp(prefix="hpcai-service-ids-")

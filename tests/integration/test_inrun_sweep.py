@@ -5,6 +5,7 @@ power readings come from the FAKE pynvml (tests/fakes), whose reported power
 is min(draw, cap): a segment measured under the wrong cap shows in its power.
 """
 import json
+import re
 import signal
 import threading
 import time
@@ -257,7 +258,10 @@ def test_an_in_run_segment_with_data_from_storage_records_its_data_wait(fake_nvi
     assert made.returncode == 0, made.stderr
     done = node.launch(*TINY, "--data", str(data), "--data-workers", "1", "--cap", "250,350",
                        "--order", "ascending", *FAST, "-o", str(node.results))
-    assert done.returncode == 0, done.stderr
+    # A loaded machine can spread a segment's epochs past throughput_cv: validity
+    # doing its job (exit 3, the measurement complete), not what this test is about.
+    assert done.returncode == 0 or (done.returncode == 3 and re.search(
+        r"invalid \(failed validity check\(s\): [a-z_, ]+\)", done.stderr)), done.stderr
     results = segment_results(node)
     assert [r["spec"]["power"]["cap_w"] for r in results] == [250.0, 350.0]
     for result in results:

@@ -91,9 +91,10 @@ def test_a_documented_command_runs_on_a_simulated_gpu_node(node, where, command)
 def test_make_run_is_the_documented_default_run(tmp_path):
     """`make run` is `hpcai-launch resnet50` (README, Getting started), and on a machine
     without GPUs that picks the CPU-sized `short` preset the docs promise."""
-    # Under `make test` this runs inside make: a sub-make would print its directory.
+    # Under `make test` this runs inside make: a sub-make would print its directory,
+    # and `make test ARGS=...` would hand its ARGS down (command-line variables are exported).
     quiet = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
-    made = subprocess.run(["make", "--no-print-directory", "-n", "run"], cwd=ROOT, capture_output=True,
+    made = subprocess.run(["make", "--no-print-directory", "-n", "run", "ARGS="], cwd=ROOT, capture_output=True,
                           text=True, timeout=60, env=quiet)
     assert made.returncode == 0, made.stderr
     assert made.stdout.strip().splitlines()[-1].strip() == ".venv/bin/hpcai-launch resnet50", made.stdout

@@ -1,0 +1,70 @@
+"""`make test`'s scheduling (tests/service_scheduling.py), run by the real
+pytest-xdist over a small generated suite: the service tests share one worker and
+run in collection order while the other files spread over the other workers."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parents[1]
+
+CONFTEST = f"""
+import sys
+sys.path.insert(0, {str(TESTS)!r})
+import pytest
+import service_scheduling
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:  # conftest.py marks by fixture; here by name
+        if "service" in item.name:
+            item.add_marker(pytest.mark.system)
+    service_scheduling.report_service_ids(config, items)
+
+def pytest_configure(config):
+    service_scheduling.register(config)
+"""
+
+# Each file: service tests between plain ones. The plain tests sleep a little so
+# that every worker gets work before the queue empties.
+MODULE = """
+import time
+
+def test_plain_{n}_a():
+    time.sleep(0.3)
+
+def test_service_{n}():
+    pass
+
+def test_plain_{n}_b():
+    time.sleep(0.3)
+"""
+
+
+def test_service_tests_run_in_one_worker_in_order_beside_the_file_units(tmp_path):
+    (tmp_path / "conftest.py").write_text(CONFTEST)
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    system: a service test\n")
+    folder = tmp_path / "tests" / "integration"
+    folder.mkdir(parents=True)
+    for n in range(4):
+        (folder / f"test_m{n}.py").write_text(textwrap.dedent(MODULE.format(n=n)))
+    for n in range(4, 8):
+        (tmp_path / "tests" / f"test_m{n}.py").write_text(textwrap.dedent(MODULE.format(n=n)))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v",
+                           "-n", "3", "--dist", "loadfile", "tests"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    ran = re.findall(r"^\[(gw\d)\] \[\s*\d+%\] PASSED (\S+)", done.stdout, re.M)
+    assert len(ran) == 24, done.stdout[-3000:]
+    services = [(worker, test) for worker, test in ran if "test_service_" in test]
+    assert len({worker for worker, _ in services}) == 1, services
+    assert [test.rsplit("_", 1)[1] for _, test in services] == [str(n) for n in range(8)]
+    # The plain tests still go a file at a time, and onto more than one worker.
+    by_file: dict[str, set] = {}
+    for worker, test in ran:
+        if "test_plain_" in test:
+            by_file.setdefault(test.split("::")[0], set()).add(worker)
+    assert all(len(workers) == 1 for workers in by_file.values()), by_file
+    assert len(set().union(*by_file.values())) >= 2, by_file
