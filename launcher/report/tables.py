@@ -20,7 +20,7 @@ UNIT_TITLES = {"images/s": "Vision workloads (images/s per GPU)",
                "tokens/s": "Language workloads (tokens/s per GPU)"}
 
 
-@dataclass
+@dataclass(slots=True)  # a fleet's report holds millions: no per-cell dict, no per-cell list
 class TCell:
     text: str
     value: float | None = None
@@ -29,7 +29,7 @@ class TCell:
     noisy: bool = False
     reference: bool = False
     ratio: float | None = None  # ours / the paper's, where comparable (report/reference.py)
-    failed: list[str] = field(default_factory=list)  # validity checks of runs left out here
+    failed: list[str] | tuple = ()  # validity checks of runs left out here
 
 
 @dataclass
