@@ -106,8 +106,13 @@ def origins_table(runs: list) -> Table | None:
     if not any(r.verification not in (None, UNSIGNED) for r in runs) and \
             len({r.origin for r in runs}) < 2:
         return None
-    rows = [[_t(r.run_id), _t(r.workload), _t(r.origin or "?"), _t(r.verification or UNSIGNED),
-             _t("included" if r.usable else "not included")] for r in runs]
+    shared: dict[str, TCell] = {}  # few distinct texts but the run id: one cell each
+
+    def _s(text: str) -> TCell:
+        return shared.get(text) or shared.setdefault(text, TCell(text))
+
+    rows = [[_t(r.run_id), _s(r.workload), _s(r.origin or "?"), _s(r.verification or UNSIGNED),
+             _s("included" if r.usable else "not included")] for r in runs]
     notes = ["Origin: the site that measured the run (a bundle's: the site whose trusted key "
              "signed it). Verification: verified (signature, files and recomputed figures "
              "hold), unsigned (a loose result), failed (never averaged)."]
