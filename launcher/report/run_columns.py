@@ -109,17 +109,27 @@ class Decoder:
 
     def __init__(self, run_class, fields: list[tuple[str, str]]):
         self.Run, self.fields = run_class, fields
+        self.kinds = dict(fields)
+        if fields[0] != ("path", "path"):
+            raise ValueError("a Run's first field must be its path")
         self.seen: list[dict] = [{} for _ in fields]  # per field: JSON text -> value
+        self.extras: dict[str, dict] = {}  # a campaign's exceptions repeat: {"units": 4}
 
-    def runs(self, rows: list[tuple]) -> list:
+    def runs(self, rows: list[tuple], paths: list | None = None) -> list:
+        """Runs from rows; paths: the files' Path objects, already made by the walk
+        (the same files: used instead of parsing the path column again)."""
         if not rows:
             return []
         columns = list(zip(*rows))
-        values = [self._column(i, kind, columns[i]) for i, (_, kind) in enumerate(self.fields)]
+        values = [paths if i == 0 and paths is not None else self._column(i, kind, columns[i])
+                  for i, (_, kind) in enumerate(self.fields)]
         made = [self.Run(*args) for args in zip(*values)]
         for run, extra in zip(made, columns[-1]):
             if extra is not None:
-                self._apply(run, json.loads(extra))
+                parsed = self.extras.get(extra)
+                if parsed is None:
+                    parsed = self.extras[extra] = json.loads(extra)
+                self._apply(run, parsed)
         return made
 
     def _column(self, i: int, kind: str, column: tuple) -> list:
@@ -140,8 +150,10 @@ class Decoder:
         return out
 
     def _apply(self, run, extra: dict) -> None:
-        kinds = dict(self.fields)
         for name, value in extra.items():
-            if kinds.get(name) == "path" and value is not None:
+            kind = self.kinds.get(name)
+            if kind == "path" and value is not None:
                 value = Path(os.fsdecode(bytes.fromhex(value["hex"])))
+            elif type(value) is list:
+                value = list(value)  # never shared between runs
             setattr(run, name, value)

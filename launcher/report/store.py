@@ -83,7 +83,7 @@ def walk(paths: list[str | Path], allow_empty: bool = False) -> Found:
         else:
             found.results.append((path, path.stat()))
     found.results = list({p: (p, st) for p, st in found.results}.values())
-    found.results.sort(key=lambda item: item[0])
+    found.results.sort(key=lambda item: item[0].parts)  # Path order, compared in C
     found.sweeps = sorted(set(found.sweeps))
     if not found.results and not found.links and not allow_empty:
         raise UsageError(f"no result.json under {', '.join(shown_path(p) for p in paths)}",
@@ -231,7 +231,8 @@ def _number(value):
 
 
 def _key(path: Path) -> str:
-    return shown_path(path)
+    text = os.fspath(path)
+    return text if text.isascii() else shown_path(path)  # ASCII: the same text, 10x sooner
 
 
 # ---- indexing ---------------------------------------------------------------------------
@@ -268,7 +269,7 @@ def index(kit: Kit, paths: list[str | Path], allow_empty: bool = False, con=None
                 todo.append((path, st, old[3] if old else None))  # the stored sha256
         seen = set(position)
         _store(con, kit, todo, found, seen, known)
-        runs = _stored_runs(kit, con, position)
+        runs = _stored_runs(kit, con, position, [path for path, _ in found.results])
         runs += [unreadable(kit, p, "a symbolic link: not followed") for p in found.links]
         mark_duplicates(runs)
         return Indexed(runs, _sweeps(kit, found.sweeps), len(todo), len(found.results) - len(todo), note)
@@ -280,8 +281,8 @@ def index(kit: Kit, paths: list[str | Path], allow_empty: bool = False, con=None
 BATCH = 5000  # rows turned into Runs at once: the text of 100,000 rows at once is ~0.3 GB
 
 
-def _stored_runs(kit: Kit, con, position: dict[str, int]) -> list:
-    """The Runs of the files found, from their columns, in the walk's order."""
+def _stored_runs(kit: Kit, con, position: dict[str, int], paths: list[Path]) -> list:
+    """The Runs of the files found (paths, in the walk's order), from their columns."""
     from hpcai.launcher.report.run_columns import Decoder, layout, select_list
 
     fields = layout(kit.Run)
@@ -298,7 +299,8 @@ def _stored_runs(kit: Kit, con, position: dict[str, int]) -> list:
         while batch := cursor.fetchmany(BATCH):
             places = [position.get(row[0]) for row in batch]
             kept = [row[1:] for row, place in zip(batch, places) if place is not None]
-            for place, run in zip((p for p in places if p is not None), decoder.runs(kept)):
+            places = [p for p in places if p is not None]
+            for place, run in zip(places, decoder.runs(kept, [paths[p] for p in places])):
                 runs[place] = run
     finally:
         if was_enabled:
