@@ -6,8 +6,10 @@ model, node, site and throughput, so the report has many cells and every
 file a different content hash. For each size (1k, 10k, 100k by default) the
 report runs twice in a fresh process: cold (no results index) and warm (the
 index from the cold run). Printed per run: seconds, peak memory of the report
-process (its own maximum resident set, from wait4), and the slope (seconds per
-result), so growth faster than linear shows as a rising slope.
+process (its own maximum resident set, from wait4), CPU seconds (user + system,
+its worker processes included: on a shared machine wall time follows the
+other users' load, CPU time much less), and the slope (seconds per result),
+so growth faster than linear shows as a rising slope.
 
     .venv/bin/python bench/report_scaling.py --sizes 1000,10000
 """
@@ -61,8 +63,8 @@ def synthesise(folder: Path, count: int, template: Path = TEMPLATE) -> None:
         (run / "result.json").write_text(json.dumps(doc))
 
 
-def measure(argv: list[str], env: dict) -> tuple[float, float]:
-    """(seconds, peak resident MiB) of one process."""
+def measure(argv: list[str], env: dict) -> tuple[float, float, float]:
+    """(seconds, peak resident MiB, CPU seconds) of one process."""
     start = time.perf_counter()
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -70,7 +72,7 @@ def measure(argv: list[str], env: dict) -> tuple[float, float]:
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         raise SystemExit(f"report failed: {proc.stderr.read().decode()[-2000:]}")
-    return seconds, usage.ru_maxrss / 1024
+    return seconds, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:
@@ -79,7 +81,7 @@ def main() -> None:
     parser.add_argument("--keep", help="make the results under this folder and keep them")
     args = parser.parse_args()
     work = Path(args.keep or tempfile.mkdtemp(prefix="hpcai-report-scaling-"))
-    print("results  index  seconds  peak MiB  ms per result")
+    print("results  index  seconds  peak MiB  cpu seconds  ms per result")
     try:
         for size in (int(s) for s in args.sizes.split(",")):
             folder = work / f"results-{size}"
@@ -92,9 +94,9 @@ def main() -> None:
             for state in ("cold", "warm"):
                 argv = [sys.executable, "-m", "hpcai.launcher.cli", "report", str(folder),
                         "-o", str(work / f"report-{size}")]
-                seconds, mib = measure(argv, env)
-                print(f"{size:7d}  {state:5s}  {seconds:7.1f}  {mib:8.0f}  {seconds / size * 1000:13.3f}",
-                      flush=True)
+                seconds, mib, cpu = measure(argv, env)
+                print(f"{size:7d}  {state:5s}  {seconds:7.1f}  {mib:8.0f}  {cpu:11.1f}  "
+                      f"{seconds / size * 1000:13.3f}", flush=True)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

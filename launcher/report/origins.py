@@ -60,12 +60,32 @@ def resolve(paths: list) -> tuple[list, dict[Path, Origin]]:
 
 
 def _bundles_under(path: Path, envelope: str) -> list[Path]:
+    """Folders under path holding a bundle's envelope. os.scandir, not Path.rglob: a
+    fleet's 100,000 run folders are listed in a second, not made into Paths one by one."""
+    import os
+
     if path.is_file() or not path.is_dir():
         return []
-    return sorted(p.parent for p in path.rglob(envelope) if p.is_file() and not p.is_symlink())
+    found, stack = [], [str(path)]
+    while stack:
+        folder = stack.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                stack.append(entry.path)
+            elif entry.name == envelope and entry.is_file(follow_symlinks=False):
+                found.append(Path(folder))
+    return sorted(found)
 
 
 def mark(runs: list, origins: dict[Path, Origin]) -> None:
+    if not origins:  # no bundle read: each run's origin is its site (no path resolved)
+        for run in runs:
+            run.origin, run.verification = run.site, UNSIGNED
+        return
     for run in runs:
         found = origins.get(Path(run.path).resolve())
         if found is None:
@@ -86,8 +106,13 @@ def origins_table(runs: list) -> Table | None:
     if not any(r.verification not in (None, UNSIGNED) for r in runs) and \
             len({r.origin for r in runs}) < 2:
         return None
-    rows = [[_t(r.run_id), _t(r.workload), _t(r.origin or "?"), _t(r.verification or UNSIGNED),
-             _t("included" if r.usable else "not included")] for r in runs]
+    shared: dict[str, TCell] = {}  # few distinct texts but the run id: one cell each
+
+    def _s(text: str) -> TCell:
+        return shared.get(text) or shared.setdefault(text, TCell(text))
+
+    rows = [[_t(r.run_id), _s(r.workload), _s(r.origin or "?"), _s(r.verification or UNSIGNED),
+             _s("included" if r.usable else "not included")] for r in runs]
     notes = ["Origin: the site that measured the run (a bundle's: the site whose trusted key "
              "signed it). Verification: verified (signature, files and recomputed figures "
              "hold), unsigned (a loose result), failed (never averaged)."]
@@ -105,34 +130,66 @@ def _samples(run) -> bytes | None:
         return None
 
 
+# Pairs compared in full; above it (a fleet: thousands of runs per site and cap) the
+# first run of each site per workload and cap stands for its site, so the table
+# stays a few rows and the report never reads every result twice (n^2 pairs).
+MAX_PAIRS = 200
+
+
 def sites_table(runs: list) -> Table | None:
     """Runs of one workload and cap from different sites, compared (results compare)."""
-    from hpcai.launcher.bundles.compare import compare
-    from hpcai.launcher.bundles.recompute import recompute
-
     usable = [r for r in runs if r.usable]
     if len({r.origin for r in usable}) < 2:
         return None
-    docs = {}
-    for r in usable:
-        try:
-            docs[r.path] = json.loads(Path(r.path).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-    rows = []
-    for i, a in enumerate(usable):
-        for b in usable[i + 1:]:
-            if a.origin == b.origin or a.workload != b.workload or a.cap_w != b.cap_w \
-                    or a.path not in docs or b.path not in docs:
-                continue
-            da, db = docs[a.path], docs[b.path]
-            verdict = compare(da, db, recompute(da, _samples(a)), recompute(db, _samples(b)))
-            reasons = "; ".join(x["reason"] for x in verdict["reasons"]) or "–"
-            rows.append([_t(a.run_id), _t(a.origin), _t(b.run_id), _t(b.origin),
-                         _t(verdict["verdict"]), _t(reasons)])
+    groups: dict = {}  # (workload, cap) -> origin -> positions in usable, in order
+    for i, r in enumerate(usable):
+        groups.setdefault((r.workload, r.cap_w), {}).setdefault(r.origin, []).append(i)
+    notes = []
+    if _pair_count(groups) > MAX_PAIRS:
+        notes.append(f"{_pair_count(groups)} pairs of runs from different sites: the first run "
+                     "of each site per workload and cap is compared; `hpcai-launch results "
+                     "compare A B` compares any other two.")
+        groups = {key: {o: members[:1] for o, members in by_origin.items()}
+                  for key, by_origin in groups.items()}
+    pairs = sorted((min(i, j), max(i, j)) for by_origin in groups.values()
+                   for k, a in enumerate(by_origin.values())
+                   for b in list(by_origin.values())[k + 1:] for i in a for j in b)
+    rows = _compared([(usable[i], usable[j]) for i, j in pairs])
     if not rows:
         return None
     return Table("sites", "Comparability across sites",
                  ["Run A", "Site A", "Run B", "Site B", "Verdict", "Reasons"], rows,
                  ["As `hpcai-launch results compare A B`: settings, GPU variant, stack, cap, "
-                  "measurement boundary and validity."])
+                  "measurement boundary and validity.", *notes])
+
+
+def _pair_count(groups: dict) -> int:
+    sizes = [[len(m) for m in by_origin.values()] for by_origin in groups.values()]
+    return sum(a * b for group in sizes for k, a in enumerate(group) for b in group[k + 1:])
+
+
+def _compared(pairs: list) -> list:
+    """One row per pair; each result read once, only when it is compared."""
+    from hpcai.launcher.bundles.compare import compare
+    from hpcai.launcher.bundles.recompute import recompute
+
+    docs: dict = {}
+
+    def doc(run):
+        if run.path not in docs:
+            try:
+                docs[run.path] = json.loads(Path(run.path).read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                docs[run.path] = None
+        return docs[run.path]
+
+    rows = []
+    for a, b in pairs:
+        da, db = doc(a), doc(b)
+        if da is None or db is None:
+            continue
+        verdict = compare(da, db, recompute(da, _samples(a)), recompute(db, _samples(b)))
+        reasons = "; ".join(x["reason"] for x in verdict["reasons"]) or "–"
+        rows.append([_t(a.run_id), _t(a.origin), _t(b.run_id), _t(b.origin),
+                     _t(verdict["verdict"]), _t(reasons)])
+    return rows

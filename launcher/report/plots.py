@@ -285,7 +285,9 @@ def read_power_samples(path: Path) -> dict[str, list[tuple[float, float]]]:
 
 
 def power_plot(folder: Path, run: Run) -> Plot | None:
-    series = read_power_samples(run.samples_path) if run.samples_path else {}
+    from hpcai.launcher.report.samples_store import power_series
+
+    series = power_series(run)  # the zstd Parquet copy once the CSV has been read
     if not series:
         return None
     plt = _pyplot()

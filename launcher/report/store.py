@@ -8,9 +8,13 @@ statement and writes CSV and zstd Parquet for `results export`; queries over
 100,000 rows (filters, duplicates) are SQL, not Python loops.
 
 Each file is keyed by its path, size, mtime and inode; a key that still
-matches reuses the stored reduction of the file (the report's Run) without
-reading it; a changed key re-reads the file and compares its sha256, so a
-touched but unchanged file is not parsed again. The index is a cache: deleting
+matches reuses the stored reduction of the file (the report's Run, one column
+per field: report/run_columns.py) without reading it; a changed key re-reads
+the file and compares its sha256, so a touched but unchanged file is not
+parsed again. New files are read on every core; each worker writes its rows
+as newline-delimited JSON that DuckDB loads in one statement, and every Run,
+cold or warm, is then built from the index's columns in batches, so a cold
+and a warm report see the same Runs. The index is a cache: deleting
 it costs one cold read. It lives under the user's cache folder (one database
 per set of input folders) or where HPCAI_RESULTS_INDEX says; a database that is
 a symbolic link, not ours, or unusable (locked by another report, broken) is
@@ -40,8 +44,8 @@ def shown_text(text: str) -> str:
 
 INDEX_ENV = "HPCAI_RESULTS_INDEX"
 # Bump when what is stored per file changes (Run's fields, the reduction in load.py).
-INDEX_FORMAT = 1
-COLUMNS = {  # queried by `results ls/show/export`; "run" holds the whole Run
+INDEX_FORMAT = 2
+COLUMNS = {  # queried by `results ls/show/export`; the r_ columns (run_columns.py) hold the Run
     "path": "VARCHAR", "size": "BIGINT", "mtime_ns": "BIGINT", "ino": "BIGINT",
     "sha256": "VARCHAR", "run_id": "VARCHAR", "status": "VARCHAR", "usable": "BOOLEAN",
     "workload": "VARCHAR", "preset": "VARCHAR", "device": "VARCHAR", "device_full": "VARCHAR",
@@ -49,9 +53,8 @@ COLUMNS = {  # queried by `results ls/show/export`; "run" holds the whole Run
     "started": "VARCHAR", "sweep_id": "VARCHAR", "repeat": "INTEGER", "processes": "INTEGER",
     "unit": "VARCHAR", "per_gpu": "DOUBLE", "node_throughput": "DOUBLE",
     "mean_power_w": "DOUBLE", "units_per_joule_with_overhead": "DOUBLE",
-    "problems": "VARCHAR", "run": "VARCHAR",
+    "problems": "VARCHAR",
 }
-_PATH_FIELDS = {"path", "samples_path"}
 
 
 # ---- finding files --------------------------------------------------------------------
@@ -80,7 +83,7 @@ def walk(paths: list[str | Path], allow_empty: bool = False) -> Found:
         else:
             found.results.append((path, path.stat()))
     found.results = list({p: (p, st) for p, st in found.results}.values())
-    found.results.sort(key=lambda item: item[0])
+    found.results.sort(key=lambda item: item[0].parts)  # Path order, compared in C
     found.sweeps = sorted(set(found.sweeps))
     if not found.results and not found.links and not allow_empty:
         raise UsageError(f"no result.json under {', '.join(shown_path(p) for p in paths)}",
@@ -175,7 +178,13 @@ def _prepare(con, kit: Kit) -> None:
         con.execute("DELETE FROM meta")
         con.execute("INSERT INTO meta VALUES (?, ?)", stamp)
     con.execute("CREATE TABLE IF NOT EXISTS files ("
-                + ", ".join(f'"{n}" {t}' for n, t in COLUMNS.items()) + ")")
+                + ", ".join(f'"{n}" {t}' for n, t in all_columns(kit).items()) + ")")
+
+
+def all_columns(kit: Kit) -> dict[str, str]:
+    from hpcai.launcher.report.run_columns import columns
+
+    return {**COLUMNS, **columns(kit.Run)}
 
 
 def _code_stamp(kit: Kit) -> str:
@@ -194,25 +203,9 @@ def _code_stamp(kit: Kit) -> str:
 
 
 # ---- runs in and out of rows ----------------------------------------------------------
-def to_blob(run) -> str:
-    """The Run as a JSON array in field order (no keys: a third smaller, faster to read)."""
-    values = [getattr(run, f.name) for f in dataclasses.fields(run)]
-    _FIELDS = [f.name for f in dataclasses.fields(run)]
-    for i, name in enumerate(_FIELDS):
-        if name in _PATH_FIELDS and values[i]:
-            values[i] = os.fsencode(values[i]).hex()
-    return json.dumps(values, ensure_ascii=True, separators=(",", ":"))  # lone surrogates as \udcxx
+def _row(key: str, st: os.stat_result, run, fields: list) -> dict:
+    from hpcai.launcher.report.run_columns import encode
 
-
-def from_blob(kit: Kit, blob: str):
-    values = dict(zip(kit.fields, json.loads(blob)))
-    for name in _PATH_FIELDS:
-        if values.get(name):
-            values[name] = Path(os.fsdecode(bytes.fromhex(values[name])))
-    return kit.Run(**values)
-
-
-def _row(key: str, st: os.stat_result, run, blob: str) -> dict:
     text = shown_text
     return {"path": key, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino,
             "sha256": run.content_hash, "run_id": text(run.run_id), "status": run.status,
@@ -228,7 +221,7 @@ def _row(key: str, st: os.stat_result, run, blob: str) -> dict:
             "per_gpu": _number(run.per_gpu), "node_throughput": _number(run.node),
             "mean_power_w": _number(run.mean_power_w),
             "units_per_joule_with_overhead": _number(run.units_per_joule_with_overhead),
-            "problems": text("; ".join(run.problems)), "run": blob}
+            "problems": text("; ".join(run.problems)), **encode(run, fields)}
 
 
 def _number(value):
@@ -238,7 +231,8 @@ def _number(value):
 
 
 def _key(path: Path) -> str:
-    return shown_path(path)
+    text = os.fspath(path)
+    return text if text.isascii() else shown_path(path)  # ASCII: the same text, 10x sooner
 
 
 # ---- indexing ---------------------------------------------------------------------------
@@ -265,23 +259,17 @@ def index(kit: Kit, paths: list[str | Path], allow_empty: bool = False, con=None
     try:
         known = {row[0]: row[1:] for row in con.execute(
             "SELECT path, size, mtime_ns, ino, sha256 FROM files").fetchall()}
-        runs: list = []
-        unchanged: dict[str, int] = {}  # key -> position in runs
-        todo = []  # [position, path, stat, (stored sha256, stored run) or None]: new or changed
+        position: dict[str, int] = {}  # key -> place in the runs, in the walk's order
+        todo = []  # (path, stat, stored sha256 or None): new or changed files
         for path, st in found.results:
             key = _key(path)
+            position[key] = len(position)
             old = known.get(key)
-            if old and old[:3] == (st.st_size, st.st_mtime_ns, st.st_ino):
-                unchanged[key] = len(runs)
-            else:
-                todo.append([len(runs), path, st, old])
-            runs.append(None)
-        _stored_runs(kit, con, runs, unchanged, {_key(t[1]): t for t in todo if t[3]})
-        fresh = []
-        for (position, path, st, _), (run, blob) in zip(todo, _read_all(kit, todo)):
-            runs[position] = run
-            fresh.append(_row(_key(path), st, run, blob))
-        _store(con, fresh, found, {_key(p) for p, _ in found.results}, known)
+            if not (old and old[:3] == (st.st_size, st.st_mtime_ns, st.st_ino)):
+                todo.append((path, st, old[3] if old else None))  # the stored sha256
+        seen = set(position)
+        _store(con, kit, todo, found, seen, known)
+        runs = _stored_runs(kit, con, position, [path for path, _ in found.results])
         runs += [unreadable(kit, p, "a symbolic link: not followed") for p in found.links]
         mark_duplicates(runs)
         return Indexed(runs, _sweeps(kit, found.sweeps), len(todo), len(found.results) - len(todo), note)
@@ -290,90 +278,117 @@ def index(kit: Kit, paths: list[str | Path], allow_empty: bool = False, con=None
             con.close()
 
 
-def _stored_runs(kit: Kit, con, runs: list, unchanged: dict, touched: dict) -> None:
-    """Runs of unchanged files from their stored form, streamed in batches (100,000
-    stored forms at once would be a quarter of a gigabyte of text); for touched
-    files, the stored hash and form, to reuse if their bytes are the same."""
-    cursor = con.execute("SELECT path, sha256, run FROM files")
-    while batch := cursor.fetchmany(5000):
-        for key, digest, blob in batch:
-            position = unchanged.get(key)
-            if position is not None:
-                runs[position] = from_blob(kit, blob)
-            elif key in touched:
-                touched[key][3] = (digest, blob)
+BATCH = 5000  # rows turned into Runs at once: the text of 100,000 rows at once is ~0.3 GB
 
 
-def _read_all(kit: Kit, todo: list) -> list[tuple]:
-    """(Run, stored form) of each new or changed file, on every core when there are many."""
-    items = [(path, old) for _, path, _, old in todo]
+def _stored_runs(kit: Kit, con, position: dict[str, int], paths: list[Path]) -> list:
+    """The Runs of the files found (paths, in the walk's order), from their columns."""
+    from hpcai.launcher.report.run_columns import Decoder, layout, select_list
+
+    fields = layout(kit.Run)
+    decoder = Decoder(kit.Run, fields)
+    import gc
+
+    runs: list = [None] * len(position)
+    cursor = con.execute(f"SELECT path, {select_list(fields)} FROM files")
+    # Millions of new objects, none of them cyclic: the cycle collector would walk
+    # every one of them again and again while they are made (a third of the time).
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        while batch := cursor.fetchmany(BATCH):
+            places = [position.get(row[0]) for row in batch]
+            kept = [row[1:] for row, place in zip(batch, places) if place is not None]
+            places = [p for p in places if p is not None]
+            for place, run in zip(places, decoder.runs(kept, [paths[p] for p in places])):
+                runs[place] = run
+    finally:
+        if was_enabled:
+            gc.enable()
+    return runs
+
+
+def _read_all(kit: Kit, todo: list, folder: str) -> list[tuple]:
+    """Each new or changed file read into newline-delimited JSON files under folder, on
+    every core when there are many: [(ndjson path, [(key, st) of touched but unchanged
+    files])]. Only file names cross between processes, never Runs."""
+    items = [(path, st, old) for path, st, old in todo]
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     if len(items) < PARALLEL_FROM or cores < 2:
-        return _read_chunk(kit, items)
+        return [_read_chunk(kit, items, os.path.join(folder, "0.ndjson"))]
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     size = max(200, len(items) // (cores * 8))
     chunks = [items[i:i + size] for i in range(0, len(items), size)]
+    names = [os.path.join(folder, f"{n}.ndjson") for n in range(len(chunks))]
     # fork: the workers start with the modules already imported (Linux, where hpcai runs).
     with ProcessPoolExecutor(cores, mp_context=multiprocessing.get_context("fork")) as pool:
-        return [pair for part in pool.map(_read_chunk, [kit] * len(chunks), chunks) for pair in part]
+        return list(pool.map(_read_chunk, [kit] * len(chunks), chunks, names))
 
 
-def _read_chunk(kit: Kit, items: list) -> list[tuple]:
-    from hpcai.launcher.report.ingest import content_hash, ingest_bytes, read_bytes, BadJSON, ingest
+def _read_chunk(kit: Kit, items: list, out: str) -> tuple[str, list]:
+    from hpcai.launcher.report.ingest import BadJSON, content_hash, ingest, ingest_bytes, read_bytes
+    from hpcai.launcher.report.run_columns import layout
 
-    out = []
-    for path, old in items:
-        if old:  # touched: the same bytes need no new reduction
-            try:
-                data = read_bytes(path)
-            except (OSError, BadJSON):
-                data = None
-            if data is not None and content_hash(data) == old[0]:
-                run = from_blob(kit, old[1])
-                run.path = path
-                out.append((run, old[1]))
-                continue
-            run = ingest_bytes(kit, path, data) if data is not None else ingest(kit, path)
-        else:
-            run = ingest(kit, path)
-        out.append((run, to_blob(run)))
-    return out
+    fields = layout(kit.Run)
+    same = []
+    with open(out, "w", encoding="ascii") as fh:
+        for path, st, old in items:
+            if old:  # touched: the same bytes need no new reduction
+                try:
+                    data = read_bytes(path)
+                except (OSError, BadJSON):
+                    data = None
+                if data is not None and content_hash(data) == old:
+                    same.append((_key(path), st))
+                    continue
+                run = ingest_bytes(kit, path, data) if data is not None else ingest(kit, path)
+            else:
+                run = ingest(kit, path)
+            row = _row(_key(path), st, run, fields)
+            fh.write(json.dumps(row, ensure_ascii=True, allow_nan=False) + "\n")
+    return out, same
 
 
-def _store(con, fresh: list[dict], found: Found, seen: set[str], known: dict) -> None:
+def _store(con, kit: Kit, todo: list, found: Found, seen: set[str], known: dict) -> None:
     """New and changed rows in, rows of files gone from under the roots out."""
     prefixes = tuple(_key(r) + os.sep for r in found.roots if r.is_dir())
     gone = [k for k in known if k not in seen and k.startswith(prefixes)]
-    replaced = [row["path"] for row in fresh if row["path"] in known] + gone
-    if replaced:
-        con.execute("CREATE OR REPLACE TEMP TABLE drop_paths (path VARCHAR)")
-        con.executemany("INSERT INTO drop_paths VALUES (?)", [(p,) for p in replaced])
-        con.execute("DELETE FROM files WHERE path IN (SELECT path FROM drop_paths)")
-    if not fresh:
+    if not todo and not gone:
         return
-    # One statement through DuckDB's JSON reader: row-by-row inserts cost ~100x more.
-    with tempfile.NamedTemporaryFile("w", suffix=".ndjson", encoding="ascii", delete=False) as fh:
-        for row in fresh:
-            fh.write(json.dumps(row, ensure_ascii=True, allow_nan=False) + "\n")
-    try:
-        columns = ", ".join(f"'{n}': '{t}'" for n, t in COLUMNS.items())
-        con.execute(f"INSERT INTO files SELECT * FROM read_json(?, format = 'newline_delimited', "
-                    f"columns = {{{columns}}}, maximum_object_size = 1073741824)", [fh.name])
-    finally:
-        os.unlink(fh.name)
+    with tempfile.TemporaryDirectory(prefix="hpcai-index-") as folder:
+        parts = _read_all(kit, todo, folder) if todo else []
+        same = {key: st for _, touched in parts for key, st in touched}
+        replaced = [key for key in map(_key, (path for path, _, _ in todo))
+                    if key in known and key not in same] + gone
+        if replaced:
+            con.execute("CREATE OR REPLACE TEMP TABLE drop_paths (path VARCHAR)")
+            con.executemany("INSERT INTO drop_paths VALUES (?)", [(p,) for p in replaced])
+            con.execute("DELETE FROM files WHERE path IN (SELECT path FROM drop_paths)")
+        if same:  # the same bytes under a new mtime or inode: only the key changes
+            con.executemany("UPDATE files SET size = ?, mtime_ns = ?, ino = ? WHERE path = ?",
+                            [(st.st_size, st.st_mtime_ns, st.st_ino, key) for key, st in same.items()])
+        files = [name for name, _ in parts if os.path.getsize(name)]
+        if files:
+            # One statement through DuckDB's JSON reader: row-by-row inserts cost ~100x more.
+            columns = ", ".join(f"'{n}': '{t}'" for n, t in all_columns(kit).items())
+            con.execute(f"INSERT INTO files SELECT * FROM read_json(?, format = 'newline_delimited', "
+                        f"columns = {{{columns}}}, maximum_object_size = 1073741824)", [files])
 
 
 def mark_duplicates(runs: list) -> None:
     """The second and later files with one run id and one content: duplicates."""
-    first: dict = {}
-    for run in sorted(runs, key=lambda r: os.fsencode(r.path)):
-        if not run.content_hash:
+    same: dict = {}
+    for run in runs:
+        if run.content_hash:
+            same.setdefault((run.run_id, run.content_hash), []).append(run)
+    for members in same.values():
+        if len(members) < 2:
             continue
-        identity = (run.run_id, run.content_hash)
-        kept = first.setdefault(identity, run)
-        if kept is not run:
+        members.sort(key=lambda r: os.fsencode(r.path))  # the first by path is counted
+        kept = members[0]
+        for run in members[1:]:
             run.duplicate_of = shown_path(kept.path)
             run.status = "duplicate"
             run.problems = [f"a copy of {shown_path(kept.path)} (same run id and content): "

@@ -20,7 +20,7 @@ UNIT_TITLES = {"images/s": "Vision workloads (images/s per GPU)",
                "tokens/s": "Language workloads (tokens/s per GPU)"}
 
 
-@dataclass
+@dataclass(slots=True)  # a fleet's report holds millions: no per-cell dict, no per-cell list
 class TCell:
     text: str
     value: float | None = None
@@ -29,7 +29,7 @@ class TCell:
     noisy: bool = False
     reference: bool = False
     ratio: float | None = None  # ours / the paper's, where comparable (report/reference.py)
-    failed: list[str] = field(default_factory=list)  # validity checks of runs left out here
+    failed: list[str] | tuple = ()  # validity checks of runs left out here
 
 
 @dataclass
@@ -406,9 +406,17 @@ def runs_table(runs: list[Run]) -> Table:
         # nothing sound: never printed beside measured values.
         return TCell(fmt(value), value) if r.usable else _t("–")
 
-    rows = [[_t(r.run_id), _t(r.workload), _t(r.preset), _t(r.device_full), _t(r.site),
-             _t(_run_cap(r)), _t("–" if r.repeat is None else str(r.repeat + 1)),
-             _t(r.status if not r.problems else f"{r.status} (invalid)"),
+    shared: dict[str, TCell] = {}  # one cell per distinct text in the few-valued columns
+
+    def _s(text: str) -> TCell:  # (nothing changes a runs-table cell once made)
+        cell = shared.get(text)
+        if cell is None:
+            cell = shared[text] = TCell(text)
+        return cell
+
+    rows = [[_t(r.run_id), _s(r.workload), _s(r.preset), _s(r.device_full), _s(r.site),
+             _s(_run_cap(r)), _s("–" if r.repeat is None else str(r.repeat + 1)),
+             _s(r.status if not r.problems else f"{r.status} (invalid)"),
              measured(r, r.per_gpu), measured(r, r.units_per_joule_with_overhead),
              _t(shown_path(r.path))] for r in runs]
     if any(r.sm_clock_cap_mhz is not None or r.mem_clock_cap_mhz is not None for r in runs):

@@ -17,6 +17,6 @@ def test_the_report_scaling_bench_runs_cold_and_warm(tmp_path):
     rows = [line.split() for line in done.stdout.splitlines() if line.strip().startswith("60 ")]
     assert [r[1] for r in rows] == ["cold", "warm"], done.stdout
     for row in rows:
-        seconds, peak_mib, ms_per_result = map(float, row[2:5])
-        assert seconds > 0 and peak_mib > 0 and ms_per_result > 0
+        seconds, peak_mib, cpu_seconds, ms_per_result = map(float, row[2:6])
+        assert seconds > 0 and peak_mib > 0 and cpu_seconds > 0 and ms_per_result > 0
     assert len(list((tmp_path / "results").rglob("result.json"))) == 60

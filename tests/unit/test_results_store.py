@@ -227,6 +227,7 @@ def test_results_show_prints_a_runs_fields(tmp_path):
     assert done.exit_code == 0, done.output
     fields = dict((line.split(None, 1) + [""])[:2] for line in done.output.splitlines() if line.strip())
     assert fields["device"] == "MI300X" and fields["cap_w"] == "200" and fields["enforced"] == "False"
+    assert not [f for f in fields if f.startswith("r_")]  # the stored Run's columns are not shown
     done = _cli("show", "no-such-run", tmp_path / "results")
     assert done.exit_code != 0 and "no result with run id 'no-such-run'" in done.output
 

@@ -1,0 +1,159 @@
+"""A Run as columns of the results index, and back again in bulk.
+
+Rebuilding 100,000 Runs from one JSON blob each took most of a warm report
+(a decoded dict per run, keyword construction, a quarter of a gigabyte of
+text at once). Here each field of Run is a column of its own: scalars as
+typed DuckDB columns (VARCHAR, DOUBLE, BIGINT, BOOLEAN), read back as Python
+values in batches and passed to Run positionally; the few structured fields
+(power_doc, facility, input, point, lists) as compact JSON text, decoded once
+per distinct text: runs of one campaign share their facility, input and most
+of their power section, so equal texts become one shared dict (read-only for
+the report, which never changes them; lists are copied, since `problems`
+grows after loading).
+
+A value that a typed column cannot hold exactly (an int where a float is
+declared, text that is not UTF-8, a non-finite float, a wrong type in an
+invalid result) goes to the row's `r__extra` JSON object instead and wins over
+the column: the round trip is exact, field by field.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from pathlib import Path
+
+PREFIX = "r_"
+EXTRA = "r__extra"
+_SQL = {"str": "VARCHAR", "float": "DOUBLE", "int": "BIGINT", "bool": "BOOLEAN",
+        "path": "VARCHAR", "json": "VARCHAR"}
+_INT64 = 2 ** 63
+
+
+def layout(run_class) -> list[tuple[str, str]]:
+    """(field, kind) in the Run's field order; kind from the field's annotation."""
+    out = []
+    for f in dataclasses.fields(run_class):
+        annotation = str(f.type)
+        base = annotation.replace(" | None", "").strip()
+        if "Path" in annotation:
+            kind = "path"
+        elif base in ("str", "float", "int", "bool"):
+            kind = base
+        else:
+            kind = "json"
+        out.append((f.name, kind))
+    return out
+
+
+def columns(run_class) -> dict[str, str]:
+    """The index's columns for a Run: one per field, and the exceptions."""
+    return {**{PREFIX + name: _SQL[kind] for name, kind in layout(run_class)}, EXTRA: "VARCHAR"}
+
+
+def _utf8(text: str) -> bool:
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates (bytes that were not UTF-8)
+        return False
+    return "\x00" not in text
+
+
+def _typed(kind: str, value):
+    """(True, column value) when the typed column holds value exactly, else (False, None)."""
+    if value is None:
+        return True, None
+    kind_type = type(value)
+    if kind == "str":
+        return (True, value) if kind_type is str and _utf8(value) and "\x00" not in value else (False, None)
+    if kind == "float":
+        return (True, value) if kind_type is float and math.isfinite(value) else (False, None)
+    if kind == "int":
+        return (True, value) if kind_type is int and -_INT64 <= value < _INT64 else (False, None)
+    if kind == "bool":
+        return (True, value) if kind_type is bool else (False, None)
+    if kind == "path":
+        text = os.fspath(value)
+        return (True, text) if isinstance(value, Path) and _utf8(text) else (False, None)
+    return True, json.dumps(value, ensure_ascii=True, separators=(",", ":"))  # NaN kept as NaN
+
+
+def _extra_value(kind: str, value):
+    if kind == "path" and value is not None:
+        return {"hex": os.fsencode(value).hex()}
+    return value
+
+
+def encode(run, fields: list[tuple[str, str]]) -> dict:
+    """The Run's columns (name -> JSON-ready value) for one row of the index."""
+    row, extra = {}, {}
+    for name, kind in fields:
+        value = getattr(run, name)
+        fits, stored = _typed(kind, value)
+        row[PREFIX + name] = stored
+        if not fits:
+            extra[name] = _extra_value(kind, value)
+    row[EXTRA] = json.dumps(extra, ensure_ascii=True, separators=(",", ":")) if extra else None
+    return row
+
+
+def select_list(fields: list[tuple[str, str]]) -> str:
+    return ", ".join(f'"{PREFIX}{name}"' for name, _ in fields) + f', "{EXTRA}"'
+
+
+class Decoder:
+    """Rows of select_list's columns to Runs; equal JSON texts decoded once."""
+
+    def __init__(self, run_class, fields: list[tuple[str, str]]):
+        self.Run, self.fields = run_class, fields
+        self.kinds = dict(fields)
+        if fields[0] != ("path", "path"):
+            raise ValueError("a Run's first field must be its path")
+        self.seen: list[dict] = [{} for _ in fields]  # per field: JSON text -> value
+        self.extras: dict[str, dict] = {}  # a campaign's exceptions repeat: {"units": 4}
+
+    def runs(self, rows: list[tuple], paths: list | None = None) -> list:
+        """Runs from rows; paths: the files' Path objects, already made by the walk
+        (the same files: used instead of parsing the path column again)."""
+        if not rows:
+            return []
+        columns = list(zip(*rows))
+        values = [paths if i == 0 and paths is not None else self._column(i, kind, columns[i])
+                  for i, (_, kind) in enumerate(self.fields)]
+        made = [self.Run(*args) for args in zip(*values)]
+        for run, extra in zip(made, columns[-1]):
+            if extra is not None:
+                parsed = self.extras.get(extra)
+                if parsed is None:
+                    parsed = self.extras[extra] = json.loads(extra)
+                self._apply(run, parsed)
+        return made
+
+    def _column(self, i: int, kind: str, column: tuple) -> list:
+        if kind == "path":
+            return [None if t is None else Path(t) for t in column]
+        if kind != "json":
+            return list(column)
+        seen = self.seen[i]
+        out = []
+        for text in column:
+            if text is None:
+                out.append(None)
+                continue
+            value = seen.get(text)
+            if value is None:
+                value = seen[text] = json.loads(text)
+            out.append(list(value) if type(value) is list else value)
+        return out
+
+    def _apply(self, run, extra: dict) -> None:
+        for name, value in extra.items():
+            kind = self.kinds.get(name)
+            if kind == "path" and value is not None:
+                value = Path(os.fsdecode(bytes.fromhex(value["hex"])))
+            elif type(value) is list:
+                value = list(value)  # never shared between runs
+            setattr(run, name, value)

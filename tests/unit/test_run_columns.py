@@ -1,0 +1,116 @@
+"""The results index keeps each Run field in a column of its own
+(launcher/report/run_columns.py): a Run read back from the index must equal,
+field by field, the Run read from its file, including values a typed column
+cannot hold (ints where floats are declared, text that is not UTF-8, NaN).
+Real DuckDB, real files; no fakes."""
+import dataclasses
+import json
+import os
+
+import duckdb
+
+from hpcai.launcher.report import ReportOptions, make_report
+from hpcai.launcher.report import run_columns
+from hpcai.launcher.report.ingest import ingest
+from hpcai.launcher.report.load import Run, kit
+from hpcai.launcher.report.store import index
+from report_docs import crafted_set, make_result, write_result
+
+
+def _fields(run) -> dict:
+    return {f.name: getattr(run, f.name) for f in dataclasses.fields(run)}
+
+
+def _same(a, b) -> bool:
+    """Equal, with NaN equal to NaN and an int never equal to a float (exact types)."""
+    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
+        return True
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def _odd_run(tmp_path) -> Run:
+    path = tmp_path / os.fsdecode(b"caf\xe9") / "result.json"
+    run = Run(path, "id-\udcff", "complete", ["a problem"], workload="w\x00", cap_w=300,
+              processes=2 ** 70, enforced=1, per_gpu=float("nan"), node=float("inf"),
+              power_doc={"energy_j": float("nan"), "cap": {"binds": True}},
+              point={"batch": 64}, input=None, samples_path=path.parent / "samples.csv",
+              per_epoch_per_gpu=[1.5, 2], facility={"pue": 1.2}, started="2026-01-01T00:00:00")
+    run.content_hash = "ab" * 32
+    return run
+
+
+def test_a_run_with_values_no_typed_column_holds_comes_back_exactly(tmp_path):
+    fields = run_columns.layout(Run)
+    con = duckdb.connect(":memory:")
+    con.execute("CREATE TABLE t (" + ", ".join(f'"{n}" {t}' for n, t in
+                                             run_columns.columns(Run).items()) + ")")
+    plain, odd = Run(tmp_path / "result.json", "plain", "complete"), _odd_run(tmp_path)
+    rows = tmp_path / "rows.ndjson"
+    rows.write_text("".join(json.dumps(run_columns.encode(r, fields), allow_nan=False) + "\n"
+                            for r in (plain, odd)))
+    spec = ", ".join(f"'{n}': '{t}'" for n, t in run_columns.columns(Run).items())
+    con.execute(f"INSERT INTO t SELECT * FROM read_json(?, format='newline_delimited', "
+                f"columns={{{spec}}})", [str(rows)])
+    decoder = run_columns.Decoder(Run, fields)
+    back = decoder.runs(con.execute(f"SELECT {run_columns.select_list(fields)} FROM t").fetchall())
+    for original, read in zip((plain, odd), back):
+        for name, value in _fields(original).items():
+            assert _same(getattr(read, name), value), name
+    # The ones a typed column could not hold went through the row's extra object.
+    extra = json.loads(run_columns.encode(odd, fields)[run_columns.EXTRA])
+    assert {"path", "run_id", "workload", "cap_w", "processes", "enforced", "per_gpu",
+            "node"} <= extra.keys()
+    assert run_columns.encode(plain, fields)[run_columns.EXTRA] is None
+
+
+def test_lists_are_never_shared_between_runs(tmp_path):
+    """`problems` grows after loading (origins.mark): runs with equal lists get their own."""
+    crafted_set(tmp_path / "results")
+    runs = index(kit(), [tmp_path / "results"]).runs  # cold, then read back from the index
+    runs = index(kit(), [tmp_path / "results"]).runs  # warm
+    lists = [id(getattr(r, name)) for r in runs for name in ("problems", "failed_checks",
+                                                             "comparability_reasons")]
+    assert len(lists) == len(set(lists))
+
+
+def test_the_index_gives_the_runs_read_from_the_files(tmp_path, results_index):
+    crafted_set(tmp_path / "results")
+    write_result(tmp_path / "results", make_result(run_id="with-samples", cap_w=500.0), samples=True)
+    odd = make_result(run_id="id-\udcff", cap_w=300)  # an int cap, text that is not UTF-8
+    write_result(tmp_path / "results", odd)
+    (tmp_path / "results" / "broken").mkdir()
+    (tmp_path / "results" / "broken" / "result.json").write_text('{"kind": ')
+    direct = {r.path: r for r in (ingest(kit(), p) for p in
+                                  sorted((tmp_path / "results").rglob("result.json")))}
+    cold = index(kit(), [tmp_path / "results"])
+    warm = index(kit(), [tmp_path / "results"])
+    assert (cold.read, warm.read, warm.reused) == (len(direct), 0, len(direct))
+    assert any(r.samples_path for r in warm.runs) and any(type(r.cap_w) is int for r in warm.runs)
+    for runs in (cold.runs, warm.runs):
+        assert sorted(r.path for r in runs) == sorted(direct)
+        for run in runs:
+            for name, value in _fields(direct[run.path]).items():
+                assert _same(getattr(run, name), value), (run.run_id, name)
+
+
+def test_deleting_the_index_gives_the_same_report(tmp_path, results_index):
+    crafted_set(tmp_path / "results")
+
+    def report(name):
+        make_report([tmp_path / "results"], ReportOptions(output=tmp_path / name))
+        doc = json.loads((tmp_path / name / "report.json").read_text())
+        doc.pop("generated")
+        return doc, (tmp_path / name / "report.md").read_text().split("\n", 3)[3]
+
+    cold = report("cold")
+    warm = report("warm")
+    results_index.unlink()
+    again = report("again")
+    assert cold == warm == again
+    assert cold[0]["cells"]  # a report with figures, not an empty one
