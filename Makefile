@@ -6,6 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.hpcai-installed
 ARGS   ?=
 TEST_JOBS ?= 3
+FAST_JOBS ?= 2
 
 .PHONY: setup setup-system images run test test-fast bench lint clean docs
 
@@ -104,8 +105,8 @@ images: setup
 
 # One pytest-xdist session over TEST_JOBS workers: the service tests (Slurm's fixed
 # ports, one image, one registry) one after another in one worker, the other tests
-# a module at a time (module fixtures are built once) on the others, beside them
-# (tests/service_scheduling.py).
+# a module at a time (module fixtures are built once) on the others, each pinned to
+# a core, beside them (tests/service_scheduling.py). test-fast: FAST_JOBS workers.
 test: setup setup-system
 	$(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadfile $(ARGS)
 
@@ -113,7 +114,7 @@ test: setup setup-system
 # system service (those needing Chromium, Apptainer, the OCI registry or Slurm carry
 # the `system` marker, which this deselects; `make test` runs them all).
 test-fast: setup
-	$(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadfile -m "not system" $(ARGS)
+	$(BIN)/python -m pytest -q -n $(FAST_JOBS) --dist loadfile -m "not system" $(ARGS)
 
 # The observer effect and start-up costs, the input pipeline's cost (data from
 # storage against preloaded), and the wall time of an in-run cap sweep against

@@ -71,7 +71,7 @@ def _one_core_per_xdist_worker(request):
     if len(cores) < 2 or workers < 2:
         yield
         return
-    os.sched_setaffinity(0, {cores[int(worker[2:]) % len(cores)]})
+    os.sched_setaffinity(0, {service_scheduling.core_for_worker(request.config, worker, cores)})
     priority = os.getpriority(os.PRIO_PROCESS, 0)
     os.setpriority(os.PRIO_PROCESS, 0, priority + SERVICE_FIRST_NICE)
     try:

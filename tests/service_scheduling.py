@@ -22,6 +22,7 @@ leave the other workers idle at the end.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -96,3 +97,30 @@ def report_service_ids(config, items) -> None:
     temp = Path(folder) / f".{worker}.tmp"
     temp.write_text(json.dumps(ids))
     os.replace(temp, Path(folder) / f"{worker}.json")  # whole, or not there
+
+
+_claimed: dict[str, int] = {}  # this worker's core, while it holds the core's lock
+
+
+def core_for_worker(config, worker: str, cores: list[int]) -> int:
+    """The core this worker's non-service tests are pinned to.
+
+    Under `make test` one worker runs the service unit unpinned, so pinning by
+    worker number could put both other workers on one core and leave the other to
+    the (mostly waiting) service chain. Instead each worker takes the first core
+    whose lock in the controller's folder is free, and keeps it; a worker that
+    finds none (the service worker, once its unit is done) shares one by number."""
+    if "core" in _claimed:
+        return _claimed["core"]
+    folder = getattr(config, "workerinput", {}).get(_KEY)
+    if folder:
+        for core in cores:
+            fd = os.open(Path(folder) / f"core-{core}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            _claimed["core"], _claimed["fd"] = core, fd  # held until the worker exits
+            return core
+    return cores[int(worker[2:]) % len(cores)]

@@ -3,6 +3,7 @@ pytest-xdist over a small generated suite: the service tests share one worker an
 run in collection order while the other files spread over the other workers."""
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -25,10 +26,20 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_configure(config):
     service_scheduling.register(config)
+
+@pytest.fixture(autouse=True)
+def _core(request):  # the core each worker's plain tests would be pinned to
+    import os
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    if not request.node.get_closest_marker("system"):
+        core = service_scheduling.core_for_worker(request.config, worker, [0, 1])
+        with open(os.environ["CORES_FILE"], "a") as out:
+            out.write(f"{{worker}} {{core}}\\n")
+    yield
 """
 
-# Each file: service tests between plain ones. The plain tests sleep a little so
-# that every worker gets work before the queue empties.
+# Each file: a service test between plain ones, each sleeping a little so that every
+# worker gets work before the queue empties.
 MODULE = """
 import time
 
@@ -36,7 +47,7 @@ def test_plain_{n}_a():
     time.sleep(0.3)
 
 def test_service_{n}():
-    pass
+    time.sleep(0.5)  # the service unit outlasts the other workers' first tests
 
 def test_plain_{n}_b():
     time.sleep(0.3)
@@ -44,6 +55,7 @@ def test_plain_{n}_b():
 
 
 def test_service_tests_run_in_one_worker_in_order_beside_the_file_units(tmp_path):
+    cores = tmp_path / "cores.txt"
     (tmp_path / "conftest.py").write_text(CONFTEST)
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    system: a service test\n")
     folder = tmp_path / "tests" / "integration"
@@ -54,7 +66,8 @@ def test_service_tests_run_in_one_worker_in_order_beside_the_file_units(tmp_path
         (tmp_path / "tests" / f"test_m{n}.py").write_text(textwrap.dedent(MODULE.format(n=n)))
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v",
                            "-n", "3", "--dist", "loadfile", "tests"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "CORES_FILE": str(cores)})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     ran = re.findall(r"^\[(gw\d)\] \[\s*\d+%\] PASSED (\S+)", done.stdout, re.M)
     assert len(ran) == 24, done.stdout[-3000:]
@@ -68,3 +81,11 @@ def test_service_tests_run_in_one_worker_in_order_beside_the_file_units(tmp_path
             by_file.setdefault(test.split("::")[0], set()).add(worker)
     assert all(len(workers) == 1 for workers in by_file.values()), by_file
     assert len(set().union(*by_file.values())) >= 2, by_file
+    # The two workers without the service unit each hold a core of their own.
+    plain_workers = {worker for worker, _ in ran} - {worker for worker, _ in services}
+    claimed = {}
+    for line in cores.read_text().splitlines():
+        worker, core = line.split()
+        claimed.setdefault(worker, set()).add(core)
+    assert len(plain_workers) == 2 and all(len(claimed[w]) == 1 for w in plain_workers), claimed
+    assert claimed[min(plain_workers)] != claimed[max(plain_workers)], claimed
