@@ -42,7 +42,7 @@ DEFAULTS = {
     # Host folders bound at /data, /models and /scratch in the container; "" = not bound.
     "binds": {"data": "", "models": "", "scratch": ""},
     "images": {"dir": "", "registry": "", "registry_https": True, "sign_key": "", "verify_key": "",
-               "build_binds": [], "build_args": {}},
+               "build_binds": [], "build_args": {}, "mksquashfs_args": []},
     "apptainer": {"executable": "apptainer", "options": [], "env": {}, "forward_env": []},
     # Signed result bundles: this site's Ed25519 key; [{site, key, expires}] it trusts.
     "results": {"sign_key": "", "trusted_keys": []},

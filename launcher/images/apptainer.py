@@ -103,6 +103,7 @@ class Apptainer:
     # ---- build -------------------------------------------------------------------------
     def build(self, definition: Path, image: Path, *, build_args: dict[str, str],
               binds: Iterable[str] = (), fakeroot: bool = True,
+              mksquashfs_args: Iterable[str] = (),
               on_line: Callable[[str], None] = lambda line: None, log_path: Path | None = None,
               ) -> Path:
         """Build DEFINITION into IMAGE; every output line goes to on_line and the log."""
@@ -121,6 +122,8 @@ class Apptainer:
         options += ["--build-arg-file", str(args_file), "--warn-unused-build-args"]
         for bind in binds:
             options += ["--bind", bind]
+        if mksquashfs_args:  # one string: Apptainer splits it at spaces
+            options += ["--mksquashfs-args", " ".join(mksquashfs_args)]
         cmd = self.client._init_command("build") + options + [partial, str(definition)]
         log = open(log_path, "w") if log_path else None
         try:

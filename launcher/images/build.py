@@ -108,6 +108,7 @@ def build_one(site: dict, flavour: str, family: str, *, extra_args: dict[str, st
         # known to be visible to the container runtime.
         apptainer.build(source / definition.relative_to(root), image, build_args=args,
                         binds=binds, fakeroot=fakeroot,
+                        mksquashfs_args=site["images"].get("mksquashfs_args", []),
                         on_line=lambda line: echo(f"  {line}"), log_path=log_path)
     labels = store.hpcai_labels(apptainer.labels(image))
     expected = {"flavour": flavour, "family": family, "commit": args["HPCAI_COMMIT"]}

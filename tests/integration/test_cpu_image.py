@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -46,6 +47,19 @@ def test_build_labels_the_image_with_what_it_carries(built, apptainer_exe):
     assert labels["base-image"] and labels["version"]
     if not os.environ.get("HPCAI_TEST_IMAGES_DIR"):  # a kept image may come from older code
         assert labels["commit"] == hpcai_commit()
+
+
+def test_the_sites_mksquashfs_args_reach_the_image(built, apptainer_exe):
+    """The CI site's `images.mksquashfs_args` (gzip level 1): mksquashfs records the
+    level in the file system's superblock, read here from the SIF's partition."""
+    if os.environ.get("HPCAI_TEST_IMAGES_DIR"):
+        pytest.skip("a kept image may come from an older site file")  # HPCAI_TEST_IMAGES_DIR only
+    listed = subprocess.run([apptainer_exe, "sif", "list", str(built["image"])],
+                            capture_output=True, text=True, check=True).stdout
+    (start,) = re.findall(r"\|(\d+)-\d+\s*\|FS \(Squashfs", listed)
+    shown = subprocess.run(["unsquashfs", "-s", "-o", start, str(built["image"])],
+                           capture_output=True, text=True, check=True).stdout
+    assert re.search(r"^Compression gzip\n\s+compression-level 1$", shown, re.M), shown
 
 
 def test_image_passes_its_own_test(built, apptainer_exe):

@@ -127,7 +127,7 @@ def test_defaults_of_every_section(clean_env, tmp_path):
     site = sites.parse(write_site(tmp_path, ""))
     assert site["binds"] == {"data": "", "models": "", "scratch": ""}
     assert site["images"] == {"dir": "", "registry": "", "registry_https": True, "sign_key": "", "verify_key": "",
-                              "build_binds": [], "build_args": {}}
+                              "build_binds": [], "build_args": {}, "mksquashfs_args": []}
     assert site["apptainer"] == {"executable": "apptainer", "options": [], "env": {},
                                  "forward_env": []}
     assert site["scheduler"] == {"kind": "slurm", "partition": "", "account": "", "time": "",
@@ -160,6 +160,7 @@ def test_partial_sections_keep_the_other_defaults(tmp_path):
 @pytest.mark.parametrize("text", [
     '[images]\nbuild_binds = ["/a", "/a:/b", "/a:/b:ro", "certs:/mnt/certs:rw"]\n',
     '[images]\nregistry = "oras://registry.example.org/hpcai"\n',
+    '[images]\nmksquashfs_args = ["-Xcompression-level", "1"]\n',
     '[images]\nregistry = "oras://127.0.0.1:5000/hpcai"\nregistry_https = false\n',
     '[scheduler]\ntime = "30"\n', '[scheduler]\ntime = "1:00:00"\n',
     '[scheduler]\ntime = "2-00"\n', '[scheduler]\ntime = "2-12:30:00"\n',
@@ -180,6 +181,7 @@ def test_valid_values_are_accepted(tmp_path, text):
     ('[images]\nregistry = "oras://"\n', ["images.registry", "oras://"]),
     ('[images]\ndir = ["/sif"]\n', ["images.dir"]),
     ('[images]\nsign_key = false\n', ["images.sign_key"]),
+    ('[images]\nmksquashfs_args = ["-comp gzip"]\n', ["images.mksquashfs_args"]),
     ('[images]\nregistry_https = "no"\n', ["images.registry_https"]),
     ('[images]\nbuild_binds = "/etc/ssl/certs"\n', ["images.build_binds"]),
     ('[images]\nbuild_binds = ["/a:/b:ro:extra"]\n', ["images.build_binds.0", "SRC[:DST[:OPTS]]"]),
