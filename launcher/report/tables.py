@@ -5,7 +5,7 @@ whose cap was not enforced in parentheses.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from hpcai.launcher.report import cell_origins
 from hpcai.launcher.report import reference as ref
@@ -13,7 +13,7 @@ from hpcai.launcher.report.efficiency import Analysis, edp_per_unit, fixed_work
 from hpcai.launcher.report.long_tables import LongRows, split_rows
 from hpcai.launcher.report.load import Run, shown_path
 from hpcai.launcher.report.points import RefPoint, workload_key
-from hpcai.launcher.report.stats import Cell, cap_label, cap_sort_key, group_of
+from hpcai.launcher.report.stats import Cell, cap_label, cap_sort_key, group_of, with_series
 
 NOISY_MARK = "†"
 UNIT_TITLES = {"images/s": "Vision workloads (images/s per GPU)",
@@ -161,7 +161,7 @@ def throughput_tables(cells: list[Cell], analyses: list[Analysis],
                 cell = by_cap.get(cap)
                 tcell = (_value_cell(cell.throughput, enforced=cell.enforced, noisy=cell.noisy,
                                      best=cell is best.get(group)) if cell else _t("–"))
-                row.append(_mark_failed(tcell, failed.get((replace(group, series=""), cap))))
+                row.append(_mark_failed(tcell, failed.get((with_series(group, ""), cap))))
             if refs:
                 _beside_the_paper(row[2:], group, [by_cap.get(cap) for cap in caps], caps, refs,
                                   why_not)
@@ -257,7 +257,7 @@ def efficiency_tables(cells: list[Cell], analyses: list[Analysis], overhead_note
                 tcell = (_value_cell(cell.efficiency.mean, enforced=cell.enforced,
                                      noisy=cell.noisy, best=cell is best.get(group))
                          if cell else _t("–"))
-                row.append(_mark_failed(tcell, failed.get((replace(group, series=""), cap))))
+                row.append(_mark_failed(tcell, failed.get((with_series(group, ""), cap))))
             if origins:
                 row.append(_t(cell_origins.row_text(list(by_cap.values()))))
             rows.append(row)
