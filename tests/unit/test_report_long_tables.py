@@ -59,3 +59,19 @@ def test_only_the_first_page_of_the_runs_table_is_cells(tmp_path, monkeypatch, p
     if table.more is not None:
         assert len(table.more) == len(runs) - page_rows
         assert all(len(texts) == len(table.header) for texts in table.more.texts())
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_report_leaves_the_garbage_collector_as_it_found_it(tmp_path, enabled):
+    """make_report turns the collector off while it makes cells and tables (no cycles)
+    and on while matplotlib draws: after it, the caller's setting and nothing frozen."""
+    import gc
+
+    crafted_set(tmp_path / "results")
+    (gc.enable if enabled else gc.disable)()
+    try:
+        make_report([tmp_path / "results"], ReportOptions(output=tmp_path / "out"))
+        assert gc.isenabled() is enabled
+        assert gc.get_freeze_count() == 0
+    finally:
+        gc.enable()
