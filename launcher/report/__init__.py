@@ -91,16 +91,27 @@ def make_report(paths: list, opts: ReportOptions) -> dict:
     # The Runs (100,000 in a fleet's report) live to the end and hold no cycles: frozen,
     # the collector stops walking them each time the tables allocate (unfrozen after).
     gc.freeze()
+    collecting = gc.isenabled()
     try:
+        # Cells, tables and records hold no cycles either: the collector is off while they
+        # are made (over 100,000 runs its passes cost seconds and free nothing), and on,
+        # past them (frozen), while matplotlib's figures, which do hold cycles, are drawn.
+        gc.disable()
         _analyse(parts, opts)
         _tabulate(parts, opts)
+        gc.freeze()
+        if collecting:
+            gc.enable()
         _draw(parts, opts)
+        gc.disable()
         meta = _meta(parts, opts)
         sections = _sections(parts)
         md_path, html_path = _write_pages(parts.out, opts.title, meta, sections)
         csv_paths, json_path = _write_data(parts, opts, paths)
     finally:
         gc.unfreeze()
+        if collecting:
+            gc.enable()
     runs = parts.runs
     return {"markdown": md_path, "html": html_path, "json": json_path, "csv": csv_paths,
             "plots": parts.plots, "skipped_plots": parts.skipped, "runs": len(runs),
@@ -310,6 +321,7 @@ def _write_data(parts: _Parts, opts: ReportOptions, paths: list) -> tuple[list, 
     """One CSV per table, the cells' CSV, and report.json."""
     from hpcai.launcher.report import outputs
     from hpcai.launcher.report.load import shown_path
+    from hpcai.launcher.report.long_tables import all_texts  # rows made as written
 
     out, work, runs = parts.out, parts.work, parts.runs
     csv_paths = [outputs.write_table_csv(t, out) for t in parts.all_tables]
@@ -332,7 +344,7 @@ def _write_data(parts: _Parts, opts: ReportOptions, paths: list) -> tuple[list, 
                     "status": s.doc.get("status"), "counts": s.doc.get("counts"),
                     "idle_baseline": s.doc.get("idle_baseline")} for s in parts.sweeps],
         "tables": {t.key: {"title": t.title, "header": t.header,
-                           "rows": [[c.text for c in row] for row in t.rows], "notes": t.notes}
+                           "rows": all_texts(t), "notes": t.notes}
                    for t in parts.all_tables},
         "plots": [{"name": p.name, "png": str(p.png.relative_to(out)),
                    "svg": str(p.svg.relative_to(out))} for p in parts.plots],

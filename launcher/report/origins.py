@@ -106,18 +106,19 @@ def origins_table(runs: list) -> Table | None:
     if not any(r.verification not in (None, UNSIGNED) for r in runs) and \
             len({r.origin for r in runs}) < 2:
         return None
-    shared: dict[str, TCell] = {}  # few distinct texts but the run id: one cell each
+    from hpcai.launcher.report.long_tables import split_rows
 
-    def _s(text: str) -> TCell:
-        return shared.get(text) or shared.setdefault(text, TCell(text))
+    def row(r) -> tuple[list[str], list]:
+        return ([r.run_id, r.workload, r.origin or "?", r.verification or UNSIGNED,
+                 "included" if r.usable else "not included"], [None] * 5)
 
-    rows = [[_t(r.run_id), _s(r.workload), _s(r.origin or "?"), _s(r.verification or UNSIGNED),
-             _s("included" if r.usable else "not included")] for r in runs]
+    rows, more = split_rows(runs, row, TCell)
     notes = ["Origin: the site that measured the run (a bundle's: the site whose trusted key "
              "signed it). Verification: verified (signature, files and recomputed figures "
              "hold), unsigned (a loose result), failed (never averaged)."]
     return Table("origins", "Origin and verification of each run",
-                 ["Run", "Workload", "Origin", "Verification", "In figures"], rows, notes)
+                 ["Run", "Workload", "Origin", "Verification", "In figures"], rows, notes,
+                 more=more)
 
 
 def _samples(run) -> bytes | None:

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import json
 from pathlib import Path
 
 from hpcai.launcher.report.efficiency import Analysis, edp_per_unit, fixed_work
+from hpcai.launcher.report.long_tables import plain_csv_value
 from hpcai.launcher.report.safe_text import csv_cell
 from hpcai.launcher.report.stats import Cell
 from hpcai.launcher.report.tables import Table
@@ -51,6 +51,9 @@ def write_table_csv(table: Table, folder: Path) -> Path:
         writer.writerow(header)
         for row in table.rows:
             writer.writerow([csv_cell(get(row[i])) for i, get in getters])
+        if table.more is not None:  # the rows made from the runs as they are written
+            assert not table.flag_columns, "long tables have no cap columns"
+            writer.writerows([csv_cell(v) for v in values] for values in table.more.csv_rows())
     return folder / f"{table.key}.csv"
 
 
@@ -66,9 +69,7 @@ def _replacing(folder: Path, name: str):
 
 
 def _csv_value(cell) -> str:
-    if cell.value is None:
-        return "" if cell.text == "–" else cell.text
-    return repr(float(cell.value)) if not isinstance(cell.value, int) else str(cell.value)
+    return plain_csv_value(cell.text, cell.value)
 
 
 CELL_COLUMNS = [
@@ -148,6 +149,9 @@ def write_json(doc: dict, folder: Path) -> Path:
     path = folder / "report.json"
     with _replacing(folder, path.name) as fh:
         # Streamed: over 100,000 runs the text would be a second copy of every table.
-        json.dump(doc, fh, indent=2, default=str, allow_nan=False)
+        # json.dump(doc, fh, indent=2, default=str, allow_nan=False), byte for byte, faster.
+        from hpcai.launcher.report import json_stream
+
+        json_stream.dump(doc, fh)
         fh.write("\n")
     return path

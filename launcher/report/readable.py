@@ -13,18 +13,19 @@ PLOT_BARS = 30  # bars in one bar chart
 
 def page_table(table):
     """table as the pages show it: at most PAGE_ROWS rows, then how many more."""
-    if len(table.rows) <= PAGE_ROWS:
+    count = len(table.rows) + (len(table.more) if table.more is not None else 0)
+    if count <= PAGE_ROWS:
         return table
-    more = len(table.rows) - PAGE_ROWS
-    return replace(table, rows=table.rows[:PAGE_ROWS],
+    more = count - PAGE_ROWS
+    return replace(table, rows=table.rows[:PAGE_ROWS], more=None,
                    notes=[f"… and {more} more rows: every row is in {table.key}.csv "
                           "(and report.json)."] + list(table.notes))
 
 
 def for_pages(sections: list[tuple[str, list]]) -> list[tuple[str, list]]:
-    from hpcai.launcher.report.tables import Table
-
-    return [(heading, [page_table(i) if isinstance(i, Table) else i for i in items])
+    # A table is what has rows (report/tables.py Table; not imported: tables.py builds its
+    # long tables' first page here, report/long_tables.py).
+    return [(heading, [page_table(i) if hasattr(i, "rows") else i for i in items])
             for heading, items in sections]
 
 

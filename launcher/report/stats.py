@@ -9,10 +9,12 @@ runs enter a cell.
 """
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import dataclass, field, replace
 
 from hpcai.launcher.report.load import Run
-from hpcai.measure.stats import throughput_stats
+from hpcai.measure.stats import t95
 
 
 @dataclass(frozen=True)
@@ -64,13 +66,29 @@ class Group:
 
 
 def group_of(run: Run) -> Group:
-    point = ", ".join(f"{k} {v}" for k, v in run.point.items() if k not in ("gpus", "nodes", "model"))
+    point = ", ".join(f"{k} {v}" for k, v in run.point.items() if k not in ("gpus", "nodes", "model")) \
+        if run.point else ""
     if run.input:  # data from storage (--data) is another measurement than preloaded inputs
         point = ", ".join(x for x in (point, "data from storage") if x)
-    return Group(run.workload, run.preset, run.device, run.device_full, run.device_type,
-                 run.site, run.processes, run.unit, run.nodes,
-                 sm_clock_cap_mhz=run.sm_clock_cap_mhz, mem_clock_cap_mhz=run.mem_clock_cap_mhz,
-                 point=point)
+    return _group((run.workload, run.preset, run.device, run.device_full, run.device_type,
+                   run.site, run.processes, run.unit, run.nodes, run.sm_clock_cap_mhz,
+                   run.mem_clock_cap_mhz, point))
+
+
+# A fleet's 100,000 runs fall into a few hundred groups: each made once (a frozen
+# dataclass is slow to make), looked up by its fields' values after.
+@functools.lru_cache(maxsize=1 << 16)
+def _group(fields: tuple) -> Group:
+    (workload, preset, device, device_full, device_type, site, processes, unit, nodes, sm, mem,
+     point) = fields
+    return Group(workload, preset, device, device_full, device_type, site, processes, unit, nodes,
+                 sm_clock_cap_mhz=sm, mem_clock_cap_mhz=mem, point=point)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def with_series(group: Group, series: str) -> Group:
+    """group as the row of that series ("" for the row without one)."""
+    return group if group.series == series else replace(group, series=series)
 
 
 @dataclass
@@ -87,10 +105,30 @@ class Stats:
 
 
 def describe(values: list[float]) -> Stats:
+    """As hpcai.measure.stats.throughput_stats, in floats: a fleet's report describes
+    hundreds of thousands of short lists, and statistics.stdev works in Fractions."""
     values = [v for v in values if v is not None]
-    raw = throughput_stats(values)
-    ci = tuple(raw["ci95"]) if raw["ci95"] is not None else None
-    return Stats(raw["epochs"], raw["mean"], raw["std"], ci, raw["cv"])
+    n = len(values)
+    if not n:
+        return Stats(0, None, None, None, None)
+    mean = math.fsum(values) / n  # statistics.fmean exactly
+    if n == 1:
+        return Stats(1, mean, None, None, None)
+    std = float_stdev(values, mean)
+    half = t95(n - 1) * std / math.sqrt(n)
+    return Stats(n, mean, std, (mean - half, mean + half), std / mean if mean else None)
+
+
+def float_stdev(values: list[float], mean: float) -> float:
+    """Sample standard deviation, two passes with exactly rounded sums (math.fsum)
+    and the compensation term of Chan, Golub & LeVeque's corrected two-pass
+    algorithm (the rounding of the mean): within a few units in the last place of
+    statistics.stdev (exact, in Fractions), at a fraction of its cost."""
+    n = len(values)
+    deviations = [v - mean for v in values]
+    drift = math.fsum(deviations)
+    squares = math.fsum([d * d for d in deviations]) - drift * drift / n
+    return math.sqrt(max(squares, 0.0) / (n - 1))
 
 
 @dataclass
@@ -190,11 +228,13 @@ def aggregate(runs: list[Run], overhead_w: float | None, noisy_cv: float,
     """One cell per group and cap, from usable runs only. Repeats are the runs of
     one sweep; independent runs of one configuration are repeats only when
     combine_runs says so."""
+    _group.cache_clear()  # groups are made per report (never one from an earlier report)
+    with_series.cache_clear()
     usable = [r for r in runs if r.usable]
     series = _series(usable, combine_runs)
     buckets: dict[tuple[Group, float | None], list[Run]] = {}
     for run in usable:
-        group = replace(group_of(run), series=series.get(run.run_id, ""))
+        group = with_series(group_of(run), series.get(run.run_id, ""))
         buckets.setdefault((group, run.cap_w), []).append(run)
     cells = [_cell(group, cap, members, overhead_w, noisy_cv)
              for (group, cap), members in buckets.items()]

@@ -5,14 +5,15 @@ whose cap was not enforced in parentheses.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from hpcai.launcher.report import cell_origins
 from hpcai.launcher.report import reference as ref
 from hpcai.launcher.report.efficiency import Analysis, edp_per_unit, fixed_work
+from hpcai.launcher.report.long_tables import LongRows, split_rows
 from hpcai.launcher.report.load import Run, shown_path
 from hpcai.launcher.report.points import RefPoint, workload_key
-from hpcai.launcher.report.stats import Cell, cap_label, cap_sort_key, group_of
+from hpcai.launcher.report.stats import Cell, cap_label, cap_sort_key, group_of, with_series
 
 NOISY_MARK = "†"
 UNIT_TITLES = {"images/s": "Vision workloads (images/s per GPU)",
@@ -41,6 +42,8 @@ class Table:
     notes: list[str] = field(default_factory=list)
     flag_columns: bool = False  # caps as columns: the CSV gives each its noisy/enforced flags
     plain_columns: tuple = ()  # columns among those that are no cap (no flags): "Origin"
+    # A row per run: the rows beyond the first page's, made when written (report/long_tables.py).
+    more: LongRows | None = None
 
 
 PRECISION_NOTE = ("Our figures: 5 significant figures (the CSV files and report.json keep "
@@ -158,7 +161,7 @@ def throughput_tables(cells: list[Cell], analyses: list[Analysis],
                 cell = by_cap.get(cap)
                 tcell = (_value_cell(cell.throughput, enforced=cell.enforced, noisy=cell.noisy,
                                      best=cell is best.get(group)) if cell else _t("–"))
-                row.append(_mark_failed(tcell, failed.get((replace(group, series=""), cap))))
+                row.append(_mark_failed(tcell, failed.get((with_series(group, ""), cap))))
             if refs:
                 _beside_the_paper(row[2:], group, [by_cap.get(cap) for cap in caps], caps, refs,
                                   why_not)
@@ -254,7 +257,7 @@ def efficiency_tables(cells: list[Cell], analyses: list[Analysis], overhead_note
                 tcell = (_value_cell(cell.efficiency.mean, enforced=cell.enforced,
                                      noisy=cell.noisy, best=cell is best.get(group))
                          if cell else _t("–"))
-                row.append(_mark_failed(tcell, failed.get((replace(group, series=""), cap))))
+                row.append(_mark_failed(tcell, failed.get((with_series(group, ""), cap))))
             if origins:
                 row.append(_t(cell_origins.row_text(list(by_cap.values()))))
             rows.append(row)
@@ -376,15 +379,19 @@ def stats_table(cells: list[Cell]) -> Table:
 
 
 def excluded_table(runs: list[Run]) -> Table | None:
-    rows = [[_t(r.run_id), _t(r.workload), _t(r.device), _t(_run_cap(r)), _t(r.status),
-             _t("; ".join(r.problems) or status_reason(r)), _t(shown_path(r.path))]
-            for r in runs if not r.usable]
-    if not rows:
+    left_out = [r for r in runs if not r.usable]
+    if not left_out:
         return None
+
+    def row(r: Run) -> tuple[list[str], list]:
+        return ([r.run_id, r.workload, r.device, _run_cap(r), r.status,
+                 "; ".join(r.problems) or status_reason(r), shown_path(r.path)], [None] * 7)
+
+    rows, more = split_rows(left_out, row, TCell)
     return Table("excluded-runs", "Runs not included (not complete, or not valid)",
                  ["Run", "Workload", "Device", "Cap", "Status", "Why", "File"], rows,
                  [("These are listed, never averaged: a failed or interrupted run measured "
-                  "only part of its protocol.")])
+                  "only part of its protocol.")], more=more)
 
 
 def _run_cap(run: Run) -> str:
@@ -400,34 +407,31 @@ def status_reason(run: Run) -> str:
 def runs_table(runs: list[Run]) -> Table:
     header = ["Run", "Workload", "Preset", "Device", "Site", "Cap", "Repeat", "Status",
               "Throughput per GPU", "Work/J (with overhead)", "File"]
-
-    def measured(r: Run, value: float | None) -> TCell:
-        # A failed, interrupted or invalid run's figures cover part of a protocol, or
-        # nothing sound: never printed beside measured values.
-        return TCell(fmt(value), value) if r.usable else _t("–")
-
-    shared: dict[str, TCell] = {}  # one cell per distinct text in the few-valued columns
-
-    def _s(text: str) -> TCell:  # (nothing changes a runs-table cell once made)
-        cell = shared.get(text)
-        if cell is None:
-            cell = shared[text] = TCell(text)
-        return cell
-
-    rows = [[_t(r.run_id), _s(r.workload), _s(r.preset), _s(r.device_full), _s(r.site),
-             _s(_run_cap(r)), _s("–" if r.repeat is None else str(r.repeat + 1)),
-             _s(r.status if not r.problems else f"{r.status} (invalid)"),
-             measured(r, r.per_gpu), measured(r, r.units_per_joule_with_overhead),
-             _t(shown_path(r.path))] for r in runs]
-    if any(r.sm_clock_cap_mhz is not None or r.mem_clock_cap_mhz is not None for r in runs):
+    clocks = any(r.sm_clock_cap_mhz is not None or r.mem_clock_cap_mhz is not None for r in runs)
+    if clocks:
         from hpcai.launcher.plan import clock_label
 
         header.insert(6, "Clock caps")  # only where some run capped clocks
-        for r, row in zip(runs, rows):
-            row.insert(6, _t(clock_label(r.sm_clock_cap_mhz, r.mem_clock_cap_mhz) or "own"))
+    texts_only = [None] * 8
+
+    def row(r: Run) -> tuple[list[str], list]:
+        # A failed, interrupted or invalid run's figures cover part of a protocol, or
+        # nothing sound: never printed beside measured values.
+        per_gpu, eff = (r.per_gpu, r.units_per_joule_with_overhead) if r.usable else (None, None)
+        texts = [r.run_id, r.workload, r.preset, r.device_full, r.site, _run_cap(r),
+                 "–" if r.repeat is None else str(r.repeat + 1),
+                 r.status if not r.problems else f"{r.status} (invalid)",
+                 fmt(per_gpu), fmt(eff), shown_path(r.path)]
+        values = texts_only + [per_gpu, eff, None]
+        if clocks:
+            texts.insert(6, clock_label(r.sm_clock_cap_mhz, r.mem_clock_cap_mhz) or "own")
+            values.insert(6, None)
+        return texts, values
+
+    rows, more = split_rows(runs, row, TCell)
     notes = ["Figures only for complete, valid runs; the others are listed with why under "
              "\"Runs not included\"."] if any(not r.usable for r in runs) else []
-    return Table("runs", "Every run read", header, rows, notes)
+    return Table("runs", "Every run read", header, rows, notes, more=more)
 
 
 def idle_table(sweeps) -> Table | None:

@@ -1,0 +1,77 @@
+"""Tables with a row per run (report/long_tables.py): only the first page's rows are
+cells, the rest are made from the runs while runs.csv, origins.csv,
+excluded-runs.csv and report.json are written. Those files are the same bytes
+whether a row was a cell or made as written: one report with every row a cell
+(a page longer than the set) against one with a page of 2 rows."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hpcai.launcher.report import ReportOptions, make_report, readable
+from hpcai.launcher.report import tables as T
+from hpcai.launcher.report.load import load_results
+from report_docs import crafted_set, make_result, write_result
+
+LONG = ("runs.csv", "origins.csv", "excluded-runs.csv")
+
+
+def _hostile_set(folder):
+    """crafted_set (a failed run, a second site), plus a formula, markup, a clock cap,
+    a run that is not valid and text with quotes and line breaks."""
+    crafted_set(folder)
+    odd = make_result(workload="=HYPERLINK(\"http://x\",\"a,b\")", site="-elsewhere", cap_w=300.0)
+    odd["spec"]["power"]["clocks"] = {"sm_mhz": 1005, "mem_mhz": None}
+    write_result(folder, odd)
+    write_result(folder, make_result(workload="a\nb <i>", site="+x|y", status="interrupted"))
+    write_result(folder, make_result(site="@here", cap_w=None, per_gpu=1234.5678901234))
+
+
+def _report(results, out, page_rows, monkeypatch):
+    monkeypatch.setattr(readable, "PAGE_ROWS", page_rows)
+    make_report([results], ReportOptions(output=out))
+    doc = json.loads((out / "report.json").read_text())
+    return {name: (out / name).read_bytes() for name in LONG}, doc["tables"]
+
+
+def test_rows_made_as_written_equal_rows_made_as_cells(tmp_path, monkeypatch):
+    _hostile_set(tmp_path / "results")
+    cells, cells_json = _report(tmp_path / "results", tmp_path / "cells", 10_000, monkeypatch)
+    streamed, streamed_json = _report(tmp_path / "results", tmp_path / "streamed", 2,
+                                      monkeypatch)
+    assert cells == streamed
+    assert cells_json == streamed_json
+    assert b"'=HYPERLINK" in streamed["runs.csv"]  # neutralised in the rows made as written
+    assert len(cells_json["runs"]["rows"]) == 11 and len(cells_json["origins"]["rows"]) == 11
+    md = (tmp_path / "streamed" / "report.md").read_text()
+    assert "… and 9 more rows: every row is in runs.csv" in md
+
+
+@pytest.mark.parametrize("page_rows", [2, 10_000])
+def test_only_the_first_page_of_the_runs_table_is_cells(tmp_path, monkeypatch, page_rows):
+    _hostile_set(tmp_path / "results")
+    monkeypatch.setattr(readable, "PAGE_ROWS", page_rows)
+    runs, _ = load_results([tmp_path / "results"])
+    table = T.runs_table(runs)
+    assert len(table.rows) == min(page_rows, len(runs))
+    assert (table.more is None) == (page_rows >= len(runs))
+    if table.more is not None:
+        assert len(table.more) == len(runs) - page_rows
+        assert all(len(texts) == len(table.header) for texts in table.more.texts())
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_report_leaves_the_garbage_collector_as_it_found_it(tmp_path, enabled):
+    """make_report turns the collector off while it makes cells and tables (no cycles)
+    and on while matplotlib draws: after it, the caller's setting and nothing frozen."""
+    import gc
+
+    crafted_set(tmp_path / "results")
+    (gc.enable if enabled else gc.disable)()
+    try:
+        make_report([tmp_path / "results"], ReportOptions(output=tmp_path / "out"))
+        assert gc.isenabled() is enabled
+        assert gc.get_freeze_count() == 0
+    finally:
+        gc.enable()
