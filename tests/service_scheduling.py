@@ -17,8 +17,10 @@ tests through `item._nodeid`, which pytest 9 no longer reads: the groups are
 silently ignored.)
 
 Order: the service unit first (the longest), then integration files, then unit
-files: the slow files start early instead of last, where one of them would
-leave the other workers idle at the end.
+files, and within each the files whose tests declare the longest time-out
+(`@pytest.mark.timeout`, the only length a test states) first: the slow files
+start early instead of last, where one of them would leave the other workers
+idle at the end.
 """
 from __future__ import annotations
 
@@ -40,12 +42,15 @@ class ServiceUnitScheduling(LoadFileScheduling):
         super().__init__(config, log)
         self._folder = Path(config._hpcai_service_ids_dir)
         self._service_ids: set[str] | None = None
+        self._timeouts: dict[str, float] = {}  # file: its longest declared time-out
 
     def schedule(self) -> None:
         if self._service_ids is None and self.collection_is_completed:
-            self._service_ids = set()
+            self._service_ids, self._timeouts = set(), {}
             for written in self._folder.glob("*.json"):
-                self._service_ids.update(json.loads(written.read_text()))
+                said = json.loads(written.read_text())
+                self._service_ids.update(said["service"])
+                self._timeouts.update(said["timeouts"])
         super().schedule()
 
     def _split_scope(self, nodeid: str) -> str:
@@ -54,14 +59,14 @@ class ServiceUnitScheduling(LoadFileScheduling):
         return super()._split_scope(nodeid)
 
     def _assign_work_unit(self, node) -> None:
-        # Before xdist pops the first unit: the longest units go out first.
-        for scope in sorted(self.workqueue, key=_rank, reverse=True):
+        # Before xdist pops the next unit: the longest units go out first.
+        for scope in sorted(self.workqueue, key=self._rank, reverse=True):
             self.workqueue.move_to_end(scope, last=True)
         super()._assign_work_unit(node)
 
-
-def _rank(scope: str) -> int:
-    return 2 if scope == SERVICES else 1 if scope.startswith("tests/integration/") else 0
+    def _rank(self, scope: str) -> tuple[int, float]:
+        kind = 2 if scope == SERVICES else 1 if scope.startswith("tests/integration/") else 0
+        return kind, self._timeouts.get(scope, 0.0)
 
 
 def register(config) -> None:
@@ -93,9 +98,15 @@ def report_service_ids(config, items) -> None:
     if not folder:
         return
     ids = [item.nodeid for item in items if item.get_closest_marker("system")]
+    timeouts: dict[str, float] = {}
+    for item in items:
+        marker = item.get_closest_marker("timeout")
+        if marker and marker.args and isinstance(marker.args[0], (int, float)):
+            file = item.nodeid.split("::", 1)[0]
+            timeouts[file] = max(timeouts.get(file, 0.0), float(marker.args[0]))
     worker = config.workerinput["workerid"]
     temp = Path(folder) / f".{worker}.tmp"
-    temp.write_text(json.dumps(ids))
+    temp.write_text(json.dumps({"service": ids, "timeouts": timeouts}))
     os.replace(temp, Path(folder) / f"{worker}.json")  # whole, or not there
 
 

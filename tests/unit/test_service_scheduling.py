@@ -3,6 +3,7 @@ pytest-xdist over a small generated suite: the service tests share one worker an
 run in collection order while the other files spread over the other workers."""
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import subprocess
@@ -89,3 +90,35 @@ def test_service_tests_run_in_one_worker_in_order_beside_the_file_units(tmp_path
         claimed.setdefault(worker, set()).add(core)
     assert len(plain_workers) == 2 and all(len(claimed[w]) == 1 for w in plain_workers), claimed
     assert claimed[min(plain_workers)] != claimed[max(plain_workers)], claimed
+
+
+def test_units_go_out_services_first_then_integration_then_the_rest_longest_first(tmp_path):
+    """One worker runs its units in the order they are sent: the service unit,
+    then integration files before the others, each kind by its longest declared
+    time-out."""
+    (tmp_path / "conftest.py").write_text(CONFTEST.split("@pytest.fixture")[0])
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    system: a service test\n")
+    files = {"tests/integration/test_a.py": "def test_plain_a():\n    pass\n\n"
+                                            "def test_service_a():\n    pass\n",
+             "tests/integration/test_b.py": "",
+             "tests/integration/test_c.py": "import pytest\n\n@pytest.mark.timeout(900)\n",
+             "tests/test_d.py": "",
+             "tests/test_e.py": "import pytest\n\n@pytest.mark.timeout(5000)\n"}
+    for name, text in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        stem = path.stem.split("_")[1]
+        if not text.startswith("def"):
+            text += f"def test_plain_{stem}():\n    pass\n\ndef test_plain_{stem}_2():\n    pass\n"
+        path.write_text(text)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v",
+                           "-n", "1", "--dist", "loadfile", "tests"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    ran = re.findall(r"^\[gw0\] \[\s*\d+%\] PASSED (\S+)", done.stdout, re.M)
+    runs = [file for file, _ in itertools.groupby(t.split("::")[0] for t in ran)]
+    assert ran[0] == "tests/integration/test_a.py::test_service_a", ran
+    # Equal ranks keep xdist's order: more tests first (test_b's two before test_a's one).
+    assert runs == ["tests/integration/test_a.py", "tests/integration/test_c.py",
+                    "tests/integration/test_b.py", "tests/integration/test_a.py",
+                    "tests/test_e.py", "tests/test_d.py"], ran
