@@ -35,10 +35,7 @@ class LongRows:
         row = self.row
         for item in self.items:
             texts, values = row(item)
-            # plain_csv_value, inlined: millions of values in a fleet's runs.csv
-            yield [(("" if t == "–" else t) if v is None else
-                    repr(float(v)) if not isinstance(v, int) else str(v))
-                   for t, v in zip(texts, values)]
+            yield [plain_csv_value(t, v) for t, v in zip(texts, values)]
 
 
 def plain_csv_value(text: str, value) -> str:

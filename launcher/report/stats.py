@@ -10,11 +10,10 @@ runs enter a cell.
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass, field, replace
 
 from hpcai.launcher.report.load import Run
-from hpcai.measure.stats import t95
+from hpcai.measure.stats import throughput_stats
 
 
 @dataclass(frozen=True)
@@ -105,30 +104,10 @@ class Stats:
 
 
 def describe(values: list[float]) -> Stats:
-    """As hpcai.measure.stats.throughput_stats, in floats: a fleet's report describes
-    hundreds of thousands of short lists, and statistics.stdev works in Fractions."""
     values = [v for v in values if v is not None]
-    n = len(values)
-    if not n:
-        return Stats(0, None, None, None, None)
-    mean = math.fsum(values) / n  # statistics.fmean exactly
-    if n == 1:
-        return Stats(1, mean, None, None, None)
-    std = float_stdev(values, mean)
-    half = t95(n - 1) * std / math.sqrt(n)
-    return Stats(n, mean, std, (mean - half, mean + half), std / mean if mean else None)
-
-
-def float_stdev(values: list[float], mean: float) -> float:
-    """Sample standard deviation, two passes with exactly rounded sums (math.fsum)
-    and the compensation term of Chan, Golub & LeVeque's corrected two-pass
-    algorithm (the rounding of the mean): within a few units in the last place of
-    statistics.stdev (exact, in Fractions), at a fraction of its cost."""
-    n = len(values)
-    deviations = [v - mean for v in values]
-    drift = math.fsum(deviations)
-    squares = math.fsum([d * d for d in deviations]) - drift * drift / n
-    return math.sqrt(max(squares, 0.0) / (n - 1))
+    raw = throughput_stats(values)
+    ci = tuple(raw["ci95"]) if raw["ci95"] is not None else None
+    return Stats(raw["epochs"], raw["mean"], raw["std"], ci, raw["cv"])
 
 
 @dataclass

@@ -312,7 +312,7 @@ def _read_all(kit: Kit, todo: list, folder: str) -> list[tuple]:
     """Each new or changed file read into newline-delimited JSON files under folder, on
     every core when there are many: [(ndjson path, [(key, st) of touched but unchanged
     files])]. Only file names cross between processes, never Runs."""
-    items = [(path, st, old) for path, st, old in todo]
+    items = todo
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     if len(items) < PARALLEL_FROM or cores < 2:
         return [_read_chunk(kit, items, os.path.join(folder, "0.ndjson"))]

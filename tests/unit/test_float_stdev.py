@@ -1,14 +1,16 @@
-"""The report's cell statistics in floats (report/stats.py describe) equal the exact
-ones (hpcai.measure.stats.throughput_stats: statistics.stdev in Fractions) to a
-relative 1e-12, also where the spread is tiny beside the mean (cancellation)."""
+"""The statistics in floats (hpcai.measure.stats: the result's and the report's
+cells') equal the exact ones (statistics.stdev, in Fractions) to a relative 1e-12,
+also where the spread is tiny beside the mean (cancellation)."""
 from __future__ import annotations
 
+import math
 import random
+import statistics
 
 import pytest
 
 from hpcai.launcher.report.stats import describe
-from hpcai.measure.stats import throughput_stats
+from hpcai.measure.stats import relative_half_width, t95, throughput_stats
 
 
 def _lists():
@@ -28,15 +30,20 @@ def _close(ours, exact):
 
 @pytest.mark.parametrize("values", list(_lists()))
 def test_float_statistics_equal_the_exact_ones(values):
-    ours, exact = describe(values), throughput_stats(values)
-    assert ours.n == exact["epochs"]
-    assert ours.mean == exact["mean"]  # both math.fsum(values) / n
-    assert _close(ours.std, exact["std"])
-    for mine, theirs in zip(ours.ci95, exact["ci95"]):
+    ours, exact_std = throughput_stats(values), statistics.stdev(values)
+    n, mean = len(values), statistics.fmean(values)
+    half = t95(n - 1) * exact_std / math.sqrt(n)
+    assert ours["epochs"] == n and ours["mean"] == mean
+    assert _close(ours["std"], exact_std)
+    for mine, theirs in zip(ours["ci95"], (mean - half, mean + half)):
         assert _close(mine, theirs)
-    assert (ours.cv is None) == (exact["cv"] is None)
-    if ours.cv is not None:
-        assert _close(ours.cv, exact["cv"])
+    assert (ours["cv"] is None) == (mean == 0)
+    if mean:
+        assert _close(ours["cv"], exact_std / mean)
+        assert _close(relative_half_width(values), half / abs(mean))
+    # The report's cells describe their runs with the same rule.
+    cell = describe(values)
+    assert (cell.n, cell.mean, cell.std, cell.cv) == (n, ours["mean"], ours["std"], ours["cv"])
 
 
 def test_one_value_and_none_have_no_spread():
