@@ -1,0 +1,199 @@
+"""A call made in a forked child while this process goes on, its result back
+through a pipe. The report is made in one (its hundreds of MB of objects go back
+to the system at once when the child ends, not freed one by one), and its
+figures (matplotlib, a few seconds at any size) are drawn in another on a second
+core while the tables and data files are written.
+
+The child starts with this process's memory (copy-on-write; nothing is pickled
+going in), sends back the pickled return value or exception and what it printed,
+and leaves with os._exit: no interpreter teardown, no buffers of the parent
+flushed twice. It dies with the parent (PR_SET_PDEATHSIG), so a killed report
+leaves nothing drawing behind it. Where fork is missing, or HPCAI_REPORT_FORK=0,
+the call is made in this process when its result is asked for.
+
+An Inbox carries one value the other way, sent after the fork: the figures'
+worker is forked before any result is read (a child forked later would share
+the results' pages, and CPython's reference counts, written on every use, would
+copy them into both processes) and receives what it draws when it is known.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import sys
+
+from hpcai.errors import HpcaiError
+
+FORK_ENV = "HPCAI_REPORT_FORK"
+
+
+class Inbox:
+    """One value for a forked child, sent by the parent after the fork."""
+
+    _UNSENT = object()
+
+    def __init__(self):
+        self._read, self._write = os.pipe()
+        self._value = self._UNSENT
+        self._child = False  # set by the ForkedCall that forks a child reading it
+
+    def send(self, value) -> None:
+        self._value = value
+        if self._child and self._write is not None:  # else no reader: a full pipe would block
+            with os.fdopen(self._write, "wb") as pipe:
+                self._write = None
+                pipe.write(pickle.dumps(value))
+
+    def receive(self):
+        """The value sent (in the child: waits for it)."""
+        if self._value is self._UNSENT and self._read is not None:
+            with os.fdopen(self._read, "rb") as pipe:
+                self._read = None
+                self._value = pickle.loads(pipe.read())
+        if self._value is self._UNSENT:
+            raise RuntimeError("the value was never sent")
+        return self._value
+
+    def close(self) -> None:
+        self._close_end("_read")
+        self._close_end("_write")
+
+    def _close_end(self, end: str) -> None:
+        fd = getattr(self, end)
+        if fd is not None:
+            os.close(fd)
+            setattr(self, end, None)
+
+
+class ForkedCall:
+    """fn(*args) in a child; result() waits for it and returns or raises what it did.
+    inbox: an Inbox the child receives from (the parent keeps its sending end).
+    capture: what the call prints (sys.stdout, sys.stderr) is kept and printed by
+    the parent with its result, so it reaches whatever the parent's streams are.
+    retry: a child that dies without an answer (killed, crashed) has the call made
+    again here; else WorkerDied says how it ended (a report killed for memory would
+    only be killed again)."""
+
+    def __init__(self, fn, *args, inbox: Inbox | None = None, capture: bool = False,
+                 retry: bool = True):
+        self._fn, self._args, self._inbox, self._capture = fn, args, inbox, capture
+        self._retry = retry
+        self._pid = self._read = None
+        if hasattr(os, "fork") and os.environ.get(FORK_ENV, "1") != "0":
+            self._start()
+
+    def _start(self) -> None:
+        read, write = os.pipe()
+        parent = os.getpid()
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns into the caller's code
+            status = 0
+            try:
+                os.close(read)
+                if self._inbox is not None:
+                    self._inbox._close_end("_write")  # else the child's own copy holds it open
+                _die_with(parent)
+                with os.fdopen(write, "wb") as pipe:
+                    pipe.write(_outcome(self._fn, self._args, self._capture))
+            except BaseException:  # noqa: BLE001 - nothing may unwind into the parent's code
+                status = 1
+            finally:
+                os._exit(status)
+        os.close(write)
+        if self._inbox is not None:
+            self._inbox._close_end("_read")
+            self._inbox._child = True
+        self._pid, self._read = pid, read
+
+    def result(self):
+        if self._pid is None:
+            return self._fn(*self._args)
+        with os.fdopen(self._read, "rb") as pipe:
+            data = pipe.read()
+        self._read = None
+        _, status = os.waitpid(self._pid, 0)
+        self._pid = None
+        try:
+            kind, value, printed, warned = pickle.loads(data)
+        except Exception:  # noqa: BLE001 - killed or broken child
+            if self._retry:
+                return self._fn(*self._args)
+            raise WorkerDied(_ending(status)) from None
+        sys.stdout.write(printed)
+        sys.stderr.write(warned)
+        if kind == "raised":
+            raise value
+        return value
+
+    def close(self) -> None:
+        """Stop a child whose result is no longer wanted (the report failed first)."""
+        if self._read is not None:
+            os.close(self._read)
+            self._read = None
+        if self._pid is not None:
+            try:
+                os.kill(self._pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            os.waitpid(self._pid, 0)
+            self._pid = None
+
+
+class WorkerDied(HpcaiError):
+    """A forked worker ended without an answer."""
+
+    exit_code = 3
+
+    def __init__(self, how: str):
+        super().__init__(f"the report's worker process {how} before it finished",
+                         "if it was killed for memory, report on fewer results at once or "
+                         "on a machine with more memory; HPCAI_REPORT_FORK=0 makes the "
+                         "report in one process")
+
+
+def _ending(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = f"signal {number}"
+        return f"was killed by {name}" + (" (out of memory?)" if number == signal.SIGKILL else "")
+    return f"exited with status {os.waitstatus_to_exitcode(status)}"
+
+
+def _outcome(fn, args, capture: bool) -> bytes:
+    import io
+
+    if capture:
+        sys.stdout, sys.stderr = io.StringIO(), io.StringIO()
+
+    def printed() -> tuple[str, str]:
+        return ((sys.stdout.getvalue(), sys.stderr.getvalue()) if capture else ("", ""))
+
+    try:
+        return pickle.dumps(("returned", fn(*args), *printed()))
+    except BaseException as exc:  # noqa: BLE001 - raised again in the parent
+        try:
+            data = pickle.dumps(("raised", exc, *printed()))
+            pickle.loads(data)  # an exception whose __init__ takes other arguments fails here
+            return data
+        except Exception:  # noqa: BLE001 - an exception that cannot be pickled
+            return pickle.dumps(("raised", RuntimeError(f"{type(exc).__name__}: {exc}"),
+                                 *printed()))
+
+
+def _die_with(parent: int) -> None:
+    """SIGKILL this child when the parent ends (Linux); other systems: best effort."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG (prctl(2))
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent ended before prctl took effect
+        os._exit(1)
