@@ -70,19 +70,15 @@ def query(paths, workload=None, gpu=None, cap=None, site=None, since=None, until
     parquet, those rows written there by DuckDB instead (rows: just their count).
     Every filter is checked before the index is touched."""
     from hpcai.launcher.report.load import kit
-    from hpcai.launcher.report.store import _key, index, open_index, walk
+    from hpcai.launcher.report.store import under_clause, index, open_index, roots
 
     since, until, cap = _date(since, "--since"), _date(until, "--until"), _cap(cap)
-    roots = walk(paths, allow_empty=True).roots
-    con, note = open_index(kit(), roots)
+    given = roots(paths)
+    con, note = open_index(kit(), given)
     try:
         index(kit(), paths, allow_empty=True, con=con)
-        where, params = [], []
-        scope = []
-        for root in roots:
-            scope.append("starts_with(path, ?) OR path = ?")
-            params += [_key(root) + os.sep, _key(root)]
-        where.append("(" + " OR ".join(scope) + ")")
+        scope, params = under_clause(given)
+        where = [scope]
         for clause, value in (("lower(workload) = lower(?)", workload), ("site = ?", site),
                               ("run_id = ?", run_id), ("substr(started, 1, 10) >= ?", since),
                               ("substr(started, 1, 10) <= ?", until)):

@@ -9,12 +9,12 @@ from pathlib import Path
 
 from hpcai.errors import UsageError
 from hpcai.launcher.bundles import dsse, keys
-from hpcai.launcher.bundles.files import MAX_FILE_BYTES, list_tree, new_folder, read_regular, write_new
+from hpcai.launcher.bundles.files import (ENVELOPE_FILE, MAX_FILE_BYTES, list_tree, new_folder,
+                                          read_regular, write_new)
 from hpcai.launcher.bundles.image_status import signature_status
 from hpcai.launcher.bundles.recompute import recompute
 from hpcai.launcher.bundles.statement import run_predicate, serialise, statement
 
-ENVELOPE_FILE = "statement.dsse.json"
 RUNS_DIR = "runs"
 # What a run folder contributes; result.json is required, the rest when the run wrote it.
 RUN_FILES = ("result.json", "spec.json", "samples.csv", "mllog.txt")

@@ -9,6 +9,8 @@ from pathlib import Path
 
 from hpcai.errors import UsageError
 
+# The signed statement in a bundle's folder: its presence makes the folder a bundle.
+ENVELOPE_FILE = "statement.dsse.json"
 # A bundle file larger than this is not a result (samples of a week-long run are ~100 MB).
 MAX_FILE_BYTES = 1 << 30
 

@@ -160,6 +160,12 @@ def find_files(paths: list[str | Path], allow_empty: bool = False) -> tuple[list
 def load_results(paths: list[str | Path], allow_empty: bool = False) -> tuple[list[Run], list[Sweep]]:
     """Every result under paths (through the results store: report/store.py, which
     reads only new or changed files) and the sweeps' summaries."""
+    indexed = load_indexed(paths, allow_empty)
+    return indexed.runs, indexed.sweeps
+
+
+def load_indexed(paths: list[str | Path], allow_empty: bool = False):
+    """load_results's runs and sweeps, with the store's walk (report/store.py Indexed)."""
     import sys
 
     from hpcai.launcher.report.store import index
@@ -167,7 +173,7 @@ def load_results(paths: list[str | Path], allow_empty: bool = False) -> tuple[li
     indexed = index(kit(), paths, allow_empty)
     if indexed.note:
         print(f"note: {indexed.note}", file=sys.stderr)
-    return indexed.runs, indexed.sweeps
+    return indexed
 
 
 def kit():

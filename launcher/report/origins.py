@@ -1,8 +1,9 @@
 """Where each run came from and whether it verified: `report` over signed bundles
 (folders, .tar files, oras:// references) and loose results alike.
 
-resolve() pulls or unpacks bundles and verifies them against the site's trusted
-keys before anything is loaded; mark() sets each loaded run's origin (the site
+pull_and_verify() pulls or unpacks bundles and verifies them against the site's
+trusted keys before anything is loaded; verified() checks the bundles the results
+store's walk found in local folders; mark() sets each loaded run's origin (the site
 that measured it: the signer's, for a bundle) and verification (verified,
 unsigned, failed). A failed bundle's runs get a problem, so they are listed and
 never averaged. origins_table() and sites_table() are the report's section.
@@ -24,23 +25,36 @@ class Origin:
     reason: str
 
 
-def resolve(paths: list) -> tuple[list, dict[Path, Origin]]:
+def pulled(paths: list) -> bool:
+    """Whether any path is a registry reference or a packed bundle (pull_and_verify's)."""
+    from hpcai.launcher.bundles import registry
+
+    return any(registry.is_reference(str(p)) or str(p).endswith(".tar") for p in paths)
+
+
+def verified(envelopes: list[Path]) -> dict[Path, Origin]:
+    """Each result.json's origin (by resolved path) in the bundles whose envelopes
+    the store's walk found (report/store.py Found.envelopes: one walk for both)."""
+    return _verified(envelopes, _trusted()[0]) if envelopes else {}
+
+
+def _trusted() -> tuple:
+    from hpcai.launcher import sites
+    from hpcai.launcher.bundles.trust import trusted_keys
+
+    site = sites.load(None)  # --site is not a report option: $HPCAI_SITE or the host's
+    return trusted_keys(site), bool(site["images"].get("registry_https", True))
+
+
+def pull_and_verify(paths: list) -> tuple[list, dict[Path, Origin]]:
     """The paths load_results can read (bundles pulled or unpacked), and each
     bundled result.json's origin, by resolved path."""
     from hpcai.launcher.bundles import registry
-    from hpcai.launcher.bundles.bundle import ENVELOPE_FILE, unpack
+    from hpcai.launcher.bundles.bundle import unpack
     from hpcai.launcher.bundles.files import read_regular
-
-    if not any(registry.is_reference(str(p)) or str(p).endswith(".tar") or
-               _bundles_under(Path(p), ENVELOPE_FILE) for p in paths):
-        return list(paths), {}
-    from hpcai.launcher import sites
     from hpcai.launcher.bundles.temp import scratch
-    from hpcai.launcher.bundles.trust import trusted_keys
-    from hpcai.launcher.bundles.verify import verify_bundle
 
-    site = sites.load(None)  # --site is not a report option: $HPCAI_SITE or the host's
-    trusted, https = trusted_keys(site), bool(site["images"].get("registry_https", True))
+    trusted, https = _trusted()
     work = scratch("hpcai-report-bundles-")
     plain, origins = [], {}
     for i, given in enumerate(paths):
@@ -52,33 +66,31 @@ def resolve(paths: list) -> tuple[list, dict[Path, Origin]]:
         else:
             folder = Path(text)
         plain.append(folder)
-        for bundle in _bundles_under(folder, ENVELOPE_FILE):
-            verdict = verify_bundle(bundle, trusted)
-            for result in bundle.rglob("result.json"):
-                origins[result.resolve()] = Origin(verdict.site or "?", verdict.status, verdict.reason)
+        origins.update(_verified(_bundles_under(folder), trusted))
     return plain, origins
 
 
-def _bundles_under(path: Path, envelope: str) -> list[Path]:
-    """Folders under path holding a bundle's envelope. os.scandir, not Path.rglob: a
-    fleet's 100,000 run folders are listed in a second, not made into Paths one by one."""
-    import os
+def _verified(bundles: list[Path], trusted) -> dict[Path, Origin]:
+    from hpcai.launcher.bundles.verify import verify_bundle
+
+    origins = {}
+    for bundle in bundles:
+        verdict = verify_bundle(bundle, trusted)
+        for result in bundle.rglob("result.json"):
+            origins[result.resolve()] = Origin(verdict.site or "?", verdict.status, verdict.reason)
+    return origins
+
+
+def _bundles_under(path: Path) -> list[Path]:
+    """Folders under path holding a bundle's envelope (the store's walk, which
+    follows no link below the folder given)."""
+    from hpcai.launcher.report.store import Found, _walk_dir
 
     if path.is_file() or not path.is_dir():
         return []
-    found, stack = [], [str(path)]
-    while stack:
-        folder = stack.pop()
-        try:
-            entries = list(os.scandir(folder))
-        except OSError:
-            continue
-        for entry in entries:
-            if entry.is_dir(follow_symlinks=False):
-                stack.append(entry.path)
-            elif entry.name == envelope and entry.is_file(follow_symlinks=False):
-                found.append(Path(folder))
-    return sorted(found)
+    found = Found([], [], [], [])
+    _walk_dir(path.resolve(), found)
+    return sorted(found.envelopes)
 
 
 def mark(runs: list, origins: dict[Path, Origin]) -> None:

@@ -14,7 +14,10 @@ the file and compares its sha256, so a touched but unchanged file is not
 parsed again. New files are read on every core; each worker writes its rows
 as newline-delimited JSON that DuckDB loads in one statement, and every Run,
 cold or warm, is then built from the index's columns in batches, so a cold
-and a warm report see the same Runs. The index is a cache: deleting
+and a warm report see the same Runs. The folders are walked in a forked child
+(report/forked.py) while the stored Runs under them are built here; after the
+walk, only the rows of new or changed files are built again. The index is a
+cache: deleting
 it costs one cold read. It lives under the user's cache folder (one database
 per set of input folders) or where HPCAI_RESULTS_INDEX says; a database that is
 a symbolic link, not ours, or unusable (locked by another report, broken) is
@@ -33,8 +36,10 @@ import os
 import stat
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 from hpcai.errors import UsageError
+from hpcai.launcher.bundles.files import ENVELOPE_FILE
 from hpcai.launcher.report.ingest import Kit, shown_path
 
 
@@ -60,31 +65,53 @@ COLUMNS = {  # queried by `results ls/show/export`; the r_ columns (run_columns.
 # ---- finding files --------------------------------------------------------------------
 @dataclasses.dataclass
 class Found:
-    results: list[tuple[Path, os.stat_result]]
+    results: list[tuple[Path, os.stat_result]]  # (text, FileKey) from a forked walk
     sweeps: list[Path]
     links: list[Path]  # result.json that are symbolic links: listed, never followed
     roots: list[Path]
+    envelopes: list[Path] = dataclasses.field(default_factory=list)  # folders of signed bundles
 
 
-def walk(paths: list[str | Path], allow_empty: bool = False) -> Found:
-    """result.json and sweep.json under the given files and folders. The folders
-    given are the user's choice (resolved); below them no symbolic link is followed."""
-    found = Found([], [], [], [])
+def roots(paths: list[str | Path]) -> list[Path]:
+    """The files and folders given, resolved (they are the user's choice)."""
+    resolved = []
     for given in paths:
         path = Path(given)
         if not path.exists() and not path.is_symlink():
             raise UsageError(f"{shown_path(path)} does not exist", "give result files or folders")
-        path = path.resolve()
+        resolved.append(path.resolve())
+    return resolved
+
+
+class FileKey(NamedTuple):
+    """What the index keys a file by, from its stat (the fields a forked walk sends back)."""
+
+    st_size: int
+    st_mtime_ns: int
+    st_ino: int
+
+
+def walk(paths: list[str | Path], allow_empty: bool = False, _as_text: bool = False) -> Found:
+    """result.json and sweep.json under the given files and folders. The folders
+    given are the user's choice (resolved); below them no symbolic link is followed.
+    _as_text: results as (text, FileKey), for a forked walk to send back cheaply."""
+    found = Found([], [], [], [])
+    for path in roots(paths):
         found.roots.append(path)
         if path.is_dir():
             _walk_dir(path, found)
         elif path.name == "sweep.json":
             found.sweeps.append(path)
         else:
-            found.results.append((path, path.stat()))
-    found.results = list({p: (p, st) for p, st in found.results}.values())
-    found.results.sort(key=lambda item: item[0].parts)  # Path order, compared in C
+            found.results.append((os.fspath(path), path.stat()))
+    # Paths as text until here: deduplicated, and sorted in Path order (by their parts),
+    # at C speed; a fleet's 100,000 Path objects are made once, in that order.
+    unique = list({text: (text, st) for text, st in found.results}.values())
+    unique.sort(key=lambda item: item[0].split(os.sep))
+    found.results = ([(text, FileKey(st.st_size, st.st_mtime_ns, st.st_ino)) for text, st in unique]
+                     if _as_text else [(Path(text), st) for text, st in unique])
     found.sweeps = sorted(set(found.sweeps))
+    found.envelopes = sorted(set(found.envelopes))
     if not found.results and not found.links and not allow_empty:
         raise UsageError(f"no result.json under {', '.join(shown_path(p) for p in paths)}",
                          "give result files, run folders, sweep folders or a results folder")
@@ -92,6 +119,7 @@ def walk(paths: list[str | Path], allow_empty: bool = False) -> Found:
 
 
 def _walk_dir(top: Path, found: Found) -> None:
+    """Adds what is under top to found; results as (text, stat) for walk() to finish."""
     stack = [str(top)]
     while stack:
         folder = stack.pop()
@@ -106,9 +134,11 @@ def _walk_dir(top: Path, found: Found) -> None:
                 if entry.is_symlink():
                     found.links.append(Path(entry.path))
                 elif entry.is_file(follow_symlinks=False):
-                    found.results.append((Path(entry.path), entry.stat(follow_symlinks=False)))
+                    found.results.append((entry.path, entry.stat(follow_symlinks=False)))
             elif entry.name == "sweep.json" and entry.is_file(follow_symlinks=False):
                 found.sweeps.append(Path(entry.path))
+            elif entry.name == ENVELOPE_FILE and entry.is_file(follow_symlinks=False):
+                found.envelopes.append(Path(folder))
 
 
 # ---- the index database ---------------------------------------------------------------
@@ -243,22 +273,47 @@ class Indexed:
     read: int  # files read this time (new or changed)
     reused: int  # files whose stored reduction was reused
     note: str
+    found: Found | None = None  # the walk: its bundles' envelopes, for report/origins.py
 
 
 PARALLEL_FROM = 2000  # new files from which reading is spread over the CPU cores
 
 
-def index(kit: Kit, paths: list[str | Path], allow_empty: bool = False, con=None) -> Indexed:
+def index(kit: Kit, paths: list[str | Path], allow_empty: bool = False, con=None,
+          found: Found | None = None) -> Indexed:
     """Every result under paths as a Run, from the index where the file is unchanged;
-    copies (same run id and content) marked duplicates. The index is updated."""
+    copies (same run id and content) marked duplicates. The index is updated.
+    found: walk(paths), where the caller has walked them already; else the folders
+    are walked in a forked child (report/forked.py) while the index is read."""
+    import gc
+
+    # Millions of new objects, none of them cyclic: the cycle collector would walk all
+    # of them again and again while they are made (a third of the time at 100,000).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _index(kit, paths, allow_empty, con, found)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _index(kit: Kit, paths: list, allow_empty: bool, con, found: Found | None) -> Indexed:
+    from hpcai.launcher.report.forked import ForkedCall
     from hpcai.launcher.report.ingest import unreadable
 
-    found = walk(paths, allow_empty)
+    walking = ForkedCall(walk, paths, allow_empty, True) if found is None else None
     own = con is None
-    con, note = open_index(kit, found.roots) if own else (con, "")
     try:
+        con, note = open_index(kit, roots(paths) if found is None else found.roots) if own else (con, "")
         known = {row[0]: row[1:] for row in con.execute(
             "SELECT path, size, mtime_ns, ino, sha256 FROM files").fetchall()}
+        # While the folders are walked: every stored Run under them, by key.
+        stored = _stored_under(kit, con, roots(paths)) if walking is not None else None
+        if walking is not None:
+            # Paths stay text (a fleet's 100,000 Path objects cost a fifth of a second):
+            # the stored Runs have theirs; only new and changed files need one.
+            found = walking.result()
         position: dict[str, int] = {}  # key -> place in the runs, in the walk's order
         todo = []  # (path, stat, stored sha256 or None): new or changed files
         for path, st in found.results:
@@ -266,45 +321,92 @@ def index(kit: Kit, paths: list[str | Path], allow_empty: bool = False, con=None
             position[key] = len(position)
             old = known.get(key)
             if not (old and old[:3] == (st.st_size, st.st_mtime_ns, st.st_ino)):
-                todo.append((path, st, old[3] if old else None))  # the stored sha256
+                todo.append((Path(path), st, old[3] if old else None))  # the stored sha256
         seen = set(position)
         _store(con, kit, todo, found, seen, known)
-        runs = _stored_runs(kit, con, position, [path for path, _ in found.results])
+        paths_found = [path for path, _ in found.results]
+        if stored is None or len(todo) > len(position) // 2:
+            runs = _stored_runs(kit, con, position, [Path(p) for p in paths_found])
+        else:
+            runs = _reused_runs(kit, con, stored, position, todo, paths_found)
         runs += [unreadable(kit, p, "a symbolic link: not followed") for p in found.links]
         mark_duplicates(runs)
-        return Indexed(runs, _sweeps(kit, found.sweeps), len(todo), len(found.results) - len(todo), note)
+        return Indexed(runs, _sweeps(kit, found.sweeps), len(todo), len(found.results) - len(todo),
+                       note, found)
     finally:
-        if own:
+        if walking is not None:
+            walking.close()
+        if own and con is not None:
             con.close()
 
 
 BATCH = 5000  # rows turned into Runs at once: the text of 100,000 rows at once is ~0.3 GB
 
 
-def _stored_runs(kit: Kit, con, position: dict[str, int], paths: list[Path]) -> list:
-    """The Runs of the files found (paths, in the walk's order), from their columns."""
+def _stored_runs(kit: Kit, con, position: dict[str, int], paths: list[Path],
+                 only: set[str] | None = None) -> list:
+    """The Runs of the files found (paths, in the walk's order), from their columns;
+    only: just these keys' rows (a few changed files), placed where position says."""
     from hpcai.launcher.report.run_columns import Decoder, layout, select_list
 
     fields = layout(kit.Run)
     decoder = Decoder(kit.Run, fields)
-    import gc
+    runs: list = [None] * len(paths)
+    query, params = f"SELECT path, {select_list(fields)} FROM files", []
+    if only is not None:
+        con.execute("CREATE OR REPLACE TEMP TABLE wanted_paths (path VARCHAR)")
+        con.executemany("INSERT INTO wanted_paths VALUES (?)", [(k,) for k in only])
+        query += " WHERE path IN (SELECT path FROM wanted_paths)"
+    cursor = con.execute(query, params)
+    while batch := cursor.fetchmany(BATCH):
+        places = [position.get(row[0]) for row in batch]
+        kept = [row[1:] for row, place in zip(batch, places) if place is not None]
+        places = [p for p in places if p is not None]
+        for place, run in zip(places, decoder.runs(kept, [paths[p] for p in places])):
+            runs[place] = run
+    return runs
 
+
+def under_clause(roots: list[Path]) -> tuple[str, list]:
+    """A WHERE clause and its parameters: the rows of files under roots."""
+    clauses, params = [], []
+    for root in roots:
+        clauses.append("starts_with(path, ?) OR path = ?")
+        params += [_key(root).rstrip(os.sep) + os.sep, _key(root)]  # "/" is "/", not "//"
+    return "(" + " OR ".join(clauses) + ")", params
+
+
+def _stored_under(kit: Kit, con, under: list[Path]) -> dict[str, object]:
+    """Every stored Run under the roots, by key (each file's path from its own column)."""
+    from hpcai.launcher.report.run_columns import Decoder, layout, select_list
+
+    fields = layout(kit.Run)
+    decoder = Decoder(kit.Run, fields)
+    where, params = under_clause(under)
+    cursor = con.execute(f"SELECT path, {select_list(fields)} FROM files WHERE {where}", params)
+    stored = {}
+    while batch := cursor.fetchmany(BATCH):
+        stored.update(zip((row[0] for row in batch), decoder.runs([row[1:] for row in batch])))
+    return stored
+
+
+def _reused_runs(kit: Kit, con, stored: dict, position: dict[str, int], todo: list,
+                 paths: list) -> list:
+    """The Runs of the files found: stored ones where unchanged, the rows just written
+    for new and changed files."""
+    fresh = {_key(path) for path, _, _ in todo}
+    fresh.update(key for key in position if key not in stored)  # stored, but not found under a root
+    wanted = {position[key] for key in fresh}
     runs: list = [None] * len(position)
-    cursor = con.execute(f"SELECT path, {select_list(fields)} FROM files")
-    # Millions of new objects, none of them cyclic: the cycle collector would walk
-    # every one of them again and again while they are made (a third of the time).
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        while batch := cursor.fetchmany(BATCH):
-            places = [position.get(row[0]) for row in batch]
-            kept = [row[1:] for row, place in zip(batch, places) if place is not None]
-            places = [p for p in places if p is not None]
-            for place, run in zip(places, decoder.runs(kept, [paths[p] for p in places])):
-                runs[place] = run
-    finally:
-        if was_enabled:
-            gc.enable()
+    for key, place in position.items():
+        if key not in fresh:
+            runs[place] = stored[key]
+    if fresh:
+        new = _stored_runs(kit, con, {k: position[k] for k in fresh},
+                           [Path(p) if place in wanted else None for place, p in enumerate(paths)],
+                           only=fresh)
+        for key in fresh:
+            runs[position[key]] = new[position[key]]
     return runs
 
 

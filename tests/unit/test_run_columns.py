@@ -97,6 +97,31 @@ def test_the_index_gives_the_runs_read_from_the_files(tmp_path, results_index):
         for run in runs:
             for name, value in _fields(direct[run.path]).items():
                 assert _same(getattr(run, name), value), (run.run_id, name)
+    assert [r.path for r in warm.runs] == [r.path for r in cold.runs]  # the walk's order
+
+
+def test_a_warm_index_with_a_changed_and_a_new_file_gives_the_files_runs(tmp_path, results_index):
+    # Stored runs are decoded while the folders are walked (in a forked child); the
+    # changed and new files' rows come from the index once written, in the walk's order.
+    crafted_set(tmp_path / "results")
+    odd_folder = tmp_path / "results" / os.fsdecode(b"caf\xe9")  # a name that is not UTF-8
+    write_result(odd_folder, make_result(run_id="odd-folder", cap_w=400.0))
+    cold = index(kit(), [tmp_path / "results"])
+    changed = next(r.path for r in cold.runs if r.run_id != "odd-folder" and r.per_gpu)
+    doc = json.loads(changed.read_text())
+    doc["throughput"]["per_gpu"] = 1.25
+    changed.write_text(json.dumps(doc))
+    os.utime(changed, ns=(3, 3))
+    write_result(odd_folder, make_result(run_id="new-one", cap_w=500.0))
+    warm = index(kit(), [tmp_path / "results"])
+    assert warm.read == 2 and warm.reused == len(cold.runs) - 1
+    assert next(r for r in warm.runs if r.path == changed).per_gpu == 1.25
+    direct = {p: ingest(kit(), p) for p in (tmp_path / "results").rglob("result.json")}
+    assert sorted(r.path for r in warm.runs) == sorted(direct)
+    for run in warm.runs:
+        for name, value in _fields(direct[run.path]).items():
+            assert _same(getattr(run, name), value), (run.run_id, name)
+    assert [r.path for r in warm.runs if r.run_id != "new-one"] == [r.path for r in cold.runs]
 
 
 def test_deleting_the_index_gives_the_same_report(tmp_path, results_index):
