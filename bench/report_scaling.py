@@ -5,11 +5,14 @@ Synthetic results are made from one real tiny result (bench/data/, a
 model, node, site and throughput, so the report has many cells and every
 file a different content hash. For each size (1k, 10k, 100k by default) the
 report runs twice in a fresh process: cold (no results index) and warm (the
-index from the cold run). Printed per run: seconds, peak memory of the report
-process (its own maximum resident set, from wait4), CPU seconds (user + system,
-its worker processes included: on a shared machine wall time follows the
-other users' load, CPU time much less), and the slope (seconds per result),
-so growth faster than linear shows as a rising slope.
+index from the cold run). Printed per run: seconds, peak memory of the report's
+processes together (the report is made in forked workers, so one process's
+maximum resident set says too little: the sum of their proportional set sizes,
+PSS, which counts a page shared by two processes half in each, sampled every
+50 ms), CPU seconds (user + system, its worker processes included: on a shared
+machine wall time follows the other users' load, CPU time much less), and the
+slope (seconds per result), so growth faster than linear shows as a rising
+slope.
 
     .venv/bin/python bench/report_scaling.py --sizes 1000,10000
 """
@@ -23,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -64,15 +68,68 @@ def synthesise(folder: Path, count: int, template: Path = TEMPLATE) -> None:
 
 
 def measure(argv: list[str], env: dict) -> tuple[float, float, float]:
-    """(seconds, peak resident MiB, CPU seconds) of one process."""
+    """(seconds, peak MiB of the process tree's PSS, CPU seconds) of one process."""
     start = time.perf_counter()
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    peak = _TreePeak(proc.pid)
     _, status, usage = os.wait4(proc.pid, 0)
     seconds = time.perf_counter() - start
+    peak.stop()
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         raise SystemExit(f"report failed: {proc.stderr.read().decode()[-2000:]}")
-    return seconds, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
+    return seconds, peak.mib, usage.ru_utime + usage.ru_stime
+
+
+class _TreePeak:
+    """The largest sum of PSS over a process and its descendants, sampled in a thread
+    (a process's own ru_maxrss misses its workers; summing their RSS would count the
+    pages they share after fork once per process)."""
+
+    def __init__(self, pid: int):
+        self.pid, self.mib = pid, 0.0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        while not self._done.wait(0.05):
+            kib = sum(_pss_kib(pid) for pid in _tree(self.pid))
+            self.mib = max(self.mib, kib / 1024)
+
+
+def _tree(root: int) -> list[int]:
+    """root and its descendants, from each process's parent in /proc/<pid>/stat."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat") as fh:
+                    ppid = int(fh.read().rpartition(")")[2].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue  # gone meanwhile
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo += children.get(pid, [])
+    return found
+
+
+def _pss_kib(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            for line in fh:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass  # ended, or a zombie
+    return 0
 
 
 def main() -> None:
@@ -81,7 +138,7 @@ def main() -> None:
     parser.add_argument("--keep", help="make the results under this folder and keep them")
     args = parser.parse_args()
     work = Path(args.keep or tempfile.mkdtemp(prefix="hpcai-report-scaling-"))
-    print("results  index  seconds  peak MiB  cpu seconds  ms per result")
+    print("results  index  seconds  peak MiB  cpu seconds  ms per result  (peak: all its processes, PSS)")
     try:
         for size in (int(s) for s in args.sizes.split(",")):
             folder = work / f"results-{size}"

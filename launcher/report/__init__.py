@@ -4,6 +4,10 @@ cap and plots, written as Markdown, CSV, JSON and one offline HTML page.
 load -> stats (cells) -> efficiency (best cap, Pareto, recommendation) ->
 tables -> plots -> outputs/html. Nothing here imports matplotlib until the
 plots are drawn.
+
+`report` makes it in a forked worker (report/forked.py), which forks the
+figures' worker before it reads a result: the plots are drawn there, from a
+compact copy of the cells, while the tables and data files are written here.
 """
 from __future__ import annotations
 
@@ -33,9 +37,17 @@ class ReportOptions:
 
 def build_report(paths: list, opts: ReportOptions) -> int:
     """The CLI's entry: make the report and say where it is."""
+    from hpcai.launcher.report.forked import ForkedCall
     from hpcai.launcher.report.load import shown_path
 
-    written = make_report(paths, opts)
+    # Made in a forked worker: a fleet's report holds hundreds of MB in millions of
+    # objects, given back to the system at once when the worker ends instead of being
+    # freed one by one (most of a second at 100,000 results).
+    worker = ForkedCall(_made_in_worker, paths, opts, capture=True, retry=False)
+    try:
+        written = worker.result()
+    finally:
+        worker.close()  # interrupted while waiting: the worker goes too
     out = shown_path(Path(opts.output))
     print(f"report of {written['runs']} run(s) ({written['usable']} complete and valid) "
           f"in {out}:")
@@ -76,43 +88,66 @@ class _Parts:
     plots: list = field(default_factory=list)
     skipped: list = field(default_factory=list)
     roof: tuple = ((), (), (), ())  # tables, plots, skipped, notes
+    roof_points: list = field(default_factory=list)  # what the roofline plots draw
     study: tuple = ({}, {}, {})  # tables, plots, notes by section key
+    study_drawing: tuple = ()  # what the studies' plots draw (scaling.draw)
+    power_run: object = None  # the run whose power samples are drawn
     generated: str = ""
     usable: int = 0
+    records: list = field(default_factory=list)  # the cells as report.json and cells.csv hold them
 
 
-def make_report(paths: list, opts: ReportOptions) -> dict:
+_KEPT: list = []  # in build_report's worker: the report's parts, never freed (it ends with os._exit)
+
+
+def _made_in_worker(paths: list, opts: ReportOptions) -> dict:
+    return make_report(paths, opts, keep=_KEPT)
+
+
+def make_report(paths: list, opts: ReportOptions, keep: list | None = None) -> dict:
+    """The report of the results under paths, written under opts.output; keep: a list
+    the report's parts are added to, for a process that ends without freeing them."""
+    from hpcai.launcher.report.forked import ForkedCall, Inbox
     from hpcai.launcher.report.load import shown_path
     from hpcai.launcher.report.tables import status_reason
 
     import gc
 
-    parts = _load(paths, opts)
-    # The Runs (100,000 in a fleet's report) live to the end and hold no cycles: frozen,
-    # the collector stops walking them each time the tables allocate (unfrozen after).
-    gc.freeze()
+    # The figures (matplotlib: seconds at any size) are drawn by a worker on another
+    # core while the tables and data files are made here. It is forked first, before
+    # any result is read, and gets a compact copy of what it draws through a pipe: a
+    # child forked later would share the results' memory, and CPython's reference
+    # counts, written on every use, would copy it page by page into both processes.
+    given = Inbox()
+    figures = ForkedCall(_figures, given, inbox=given)
+    # Runs (100,000 in a fleet's report), cells, tables and records hold no cycles: the
+    # collector is off while they are made (its passes over them cost seconds and free
+    # nothing), and they are frozen so that a collection elsewhere never walks them.
     collecting = gc.isenabled()
+    gc.disable()
     try:
-        # Cells, tables and records hold no cycles either: the collector is off while they
-        # are made (over 100,000 runs its passes cost seconds and free nothing), and on,
-        # past them (frozen), while matplotlib's figures, which do hold cycles, are drawn.
-        gc.disable()
-        _analyse(parts, opts)
-        _tabulate(parts, opts)
+        parts = _load(paths, opts)
         gc.freeze()
-        if collecting:
-            gc.enable()
-        _draw(parts, opts)
-        gc.disable()
+        _analyse(parts, opts)
+        _studies(parts, opts.power_run)
+        given.send(_figure_inputs(parts, opts))
+        _tabulate(parts, opts)
+        csv_paths = _write_csvs(parts)
+        _take_figures(parts, figures.result())
         meta = _meta(parts, opts)
         sections = _sections(parts)
         md_path, html_path = _write_pages(parts.out, opts.title, meta, sections)
-        csv_paths, json_path = _write_data(parts, opts, paths)
+        json_path = _write_json(parts, opts, paths)
     finally:
-        gc.unfreeze()
-        if collecting:
-            gc.enable()
+        figures.close()
+        given.close()
+        if keep is None:  # a worker that ends at once needs no collector (a full pass: 0.4 s)
+            gc.unfreeze()
+            if collecting:
+                gc.enable()
     runs = parts.runs
+    if keep is not None:
+        keep.append(parts)
     return {"markdown": md_path, "html": html_path, "json": json_path, "csv": csv_paths,
             "plots": parts.plots, "skipped_plots": parts.skipped, "runs": len(runs),
             "usable": parts.usable,
@@ -123,10 +158,15 @@ def make_report(paths: list, opts: ReportOptions) -> dict:
 
 def _load(paths: list, opts: ReportOptions) -> _Parts:
     from hpcai.launcher.report import origins
-    from hpcai.launcher.report.load import load_reference, load_results
+    from hpcai.launcher.report.load import load_indexed, load_reference
 
-    paths, where = origins.resolve(paths)  # bundles pulled, unpacked and verified first
-    runs, sweeps = load_results(paths, allow_empty=opts.reference)
+    if origins.pulled(paths):  # bundles pulled or unpacked, and verified, first
+        paths, where = origins.pull_and_verify(paths)
+        indexed = load_indexed(paths, allow_empty=opts.reference)
+    else:  # local folders walked once: for their results and their bundles
+        indexed = load_indexed(paths, allow_empty=opts.reference)
+        where = origins.verified(indexed.found.envelopes)
+    runs, sweeps = indexed.runs, indexed.sweeps
     origins.mark(runs, where)
     reference = load_reference(opts.reference_file) if opts.reference else None
     if opts.power_run and all(r.run_id != opts.power_run for r in runs):
@@ -191,26 +231,86 @@ def _tabulate(parts: _Parts, opts: ReportOptions) -> None:
         named["cap_binding"], named["serving_phases"],
         named["fixed"], named["facility"], named["boundaries"], named["statistics"],
         named["excluded"], named["sweeps"], named["runs"]) if t is not None]
+    roof_tables, study_tables = parts.roof[0], parts.study[0]
+    parts.all_tables += [*roof_tables, *(t for key in study_tables for t in study_tables[key])]
 
 
-def _draw(parts: _Parts, opts: ReportOptions) -> None:
-    """The plots, then the roofline and the scaling studies (tables and plots)."""
+def _studies(parts: _Parts, power_run: str | None) -> None:
+    """The roofline's and the scaling studies' tables and notes, and what the plots need:
+    small, made here, so that the figures' child never reads a fleet's runs (each object
+    it touches is copied into it: CPython's reference counts are in the objects)."""
+    from hpcai.launcher.report import roofline, scaling
+    from hpcai.launcher.report.plots import pick_power_run
+
+    roof_tables, roof_notes, parts.roof_points = roofline.section(parts.runs, parts.reference)
+    parts.roof = (roof_tables, [], [], roof_notes)
+    study_tables, study_notes, parts.study_drawing = scaling.section(parts.runs, parts.cells,
+                                                                     parts.work)
+    parts.study = (study_tables, {key: [] for key in study_tables}, study_notes)
+    parts.power_run = pick_power_run(parts.runs, parts.analyses, power_run)
+
+
+def _figure_inputs(parts: _Parts, opts: ReportOptions) -> dict:
+    """What the figures draw, without the runs: the cells and analyses copied with no
+    runs in them (the same objects stay the same: a row's best cell is one of its
+    cells), the run whose power samples are drawn, and the studies' small inputs."""
+    import dataclasses
+
+    slim = {id(c): dataclasses.replace(c, runs=[]) for c in parts.cells}
+
+    def cell(c):
+        return None if c is None else slim[id(c)]
+
+    analyses = [dataclasses.replace(a, cells=[cell(c) for c in a.cells],
+                                    candidates=[cell(c) for c in a.candidates],
+                                    best=cell(a.best), fastest=cell(a.fastest),
+                                    recommended=cell(a.recommended), min_edp=cell(a.min_edp),
+                                    pareto=[cell(c) for c in a.pareto])
+                for a in parts.analyses]
+    return {"folder": parts.out / "plots", "cells": list(slim.values()), "analyses": analyses,
+            "power_run": parts.power_run, "reference": parts.reference,
+            "roof_points": parts.roof_points, "study_drawing": parts.study_drawing}
+
+
+def _figures(given) -> tuple:
+    """Every plot, as PNG and SVG under the report's plots/, from _figure_inputs sent
+    through given (forked.Inbox): (plots, not drawn, the roofline's plots, its not
+    drawn, the studies' plots by section key)."""
+    import gc
+
     from hpcai.launcher.report import roofline, scaling
     from hpcai.launcher.report.plots import make_plots
 
-    folder = parts.out / "plots"
-    parts.plots, parts.skipped = make_plots(folder, parts.cells, parts.analyses, parts.runs,
-                                            parts.reference, opts.power_run)
-    parts.roof = roofline.section(folder, parts.runs, parts.reference)
-    roof_tables, roof_plots, roof_skipped, _notes = parts.roof
-    parts.all_tables += roof_tables
-    parts.plots += roof_plots
-    parts.skipped += roof_skipped
-    parts.study = scaling.section(folder, parts.runs, parts.cells, parts.work)
-    study_tables, study_plots, _notes = parts.study
-    for key in study_tables:
-        parts.all_tables += study_tables[key]
-        parts.plots += study_plots[key]
+    inputs = given.receive()
+    # matplotlib's figures hold cycles: the collector runs while they are drawn, over
+    # new objects only (the report's are frozen), and once more after them.
+    gc.freeze()
+    collecting = gc.isenabled()
+    gc.enable()
+    try:
+        folder = inputs["folder"]
+        plots, skipped = make_plots(folder, inputs["cells"], inputs["analyses"],
+                                    inputs["power_run"], inputs["reference"])
+        roof_plots, roof_skipped = (roofline.roofline_plots(folder, inputs["roof_points"])
+                                    if inputs["roof_points"] else ([], []))
+        study_plots = scaling.draw(folder, inputs["study_drawing"])
+        gc.collect()  # drawn in this process (no fork): their cycles go now, not at exit
+        return plots, skipped, roof_plots, roof_skipped, study_plots
+    finally:
+        gc.unfreeze()
+        if not collecting:
+            gc.disable()
+
+
+def _take_figures(parts: _Parts, figures: tuple) -> dict[str, Path]:
+    """The figures into parts; the CSV files the figures' child wrote, by table key."""
+    plots, skipped, roof_plots, roof_skipped, study_plots = figures
+    roof_tables, _, _, roof_notes = parts.roof
+    parts.roof = (roof_tables, roof_plots, roof_skipped, roof_notes)
+    study_tables, _, study_notes = parts.study
+    parts.study = (study_tables, study_plots, study_notes)
+    parts.plots = [*plots, *roof_plots, *(p for key in study_tables for p in study_plots[key])]
+    parts.skipped = [*skipped, *roof_skipped]
 
 
 def _meta(parts: _Parts, opts: ReportOptions) -> list[str]:
@@ -317,25 +417,32 @@ def _write_pages(out: Path, title: str, meta: list[str], sections: list) -> tupl
     return md_path, html_path
 
 
-def _write_data(parts: _Parts, opts: ReportOptions, paths: list) -> tuple[list, Path]:
-    """One CSV per table, the cells' CSV, and report.json."""
+def _write_csvs(parts: _Parts) -> list[Path]:
+    """One CSV per table, and the cells' CSV."""
+    from hpcai.launcher.report import outputs
+
+    csv_paths = [outputs.write_table_csv(t, parts.out) for t in parts.all_tables]
+    by_group = {a.group: a for a in parts.analyses}
+    parts.records = [outputs.cell_record(c, by_group.get(c.group)) for c in parts.cells]
+    csv_paths.append(outputs.write_cells_csv(parts.records, parts.out))
+    return csv_paths
+
+
+def _write_json(parts: _Parts, opts: ReportOptions, paths: list) -> Path:
+    """report.json: every table, cell and best cap, with the options that made them."""
     from hpcai.launcher.report import outputs
     from hpcai.launcher.report.load import shown_path
     from hpcai.launcher.report.long_tables import all_texts  # rows made as written
 
     out, work, runs = parts.out, parts.work, parts.runs
-    csv_paths = [outputs.write_table_csv(t, out) for t in parts.all_tables]
-    by_group = {a.group: a for a in parts.analyses}
-    records = [outputs.cell_record(c, by_group.get(c.group)) for c in parts.cells]
-    csv_paths.append(outputs.write_cells_csv(records, out))
-    json_path = outputs.write_json({
+    return outputs.write_json({
         "kind": "hpcai.report", "report_version": 1, "generated": parts.generated,
         "title": opts.title, "inputs": [shown_path(p) for p in paths],
         "options": {"node_overhead_w": opts.node_overhead_w, "max_slowdown": opts.max_slowdown,
                     "work": work, "noisy_cv": opts.noisy_cv, "reference": opts.reference,
                     "combine_runs": opts.combine_runs, "objective": opts.objective},
         "node_overhead": parts.overhead,
-        "cells": records,
+        "cells": parts.records,
         "best_caps": [outputs.analysis_record(a, work) for a in parts.analyses],
         "excluded_runs": [{"run_id": r.run_id, "status": r.status, "problems": r.problems,
                            "failed_checks": r.failed_checks,
@@ -350,7 +457,6 @@ def _write_data(parts: _Parts, opts: ReportOptions, paths: list) -> tuple[list, 
                    "svg": str(p.svg.relative_to(out))} for p in parts.plots],
         "plots_not_drawn": parts.skipped,
     }, out)
-    return csv_paths, json_path
 
 
 def overhead_note(runs, override: float | None) -> str:

@@ -10,6 +10,7 @@ while they are written) is written as a list without being held in memory.
 from __future__ import annotations
 
 import json
+import math
 from json.encoder import encode_basestring_ascii as _str  # the C encoder where built
 
 _INDENT = "  "
@@ -29,9 +30,23 @@ def dump(doc, fh) -> None:
     fh.write("".join(chunks))
 
 
+def _float(o: float) -> str:
+    if not math.isfinite(o):
+        raise ValueError("Out of range float values are not JSON compliant: " + repr(o))
+    return float.__repr__(o)
+
+
+# By exact type, the common case: one lookup instead of a chain of isinstance checks.
+_BY_TYPE = {str: _str, float: _float, int: int.__repr__, bool: lambda o: "true" if o else "false",
+            type(None): lambda o: "null"}
+
+
 def _scalar(o) -> str | None:
     """The JSON text of a scalar, None for a container or another type. The
     order of the checks is json.encoder._make_iterencode's (bool before int)."""
+    encode = _BY_TYPE.get(type(o))
+    if encode is not None:
+        return encode(o)
     if isinstance(o, str):
         return _str(o)
     if o is None:
@@ -43,13 +58,21 @@ def _scalar(o) -> str | None:
     if isinstance(o, int):
         return int.__repr__(o)
     if isinstance(o, float):
-        if o != o or o in (float("inf"), float("-inf")):
-            raise ValueError("Out of range float values are not JSON compliant: " + repr(o))
-        return float.__repr__(o)
+        return _float(o)
     return None
 
 
+_KEYS: dict[str, str] = {}  # a record's keys repeat in every record: encoded once
+
+
 def _key(k) -> str:
+    if type(k) is str:
+        text = _KEYS.get(k)
+        if text is None:
+            text = _str(k)
+            if len(_KEYS) < 4096:  # keys a result brings along are not kept for ever
+                _KEYS[k] = text
+        return text
     if isinstance(k, str):
         return _str(k)
     if isinstance(k, float):

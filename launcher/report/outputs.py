@@ -6,8 +6,8 @@ import csv
 from pathlib import Path
 
 from hpcai.launcher.report.efficiency import Analysis, edp_per_unit, fixed_work
-from hpcai.launcher.report.long_tables import plain_csv_value
-from hpcai.launcher.report.safe_text import csv_cell
+from hpcai.launcher.report.long_tables import plain_csv_value, plain_csv_values
+from hpcai.launcher.report.safe_text import csv_cell, csv_row
 from hpcai.launcher.report.stats import Cell
 from hpcai.launcher.report.tables import Table
 
@@ -49,11 +49,14 @@ def write_table_csv(table: Table, folder: Path) -> Path:
     with _replacing(folder, f"{table.key}.csv") as fh:
         writer = csv.writer(fh)
         writer.writerow(header)
-        for row in table.rows:
-            writer.writerow([csv_cell(get(row[i])) for i, get in getters])
+        if table.flag_columns:
+            writer.writerows([csv_cell(get(row[i])) for i, get in getters] for row in table.rows)
+        else:  # a value per cell: made a row at a time
+            writer.writerows(csv_row(plain_csv_values([c.text for c in row], [c.value for c in row]))
+                             for row in table.rows)
         if table.more is not None:  # the rows made from the runs as they are written
             assert not table.flag_columns, "long tables have no cap columns"
-            writer.writerows([csv_cell(v) for v in values] for values in table.more.csv_rows())
+            writer.writerows(csv_row(values) for values in table.more.csv_rows())
     return folder / f"{table.key}.csv"
 
 
@@ -119,9 +122,9 @@ def write_cells_csv(records: list[dict], folder: Path) -> Path:
         writer = csv.writer(fh)
         writer.writerow(CELL_COLUMNS)
         for rec in records:
-            writer.writerow([csv_cell("" if rec[k] is None else
-                                      " ".join(rec[k]) if isinstance(rec[k], list) else rec[k])
-                             for k in CELL_COLUMNS])
+            values = [rec[k] for k in CELL_COLUMNS]
+            writer.writerow(csv_row(["" if v is None else " ".join(v) if isinstance(v, list) else v
+                                     for v in values]))
     return path
 
 

@@ -69,9 +69,10 @@ def _slug(text: str) -> str:
     return slug
 
 
-def make_plots(folder: Path, cells: list[Cell], analyses: list[Analysis], runs: list[Run],
-               reference: list[RefPoint] | None, power_run: str | None) -> tuple[list[Plot], list[str]]:
-    """Every figure there is data for; and a line for each one left out, with why."""
+def make_plots(folder: Path, cells: list[Cell], analyses: list[Analysis], run: Run | None,
+               reference: list[RefPoint] | None) -> tuple[list[Plot], list[str]]:
+    """Every figure there is data for; and a line for each one left out, with why.
+    run: the run whose power samples are drawn (pick_power_run's)."""
     plots, skipped = [], []
     sites = len({c.group.site for c in cells}) > 1
     by_workload: dict[str, list[Cell]] = {}
@@ -93,7 +94,6 @@ def make_plots(folder: Path, cells: list[Cell], analyses: list[Analysis], runs: 
             plot.caption += series_note(left_out)
         if not any(c.sm_clock_mhz is not None or c.memory_clock_mhz is not None for c in mine):
             skipped.append(f"clocks of {workload}: no GPU clocks were sampled")
-    run = pick_power_run(runs, analyses, power_run)
     if run is not None:
         plot = power_plot(folder, run)
         if plot is not None:

@@ -368,8 +368,8 @@ def roofline_plots(folder, points: list[Point]) -> tuple[list, list[str]]:
     return plots, skipped
 
 
-def section(folder, runs: list[Run], reference: list[RefPoint] | None) -> tuple[list, list, list[str], list[str]]:
-    """(tables, plots, plots not drawn, notes) of the report's roofline and
+def section(runs: list[Run], reference: list[RefPoint] | None) -> tuple[list, list[str], list[Point]]:
+    """(tables, notes, the points roofline_plots draws) of the report's roofline and
     correlation section."""
     points = collect(runs, reference)
     tables = [t for t in (efficiency_table(points), correlation_table(correlations(points))) if t is not None]
@@ -380,5 +380,4 @@ def section(folder, runs: list[Run], reference: list[RefPoint] | None) -> tuple[
     if reference:
         notes.append(PAPER_DEVICES_NOTE.format(paper_devices.describe()))
         notes += paper_flops_notes(runs, reference)
-    plots, skipped = roofline_plots(folder, points) if points else ([], [])
-    return tables, plots, skipped, notes
+    return tables, notes, points

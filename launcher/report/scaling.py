@@ -78,31 +78,40 @@ def trend_tables(runs: list[Run]) -> list[Table]:
     return tables
 
 
-def trend_plots(folder, runs: list[Run]) -> list:
+def trend_points(runs: list[Run]) -> dict[str, dict[tuple, tuple]]:
+    """What trend_plots draws, by axis: (workload, others, cap, value) -> the means of
+    its runs' throughput per GPU, TFLOP/s per GPU and fraction of peak (made where
+    the runs are, so that the figures' process never reads a fleet's runs)."""
+    reads = (lambda r: r.per_gpu,
+             lambda r: r.achieved_tflops_node / r.processes if r.achieved_tflops_node is not None else None,
+             lambda r: r.fraction_of_peak)
+    return {axis: {key: tuple(_mean([read(r) for r in members]) for read in reads)
+                   for key, members in _trend_rows(runs, axis).items()}
+            for axis in SIZE_AXES}
+
+
+def trend_plots(folder, points: dict[str, dict[tuple, tuple]]) -> list:
     from hpcai.launcher.report.plots import _pyplot, _save, _slug
 
     plots = []
     for axis in SIZE_AXES:
-        rows = _trend_rows(runs, axis)
+        rows = points.get(axis, {})
         for workload in sorted({k[0] for k in rows}):
             lines: dict[tuple, list] = {}
-            for (w, others, cap, value), members in rows.items():
+            for (w, others, cap, value), means in rows.items():
                 if w == workload:
-                    lines.setdefault((others, cap), []).append((value, members))
-            if all(len(points) < 2 for points in lines.values()):
+                    lines.setdefault((others, cap), []).append((value, means))
+            if all(len(line) < 2 for line in lines.values()):
                 continue
             plt = _pyplot()
             fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
-            figures = (("throughput per GPU", lambda r: r.per_gpu),
-                       ("TFLOP/s per GPU", lambda r: r.achieved_tflops_node / r.processes
-                        if r.achieved_tflops_node is not None else None),
-                       ("fraction of peak", lambda r: r.fraction_of_peak))
-            for ax, (label, read) in zip(axes, figures):
-                for (others, cap), points in sorted(lines.items(), key=lambda kv: (
+            labels = ("throughput per GPU", "TFLOP/s per GPU", "fraction of peak")
+            for i, (ax, label) in enumerate(zip(axes, labels)):
+                for (others, cap), line in sorted(lines.items(), key=lambda kv: (
                         kv[0][0], cap_sort_key(kv[0][1]))):
-                    points = sorted(points, key=lambda p: _sort_value(p[0]))
-                    xs = [str(v) for v, _ in points]
-                    ys = [_mean([read(r) for r in members]) for _, members in points]
+                    line = sorted(line, key=lambda p: _sort_value(p[0]))
+                    xs = [str(v) for v, _ in line]
+                    ys = [means[i] for _, means in line]
                     if any(y is not None for y in ys):
                         ax.plot(xs, [y if y is not None else float("nan") for y in ys],
                                 marker="o", label=f"{others}, {cap_label(cap)}")
@@ -223,16 +232,23 @@ def split_table(runs: list[Run]) -> Table | None:
                   "train on synthetic inputs preloaded on the device (no wait)."])
 
 
-def split_plot(folder, runs: list[Run]) -> list:
+def split_bars(runs: list[Run]) -> tuple[list[Run], int]:
+    """The runs split_plot draws (thousands of bars: the first stay readable), and how
+    many more there are."""
+    from hpcai.launcher.report.readable import PLOT_BARS
+
+    these = [r for r in runs if r.input]
+    return these[:PLOT_BARS], max(0, len(these) - PLOT_BARS)
+
+
+def split_plot(folder, bars: tuple[list[Run], int]) -> list:
     from hpcai.launcher.report.plots import _pyplot, _save
 
     from hpcai.launcher.report.readable import PLOT_BARS
 
-    these = [r for r in runs if r.input]
+    these, left_out = bars
     if not these:
         return []
-    left_out = max(0, len(these) - PLOT_BARS)  # thousands of bars: the first stay readable
-    these = these[:PLOT_BARS]
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 0.5 * len(these) + 1.8))
     labels = [f"{r.workload} ×{r.processes} {', '.join(f'{k} {v}' for k, v in r.point.items())} "
@@ -322,17 +338,24 @@ def scaling_plots(folder, series: list) -> list:
     return plots
 
 
-def section(folder, runs: list[Run], cells: list[Cell], work: dict[str, float]):
-    """(tables, plots, notes) of the report's scaling-study sections."""
+def section(runs: list[Run], cells: list[Cell], work: dict[str, float]):
+    """(tables, notes, what draw() needs: small, never the runs) of the report's
+    scaling-study sections."""
     usable = [r for r in runs if r.usable]
     trends = trend_tables(usable)
     par_tables, par_notes, par_series = parallelism(cells, work)
     split = split_table(usable)
     scale_tables, scale_series = node_scaling(usable)
-    plots = {"trends": trend_plots(folder, usable),
-             "parallelism": parallelism_plots(folder, par_series),
-             "split": split_plot(folder, usable),
-             "scaling": scaling_plots(folder, scale_series)}
     tables = {"trends": trends, "parallelism": par_tables,
               "split": [split] if split else [], "scaling": scale_tables}
-    return tables, plots, {"parallelism": par_notes}
+    drawing = (trend_points(usable), par_series, split_bars(usable), scale_series)
+    return tables, {"parallelism": par_notes}, drawing
+
+
+def draw(folder, drawing: tuple) -> dict[str, list]:
+    """The scaling studies' plots, by section key, from section()'s third part."""
+    trends, par_series, bars, scale_series = drawing
+    return {"trends": trend_plots(folder, trends),
+            "parallelism": parallelism_plots(folder, par_series),
+            "split": split_plot(folder, bars),
+            "scaling": scaling_plots(folder, scale_series)}

@@ -10,10 +10,11 @@ runs enter a cell.
 from __future__ import annotations
 
 import functools
+import statistics
 from dataclasses import dataclass, field, replace
 
 from hpcai.launcher.report.load import Run
-from hpcai.measure.stats import throughput_stats
+from hpcai.measure.stats import stdev, throughput_stats
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,10 @@ class Group:
     # --vary: the grid point's parameters other than the GPUs (already in processes).
     point: str = ""
 
-    @property
+    # The labels: asked for once per table row (hundreds of thousands of times over a
+    # fleet's cells), made once per group (the instance's own cache; eq and hash are the
+    # fields').
+    @functools.cached_property
     def clocks(self) -> str:
         """"SM 1410 MHz, memory 2619 MHz"; "" for the GPU's own clocks."""
         from hpcai.launcher.plan import clock_label
@@ -53,6 +57,10 @@ class Group:
         return f"{label} @ {self.site}" if with_site else label
 
     def workload_label(self) -> str:
+        return self._workload_label
+
+    @functools.cached_property
+    def _workload_label(self) -> str:
         label = self.workload if self.preset in ("paper", "?") else f"{self.workload} ({self.preset})"
         if self.clocks:
             label = f"{label}, {self.clocks}"
@@ -174,28 +182,38 @@ def origin(run: Run) -> str:
     return f"run {run.run_id}"
 
 
-def _series(usable: list[Run], combine: bool) -> dict[str, str]:
+def _series(usable: list[Run], groups: list[Group], combine: bool) -> dict[str, str]:
     """Run id -> series label. Independent runs (other sweeps, plain runs) share a
     row while their caps differ; one at a cap the row already has starts another
-    row ("run set 2"), unless combine asks for them to be taken as repeats."""
+    row ("run set 2"), unless combine asks for them to be taken as repeats.
+    groups: each usable run's group_of."""
+    import heapq
+
     series: dict[str, str] = {}
     if combine:
         return series
     by_group: dict[Group, dict[str, list[Run]]] = {}
-    for run in sorted(usable, key=lambda r: r.started or ""):
-        by_group.setdefault(group_of(run), {}).setdefault(origin(run), []).append(run)
+    for i in sorted(range(len(usable)), key=lambda i: usable[i].started or ""):
+        by_group.setdefault(groups[i], {}).setdefault(origin(usable[i]), []).append(usable[i])
     for origins in by_group.values():
-        rows: list[set] = []
-        placed = []
+        # Each origin takes the first row without any of its caps. Rows are kept by the
+        # caps they hold (a few kinds, however many rows: a fleet has thousands of sweeps
+        # per group), each kind's rows in a heap, so the first free row is found without
+        # looking at every row (quadratic in the sweeps).
+        rows_holding: dict[frozenset, list[int]] = {}
+        count, placed = 0, []
         for members in origins.values():
-            caps = {r.cap_w for r in members}
-            index = next((i for i, taken in enumerate(rows) if not taken & caps), None)
-            if index is None:
-                rows.append(set())
-                index = len(rows) - 1
-            rows[index] |= caps
+            caps = frozenset(r.cap_w for r in members)
+            free = [(heap[0], taken) for taken, heap in rows_holding.items()
+                    if heap and not taken & caps]
+            if free:
+                index, taken = min(free, key=lambda item: item[0])
+                heapq.heappop(rows_holding[taken])
+            else:
+                index, taken, count = count, frozenset(), count + 1
+            heapq.heappush(rows_holding.setdefault(taken | caps, []), index)
             placed.append((index, members))
-        if len(rows) > 1:
+        if count > 1:
             for index, members in placed:
                 for run in members:
                     series[run.run_id] = f"run set {index + 1}"
@@ -210,10 +228,11 @@ def aggregate(runs: list[Run], overhead_w: float | None, noisy_cv: float,
     _group.cache_clear()  # groups are made per report (never one from an earlier report)
     with_series.cache_clear()
     usable = [r for r in runs if r.usable]
-    series = _series(usable, combine_runs)
+    groups = [group_of(r) for r in usable]
+    series = _series(usable, groups, combine_runs)
     buckets: dict[tuple[Group, float | None], list[Run]] = {}
-    for run in usable:
-        group = with_series(group_of(run), series.get(run.run_id, ""))
+    for run, group in zip(usable, groups):
+        group = with_series(group, series.get(run.run_id, ""))
         buckets.setdefault((group, run.cap_w), []).append(run)
     cells = [_cell(group, cap, members, overhead_w, noisy_cv)
              for (group, cap), members in buckets.items()]
@@ -244,10 +263,19 @@ def _cell(group: Group, cap: float | None, runs: list[Run], overhead_w, noisy_cv
     if cell.repeats.n >= 2 and cell.repeats.cv is not None and cell.repeats.cv > noisy_cv:
         cell.noise.append(f"repeats vary by {cell.repeats.cv:.1%} (CV)")
     for run in runs:
-        epoch = describe(run.per_epoch_per_gpu)
-        if epoch.cv is not None and epoch.cv > noisy_cv:
-            cell.noise.append(f"run {run.run_id}: epochs vary by {epoch.cv:.1%} (CV)")
+        cv = _cv(run.per_epoch_per_gpu)
+        if cv is not None and cv > noisy_cv:
+            cell.noise.append(f"run {run.run_id}: epochs vary by {cv:.1%} (CV)")
     return cell
+
+
+def _cv(values: list) -> float | None:
+    """describe(values).cv, without the interval: one per run of a fleet's report."""
+    values = [v for v in values if v is not None]
+    if len(values) < 2:
+        return None
+    mean = statistics.fmean(values)
+    return stdev(values, mean) / mean if mean else None
 
 
 def _mean(values):
