@@ -105,3 +105,16 @@ def test_each_node_of_a_multi_node_run_is_its_own_row(tmp_path):
     cells = aggregate(runs, None, 0.05)
     assert sorted((c.group.nodes, c.throughput) for c in cells) == [(1, 1000.0), (2, 890.0)]
     assert {c.group.device_label() for c in cells} == {"H100 ×4", "H100 ×4 per node, 2 nodes"}
+
+
+def test_a_runs_epoch_cv_is_describes():
+    # stats._cv skips the interval describe() computes, one per run of a fleet: same CV.
+    import random
+
+    from hpcai.launcher.report.stats import _cv, describe
+
+    rng = random.Random(7)
+    cases = [[], [5.0], [None, 5.0], [0.0, 0.0], [1.0, -1.0], [3.0, None, 3.0]]
+    cases += [[rng.uniform(1, 100) for _ in range(rng.randint(2, 12))] for _ in range(200)]
+    for values in cases:
+        assert _cv(values) == describe(values).cv, values
