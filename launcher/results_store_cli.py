@@ -215,12 +215,12 @@ def _export(paths, output, fmt, **filters):
 def _write_csv(path: Path, rows: list) -> None:
     import csv
 
-    from hpcai.launcher.report.safe_text import csv_cell
+    from hpcai.launcher.report.safe_text import csv_row
 
     with open(path, "w", newline="", encoding="utf-8", errors="backslashreplace") as fh:
         writer = csv.writer(fh)
         writer.writerow(EXPORT_COLUMNS)
-        writer.writerows([csv_cell(v) for v in row] for row in rows)
+        writer.writerows(csv_row(row) for row in rows)
 
 
 def _sql_text(path: Path) -> str:

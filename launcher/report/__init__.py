@@ -302,8 +302,8 @@ def _figures(given) -> tuple:
             gc.disable()
 
 
-def _take_figures(parts: _Parts, figures: tuple) -> dict[str, Path]:
-    """The figures into parts; the CSV files the figures' child wrote, by table key."""
+def _take_figures(parts: _Parts, figures: tuple) -> None:
+    """The figures' worker's plots (and those it could not draw) into parts."""
     plots, skipped, roof_plots, roof_skipped, study_plots = figures
     roof_tables, _, _, roof_notes = parts.roof
     parts.roof = (roof_tables, roof_plots, roof_skipped, roof_notes)

@@ -279,12 +279,10 @@ class Indexed:
 PARALLEL_FROM = 2000  # new files from which reading is spread over the CPU cores
 
 
-def index(kit: Kit, paths: list[str | Path], allow_empty: bool = False, con=None,
-          found: Found | None = None) -> Indexed:
+def index(kit: Kit, paths: list[str | Path], allow_empty: bool = False, con=None) -> Indexed:
     """Every result under paths as a Run, from the index where the file is unchanged;
-    copies (same run id and content) marked duplicates. The index is updated.
-    found: walk(paths), where the caller has walked them already; else the folders
-    are walked in a forked child (report/forked.py) while the index is read."""
+    copies (same run id and content) marked duplicates. The index is updated. The
+    folders are walked in a forked child (report/forked.py) while the index is read."""
     import gc
 
     # Millions of new objects, none of them cyclic: the cycle collector would walk all
@@ -292,28 +290,28 @@ def index(kit: Kit, paths: list[str | Path], allow_empty: bool = False, con=None
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _index(kit, paths, allow_empty, con, found)
+        return _index(kit, paths, allow_empty, con)
     finally:
         if collecting:
             gc.enable()
 
 
-def _index(kit: Kit, paths: list, allow_empty: bool, con, found: Found | None) -> Indexed:
+def _index(kit: Kit, paths: list, allow_empty: bool, con) -> Indexed:
     from hpcai.launcher.report.forked import ForkedCall
     from hpcai.launcher.report.ingest import unreadable
 
-    walking = ForkedCall(walk, paths, allow_empty, True) if found is None else None
+    walking = ForkedCall(walk, paths, allow_empty, True)
     own = con is None
     try:
-        con, note = open_index(kit, roots(paths) if found is None else found.roots) if own else (con, "")
+        given = roots(paths)
+        con, note = open_index(kit, given) if own else (con, "")
         known = {row[0]: row[1:] for row in con.execute(
             "SELECT path, size, mtime_ns, ino, sha256 FROM files").fetchall()}
         # While the folders are walked: every stored Run under them, by key.
-        stored = _stored_under(kit, con, roots(paths)) if walking is not None else None
-        if walking is not None:
-            # Paths stay text (a fleet's 100,000 Path objects cost a fifth of a second):
-            # the stored Runs have theirs; only new and changed files need one.
-            found = walking.result()
+        stored = _stored_under(kit, con, given)
+        # Paths stay text (a fleet's 100,000 Path objects cost a fifth of a second):
+        # the stored Runs have theirs; only new and changed files need one.
+        found = walking.result()
         position: dict[str, int] = {}  # key -> place in the runs, in the walk's order
         todo = []  # (path, stat, stored sha256 or None): new or changed files
         for path, st in found.results:
@@ -325,7 +323,7 @@ def _index(kit: Kit, paths: list, allow_empty: bool, con, found: Found | None) -
         seen = set(position)
         _store(con, kit, todo, found, seen, known)
         paths_found = [path for path, _ in found.results]
-        if stored is None or len(todo) > len(position) // 2:
+        if len(todo) > len(position) // 2:
             runs = _stored_runs(kit, con, position, [Path(p) for p in paths_found])
         else:
             runs = _reused_runs(kit, con, stored, position, todo, paths_found)
@@ -334,8 +332,7 @@ def _index(kit: Kit, paths: list, allow_empty: bool, con, found: Found | None) -
         return Indexed(runs, _sweeps(kit, found.sweeps), len(todo), len(found.results) - len(todo),
                        note, found)
     finally:
-        if walking is not None:
-            walking.close()
+        walking.close()
         if own and con is not None:
             con.close()
 
