@@ -91,7 +91,7 @@ def make_plan(opts: Options, placement: dict | None = None,
         runtime=runtime.select(opts.runtime, site, node.vendor, workload.image_family,
                                opts.image, log,
                                plugin=workload.name if workload.name in catalog.PLUGINS else None),
-        gpu_name=_gpu_name(node, gpu_indices) if device == "cuda" else None,
+        **(_gpu_model(node, gpu_indices) if device == "cuda" else {}),
     )
     spec = _complete_spec(spec, site, opts, picked if gpu_indices else None)
     spec = _place(spec, output, placement, run_id)
@@ -244,9 +244,12 @@ def _preset_gpus(preset, node: Node, requested: int | None) -> int | None:
     return min(preset.gpus, max(1, len(visible_gpus(node.gpus))))
 
 
-def _gpu_name(node: Node, indices: list[int] | None) -> str | None:
-    names = [g.name for g in node.gpus if g.index in (indices or [])]
-    return names[0] if names else None
+def _gpu_model(node: Node, indices: list[int] | None) -> dict:
+    """The first run GPU's name and memory: what a preset's per-GPU settings match."""
+    first = next((g for g in node.gpus if g.index in (indices or [])), None)
+    if first is None:
+        return {}
+    return {"gpu_name": first.name, "gpu_memory_bytes": first.memory_total_bytes or None}
 
 
 # ---- limits: every cap and clock checked once, before the first is set ---------------

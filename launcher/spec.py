@@ -41,16 +41,18 @@ def build_spec(
     runtime: dict,
     seed: int = 0,
     gpu_name: str | None = None,
+    gpu_memory_bytes: int | None = None,
 ) -> RunSpec:
-    """gpu_name: the model of the run's GPUs (NVML/amdsmi's name), for settings
-    a preset sets per GPU (the paper's ViT-L/16 batch on H100 and MI300X)."""
+    """gpu_name and gpu_memory_bytes: the model of the run's GPUs (NVML/amdsmi's name)
+    and its memory, for settings a preset sets per GPU (the paper's ViT-L/16 batch on
+    its 94 GB H100 and on MI300X)."""
     from hpcai.launcher.comparability import assess
 
     preset = workload.preset(preset_name)
     workload.refuse_unhonoured(impl, overrides)
     # A preset's generic setting this implementation ignores (the fast preset's
     # channels-last under --impl tensorflow) is left out, not recorded as applied.
-    preset_params = workload.without_unhonoured(impl, preset.resolve(gpu_name, vendor))
+    preset_params = workload.without_unhonoured(impl, preset.resolve(gpu_name, vendor, gpu_memory_bytes))
     params = {**preset_params, **{k: v for k, v in overrides.items() if v is not None}}
     protocol = {**PROTOCOL_DEFAULTS, **preset.protocol,
                 **{k: v for k, v in protocol_overrides.items() if v is not None}}

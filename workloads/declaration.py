@@ -52,6 +52,17 @@ GENERIC_OPTIONS = {"precision": "--precision", "channels_last": "--channels-last
                    "compile": "--compile"}
 
 
+def _names_gpu(key: str, gpu_name: str | None, memory_bytes: int | None) -> bool:
+    """A device model of the table names its variant only (the paper's 94 GB H100,
+    not the 80 GB one that can report the same name); another key, a model word."""
+    from hpcai import devices
+
+    found = devices.lookup(gpu_name, memory_bytes)
+    if found is not None and any(d.model == key for d in devices.gpus()):
+        return found.model == key
+    return gpu_names.matches(key, gpu_name)
+
+
 @dataclass(frozen=True)
 class Preset:
     name: str
@@ -62,8 +73,10 @@ class Preset:
     # Where each setting comes from: an upstream file:line, or "ours: why" where
     # the upstream does not say (or cannot be right) and hpcai chose.
     sources: dict = field(default_factory=dict)
-    # Settings that differ by GPU model or vendor, as the upstream's do:
-    # {"H100": {"batch_size": 256}} matches the GPU's name; {"amd": {...}} its vendor.
+    # Settings that differ by GPU model or vendor, as the upstream's do: a device
+    # model of hpcai/devices/gpus.toml ({"H100 SXM5 94GB HBM2e": ...}) matches that
+    # variant, told apart by memory; another key a word of the GPU's name
+    # ({"MI300X": {"batch_size": 576}}); {"amd": {...}} its vendor.
     by_gpu: dict = field(default_factory=dict)
     gpus: int | None = None  # GPUs per run when --gpus is not given (None: all)
     # Differences from the upstream that hpcai cannot remove (another engine
@@ -73,13 +86,14 @@ class Preset:
     # not the seed paper's (None: UPSTREAM).
     upstream: str | None = None
 
-    def resolve(self, gpu_name: str | None = None, vendor: str | None = None) -> dict:
+    def resolve(self, gpu_name: str | None = None, vendor: str | None = None,
+                gpu_memory_bytes: int | None = None) -> dict:
         """The parameters for this GPU: the preset's, then its vendor's, then its model's."""
         params = dict(self.params)
         if vendor and vendor in self.by_gpu:
             params.update(self.by_gpu[vendor])
         for model, values in self.by_gpu.items():
-            if model not in ("nvidia", "amd") and gpu_names.matches(model, gpu_name):
+            if model not in ("nvidia", "amd") and _names_gpu(model, gpu_name, gpu_memory_bytes):
                 params.update(values)
         return params
 

@@ -30,7 +30,7 @@ from hpcai.errors import (
     UsageError,
 )
 from hpcai.gpu.clocks import DOMAIN_NAMES, DOMAINS, clock_control
-from hpcai.launcher.power.restoring import RestoringSession, describe
+from hpcai.launcher.power.restoring import SETTLE_S, RestoringSession, describe, read_back_settled
 from hpcai.launcher.power.stale import pid_alive, stop_or_refuse
 
 log = logging.getLogger(__name__)
@@ -222,7 +222,18 @@ class ClockSession(RestoringSession):
         return self
 
     def _read_back(self) -> None:
-        wrong = []
+        """The limits read back; the clocks now may fall under the cap late
+        (restoring.SETTLE_S)."""
+        wrong = read_back_settled(self._off_cap)
+        if wrong:
+            raise CapNotAppliedError(
+                f"the clock cap did not take effect: {'; '.join(wrong)}",
+                "the driver or a site agent overrides clocks; ask the site admins")
+
+    def _off_cap(self) -> tuple[list[str], list[str]]:
+        """One read of every GPU's clocks: (limits that read otherwise, clocks still
+        above the cap)."""
+        refused, lagging = [], []
         for i, control in self._controls.items():
             for domain in self.domains:
                 want = self.requested[domain]
@@ -231,13 +242,11 @@ class ClockSession(RestoringSession):
                 entry["applied_mhz"], entry["limit_mhz"] = now, limit
                 # NVML cannot read the locked range: the clock now must be under the cap.
                 if limit is not None and abs(limit - want) > TOLERANCE_MHZ:
-                    wrong.append(f"GPU {i} reads a {DOMAIN_NAMES[domain]} clock limit of {limit:g} MHz")
+                    refused.append(f"GPU {i} reads a {DOMAIN_NAMES[domain]} clock limit of {limit:g} MHz")
                 elif now is not None and now > want + TOLERANCE_MHZ:
-                    wrong.append(f"GPU {i} runs its {DOMAIN_NAMES[domain]} clock at {now:g} MHz")
-        if wrong:
-            raise CapNotAppliedError(
-                f"the clock cap did not take effect: {'; '.join(wrong)}",
-                "the driver or a site agent overrides clocks; ask the site admins")
+                    lagging.append(f"GPU {i} runs its {DOMAIN_NAMES[domain]} clock at {now:g} MHz "
+                                   f"after {SETTLE_S:g} s")
+        return refused, lagging
 
     def _restore_each(self) -> list[str]:
         """Undo every clock set that succeeded; return one message per failure."""

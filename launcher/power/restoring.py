@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import time
 
 from hpcai.errors import HpcaiError, Interrupted, PowerError
 from hpcai.signals import deferred_signals
@@ -13,6 +14,26 @@ log = logging.getLogger(__name__)
 # Whether this process put back limits it had set (a cap or a clock): the last
 # line after an interrupt says "power limits restored" only then (guarded.py).
 _restored_any = False
+
+
+# A set takes effect late: on an H100 80GB HBM3 (driver 580.159.04) the enforced power
+# limit still read the previous cap right after the set and followed within 14-101 ms,
+# and a busy GPU ran at 1980 MHz right after a clock lock. A read-back polls this long
+# (20 times that) before calling a change not applied.
+SETTLE_S = 2.0
+SETTLE_POLL_S = 0.05
+
+
+def read_back_settled(read_once) -> list[str]:
+    """read_once() -> (refused, lagging), each a list of what is off. What is
+    refused (a requested limit that reads otherwise) fails at once; what lags (in
+    force, not yet) is read again until it settles or SETTLE_S has passed."""
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        refused, lagging = read_once()
+        if refused or not lagging or time.monotonic() >= deadline:
+            return refused + lagging
+        time.sleep(SETTLE_POLL_S)
 
 
 def limits_restored() -> bool:

@@ -24,7 +24,7 @@ from hpcai.errors import (
     UsageError,
 )
 from hpcai.launcher.power.backends import PowerBackend
-from hpcai.launcher.power.restoring import RestoringSession, describe
+from hpcai.launcher.power.restoring import SETTLE_S, RestoringSession, describe, read_back_settled
 from hpcai.launcher.power.stale import pid_alive, stop_or_refuse
 from hpcai.launcher.power.journal import default_journal_path, load_journal, remove_journal, write_journal
 from hpcai.signals import install_signal_handlers
@@ -241,21 +241,29 @@ class CapSession(RestoringSession):
         check_cap_range(self.cap_w, {i: limits[i] for i in self.indices})
 
     def _read_back(self) -> None:
-        wrong = []
-        for i in self.indices:
-            lim = self.backend.limits(i)
-            self.gpus[i]["applied_w"] = lim.current_w
-            self.gpus[i]["enforced_w"] = lim.enforced_w
-            if abs(lim.current_w - self.cap_w) > self.tolerance_w:
-                wrong.append(f"GPU {i} reads {lim.current_w:g} W")
-            # What the GPU holds to: a BMC or site limiter may enforce less than was set.
-            elif lim.enforced_w is not None and abs(lim.enforced_w - self.cap_w) > self.tolerance_w:
-                wrong.append(f"GPU {i} enforces {lim.enforced_w:g} W")
+        """Each GPU's requested and enforced limit equal the cap; the enforced one
+        may follow late (restoring.SETTLE_S)."""
+        wrong = read_back_settled(self._off_cap)
         if wrong:
             raise CapNotAppliedError(
                 f"the cap of {self.cap_w:g} W did not take effect: {'; '.join(wrong)}",
                 "the driver or a site agent overrides power limits; ask the site admins",
             )
+
+    def _off_cap(self) -> tuple[list[str], list[str]]:
+        """One read of every GPU's limits: (requested limits off the cap, enforced
+        limits off the cap)."""
+        refused, lagging = [], []
+        for i in self.indices:
+            lim = self.backend.limits(i)
+            self.gpus[i]["applied_w"] = lim.current_w
+            self.gpus[i]["enforced_w"] = lim.enforced_w
+            if abs(lim.current_w - self.cap_w) > self.tolerance_w:
+                refused.append(f"GPU {i} reads {lim.current_w:g} W")
+            # What the GPU holds to: a BMC or site limiter may enforce less than was set.
+            elif lim.enforced_w is not None and abs(lim.enforced_w - self.cap_w) > self.tolerance_w:
+                lagging.append(f"GPU {i} enforces {lim.enforced_w:g} W after {SETTLE_S:g} s")
+        return refused, lagging
 
     # -- restore --------------------------------------------------------------------
     def _restore_each(self) -> list[str]:

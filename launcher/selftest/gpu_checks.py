@@ -144,7 +144,8 @@ def check_power(ctx: Context) -> list[Check]:
     # Under load: the energy counter against integrated power.
     with GpuLoad([vid for _, _, vid in ctx.gpus], ctx.vendor, ctx.load) as load:
         sampler, start, end = _sample(devices, ctx.durations["load_s"])
-    condition = "under load" if load.active else f"idle ({load.why})"
+        loaded, why = load.active, load.why  # the block's exit ends the load
+    condition = "under load" if loaded else f"idle ({why})"
     for i, (_, info, _) in enumerate(ctx.gpus):
         series = sampler.series(i, start.t, end.t)
         e0, e1 = start.energy_j[i], end.energy_j[i]
@@ -154,7 +155,7 @@ def check_power(ctx: Context) -> list[Check]:
         integrated = trapz / span * (end.t - start.t) if trapz is not None and span > 0 else None
         problem = counter_problem(sampler, i, start.t, end.t, counter)
         detail = {"counter_j": counter, "integrated_j": integrated, "window_s": end.t - start.t,
-                  "loaded": load.active, "problem": problem}
+                  "loaded": loaded, "problem": problem}
         if counter is None or integrated is None:
             rows.append(Check("power", f"GPU {info.index} energy", "FAIL",
                               f"counter {counter}, integrated {integrated}: cannot compare", detail))

@@ -1,5 +1,5 @@
 """Each installed workload for a short run on one GPU, through the same
-`hpcai-launch WORKLOAD` path as a benchmark (paper preset, a few steps)."""
+`hpcai-launch WORKLOAD` path as a benchmark (its default preset, a few steps)."""
 from __future__ import annotations
 
 import importlib.util

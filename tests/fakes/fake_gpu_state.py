@@ -41,6 +41,9 @@ State file schema (format 1)::
         "error_fraction": {feature: float},  # NVIDIA: this share of its calls fails (UNKNOWN)
         "mig": null | ["MIG-..."],           # MIG mode on, with these MIG device UUIDs
         "enforced_limit_w": float | null,    # a BMC/site limit below the set limit
+        "settle_s": float,                   # NVIDIA: a set limit or clock lock takes effect this late
+        "previous_limit_w": float, "limit_set_t": float,  # kept by each set while settle_s > 0
+        "previous_clock_limits": {domain: [lo, hi] | null}, "clock_set_t": {domain: float},
         "energy_frozen": false,              # the counter stops (ROCm/amdsmi#38)
         "energy_step_mj": float,             # added to the counter (negative: runs backwards)
         "violation": {key: int},             # amdsmi_get_violation_status overrides
@@ -59,6 +62,14 @@ State file schema (format 1)::
 
 The clock a GPU reports is ``min(sm_clock_mhz, the locked/soft maximum)``
 (likewise for memory): a clock cap shows in the sampled clocks.
+
+With ``settle_s``, the limit in force (nvmlDeviceGetEnforcedPowerLimit) and a
+locked clock follow a set only after that many seconds, while the requested
+limit (nvmlDeviceGetPowerManagementLimit) reads the new value at once. So it
+was on an H100 80GB HBM3, driver 580.159.04 (hpcai's first GPU run,
+2026-11-27): the enforced limit read the previous cap 9 ms after the set and
+followed within 14-101 ms, and a busy GPU still ran at 1980 MHz right after
+nvmlDeviceSetGpuLockedClocks(1410, 1410).
 
 Reported power is ``min(power_draw_w, current_limit_w)`` unless
 ``ignores_cap``. The energy counter grows with wall time times reported
@@ -199,16 +210,28 @@ def read_state(path) -> dict:
         return json.load(f)
 
 
+def _settling(dev: dict, set_t: float | None) -> bool:
+    """A set made at set_t has not taken effect yet (settle_s)."""
+    return set_t is not None and time.time() - set_t < float(dev.get("settle_s") or 0.0)
+
+
 def enforced_limit_w(dev: dict) -> float:
-    """The limit in force: the set one, or a lower out-of-band (BMC/site) one."""
+    """The limit in force: the set one (the one before while it settles), or a
+    lower out-of-band (BMC/site) one."""
+    own = dev["current_limit_w"]
+    if _settling(dev, dev.get("limit_set_t")):
+        own = dev.get("previous_limit_w", own)
     other = dev.get("enforced_limit_w")
-    return float(dev["current_limit_w"] if other is None else min(other, dev["current_limit_w"]))
+    return float(own if other is None else min(other, own))
 
 
 def clock_mhz(dev: dict, domain: str) -> float:
-    """The clock the GPU runs at: its own, held under a locked or soft maximum."""
+    """The clock the GPU runs at: its own, held under a locked or soft maximum
+    (the one before while a lock settles)."""
     natural = float(dev["sm_clock_mhz"] if domain == "sm" else dev["memory_clock_mhz"])
     limit = (dev.get("clock_limits") or {}).get(domain)
+    if _settling(dev, (dev.get("clock_set_t") or {}).get(domain)):
+        limit = (dev.get("previous_clock_limits") or {}).get(domain)
     return natural if not limit else min(natural, float(limit[1]))
 
 

@@ -410,6 +410,9 @@ def _lock(handle, domain: str, low, high):
             entry["result"] = "ignored"
             return NVML_SUCCESS
         limits = dict(dev.get("clock_limits") or {})
+        if dev.get("settle_s"):  # the clock follows late (fake_gpu_state.py)
+            dev.setdefault("previous_clock_limits", {})[domain] = limits.get(domain)
+            dev.setdefault("clock_set_t", {})[domain] = time.time()
         limits[domain] = None if low is None else [int(low), int(high)]
         dev["clock_limits"] = limits
         entry["result"] = "ok"
@@ -507,6 +510,8 @@ def nvmlDeviceSetPowerManagementLimit(handle, limit):
             entry["result"] = "ignored"
             return NVML_SUCCESS
         _fgs.fold_energy(dev)
+        if dev.get("settle_s"):  # the enforced limit follows late (fake_gpu_state.py)
+            dev["previous_limit_w"], dev["limit_set_t"] = _fgs.enforced_limit_w(dev), time.time()
         dev["current_limit_w"] = watts
         entry["result"] = "ok"
         return NVML_SUCCESS

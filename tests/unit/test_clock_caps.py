@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -252,6 +253,18 @@ def test_a_clock_the_gpu_ignores_is_rolled_back(node, backend_of):
             pass
     assert [e["action"] for e in n.log(0)] == ["lock", "reset"]  # rolled back
     assert not clock_journal_path(n.journal).exists()
+
+
+def test_a_lock_that_takes_effect_late_is_waited_for(node, backend_of):
+    # The FAKE NVML's settle_s: the GPU runs at 1980 MHz for 0.3 s after the lock,
+    # as a busy H100 did (fake_gpu_state.py).
+    n = node("nvidia", settle_s=0.3)
+    t0 = time.monotonic()
+    with ClockSession(backend_of("nvml"), 1410, None, [0, 1], n.journal) as session:
+        waited = time.monotonic() - t0
+        assert [session.gpus[i]["sm"]["applied_mhz"] for i in (0, 1)] == [1410.0, 1410.0]
+    assert waited >= 0.3  # the first read-back saw 1980 MHz
+    assert [e["action"] for e in n.log(0)] == ["lock", "reset"]
 
 
 def test_permission_error_rolls_back_and_is_one_line(node, backend_of):

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from hpcai.errors import (
 from hpcai.launcher.power import journal as journal_mod
 from hpcai.launcher.power.backends import make_backend
 from hpcai.launcher.power.journal import default_journal_path, load_journal, write_journal
+from hpcai.launcher.power import restoring
 from hpcai.launcher.power.session import CapSession, restore_from_journal
 from hpcai.signals import deferred_signals, install_signal_handlers
 
@@ -201,6 +203,29 @@ def test_ignored_set_raises_cap_not_applied_and_restores(node, backend_of):
     assert "GPU 1 reads 700 W" in info.value.message
     assert n.limits() == [700.0, 700.0]
     assert not n.journal.exists()
+
+
+def test_an_enforced_limit_that_follows_late_is_waited_for(node, backend_of):
+    # The FAKE NVML's settle_s: the enforced limit reads the previous one for 0.3 s
+    # after a set, as on an H100 (fake_gpu_state.py); the requested one at once.
+    n = node(fgs.make_devices(2, "nvidia", settle_s=0.3))
+    t0 = time.monotonic()
+    with CapSession(backend_of(), 300, None, n.journal) as session:
+        waited = time.monotonic() - t0
+        assert [session.gpus[i]["enforced_w"] for i in (0, 1)] == [300.0, 300.0]
+    assert waited >= 0.3  # the first read-back saw 700 W enforced
+    assert n.limits() == [700.0, 700.0]
+
+
+def test_an_enforced_limit_that_never_follows_fails_after_settling(node, backend_of):
+    devices = fgs.make_devices(2, "nvidia")
+    devices[1]["enforced_limit_w"] = 250.0  # a BMC's limit below the cap
+    n = node(devices)
+    with pytest.raises(CapNotAppliedError) as info:
+        with CapSession(backend_of(), 300, None, n.journal):
+            pytest.fail("entered")
+    assert f"GPU 1 enforces 250 W after {restoring.SETTLE_S:g} s" in info.value.message
+    assert n.limits() == [700.0, 700.0] and not n.journal.exists()
 
 
 def test_journal_is_written_before_the_first_set(node, backend_of):
