@@ -9,7 +9,7 @@ index from the cold run). Printed per run: seconds, peak memory of the report's
 processes together (the report is made in forked workers, so one process's
 maximum resident set says too little: the sum of their proportional set sizes,
 PSS, which counts a page shared by two processes half in each, sampled every
-50 ms), CPU seconds (user + system, its worker processes included: on a shared
+0.25 s), CPU seconds (user + system, its worker processes included: on a shared
 machine wall time follows the other users' load, CPU time much less), and the
 slope (seconds per result), so growth faster than linear shows as a rising
 slope.
@@ -35,6 +35,7 @@ TEMPLATE = ROOT / "bench" / "data" / "resnet50-tiny-result.json"
 GPUS = ["NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA A100-SXM4-80GB", "AMD Instinct MI300X"]
 CAPS = [None, 200.0, 300.0, 400.0, 500.0, 600.0]
 SITES = ["alpha", "beta"]
+SAMPLE_S = 0.25  # the memory sampler's interval (_TreePeak)
 
 
 def synthesise(folder: Path, count: int, template: Path = TEMPLATE) -> None:
@@ -97,7 +98,11 @@ class _TreePeak:
         self._thread.join()
 
     def _sample(self) -> None:
-        while not self._done.wait(0.05):
+        # Reading a process's smaps_rollup walks its page tables under its memory
+        # lock: 12 ms for 830 MB here. At 50 ms that cost the report a tenth of its
+        # time on 2 cores; at SAMPLE_S about 2%, and its memory holds its peak for
+        # seconds (the runs, loaded once), long enough to be seen.
+        while not self._done.wait(SAMPLE_S):
             kib = sum(_pss_kib(pid) for pid in _tree(self.pid))
             self.mib = max(self.mib, kib / 1024)
 

@@ -6,8 +6,10 @@ tables -> plots -> outputs/html. Nothing here imports matplotlib until the
 plots are drawn.
 
 `report` makes it in a forked worker (report/forked.py), which forks the
-figures' worker before it reads a result: the plots are drawn there, from a
-compact copy of the cells, while the tables and data files are written here.
+figures' worker before it reads a result. That worker gets a compact copy of
+the cells once they are made: it writes cells.csv and the cells' and best caps'
+part of report.json, and draws the plots, while the tables and the other data
+files are made here.
 """
 from __future__ import annotations
 
@@ -94,7 +96,8 @@ class _Parts:
     power_run: object = None  # the run whose power samples are drawn
     generated: str = ""
     usable: int = 0
-    records: list = field(default_factory=list)  # the cells as report.json and cells.csv hold them
+    cells_csv: Path | None = None  # written by the figures' worker, as the JSON parts
+    json_parts: dict = field(default_factory=dict)  # report.json's key -> json_stream.Part
 
 
 _KEPT: list = []  # in build_report's worker: the report's parts, never freed (it ends with os._exit)
@@ -113,13 +116,19 @@ def make_report(paths: list, opts: ReportOptions, keep: list | None = None) -> d
 
     import gc
 
-    # The figures (matplotlib: seconds at any size) are drawn by a worker on another
-    # core while the tables and data files are made here. It is forked first, before
-    # any result is read, and gets a compact copy of what it draws through a pipe: a
-    # child forked later would share the results' memory, and CPython's reference
-    # counts, written on every use, would copy it page by page into both processes.
-    given = Inbox()
-    figures = ForkedCall(_figures, given, inbox=given)
+    # The figures (matplotlib: seconds at any size) and the cells' files are made by a
+    # worker on another core while the tables and the other files are made here. It is
+    # forked first, before any result is read, and gets compact copies through pipes (the
+    # cells, then what the studies draw): a child forked later would share the results'
+    # memory, and CPython's reference counts, written on every use, would copy it page
+    # by page into both processes.
+    # Its parts of report.json go into files made here, unnamed, that it inherits.
+    import tempfile
+
+    cells_given, studies_given = Inbox(), Inbox()
+    json_files = {key: tempfile.TemporaryFile() for key in ("cells", "best_caps")}
+    figures = ForkedCall(_figures, cells_given, studies_given, json_files,
+                         inbox=(cells_given, studies_given))
     # Runs (100,000 in a fleet's report), cells, tables and records hold no cycles: the
     # collector is off while they are made (its passes over them cost seconds and free
     # nothing), and they are frozen so that a collection elsewhere never walks them.
@@ -129,18 +138,23 @@ def make_report(paths: list, opts: ReportOptions, keep: list | None = None) -> d
         parts = _load(paths, opts)
         gc.freeze()
         _analyse(parts, opts)
+        cells_given.send(_cell_inputs(parts, opts))
         _studies(parts, opts.power_run)
-        given.send(_figure_inputs(parts, opts))
+        studies_given.send(_study_inputs(parts))
         _tabulate(parts, opts)
         csv_paths = _write_csvs(parts)
-        _take_figures(parts, figures.result())
         meta = _meta(parts, opts)
+        _take_figures(parts, figures.result(), json_files)
+        csv_paths.append(parts.cells_csv)
         sections = _sections(parts)
         md_path, html_path = _write_pages(parts.out, opts.title, meta, sections)
         json_path = _write_json(parts, opts, paths)
     finally:
         figures.close()
-        given.close()
+        cells_given.close()
+        studies_given.close()
+        for file in json_files.values():
+            file.close()
         if keep is None:  # a worker that ends at once needs no collector (a full pass: 0.4 s)
             gc.unfreeze()
             if collecting:
@@ -250,10 +264,10 @@ def _studies(parts: _Parts, power_run: str | None) -> None:
     parts.power_run = pick_power_run(parts.runs, parts.analyses, power_run)
 
 
-def _figure_inputs(parts: _Parts, opts: ReportOptions) -> dict:
-    """What the figures draw, without the runs: the cells and analyses copied with no
-    runs in them (the same objects stay the same: a row's best cell is one of its
-    cells), the run whose power samples are drawn, and the studies' small inputs."""
+def _cell_inputs(parts: _Parts, opts: ReportOptions) -> dict:
+    """What the figures' worker needs of the cells, without the runs: the cells and
+    analyses copied with no runs in them (the same objects stay the same: a row's best
+    cell is one of its cells), each cell's run ids, and what the plots compare with."""
     import dataclasses
 
     slim = {id(c): dataclasses.replace(c, runs=[]) for c in parts.cells}
@@ -267,50 +281,73 @@ def _figure_inputs(parts: _Parts, opts: ReportOptions) -> dict:
                                     recommended=cell(a.recommended), min_edp=cell(a.min_edp),
                                     pareto=[cell(c) for c in a.pareto])
                 for a in parts.analyses]
-    return {"folder": parts.out / "plots", "cells": list(slim.values()), "analyses": analyses,
-            "power_run": parts.power_run, "reference": parts.reference,
-            "roof_points": parts.roof_points, "study_drawing": parts.study_drawing}
+    return {"out": parts.out, "cells": list(slim.values()), "analyses": analyses,
+            "run_ids": [[r.run_id for r in c.runs] for c in parts.cells],
+            "work": parts.work, "reference": parts.reference}
 
 
-def _figures(given) -> tuple:
-    """Every plot, as PNG and SVG under the report's plots/, from _figure_inputs sent
-    through given (forked.Inbox): (plots, not drawn, the roofline's plots, its not
-    drawn, the studies' plots by section key)."""
+def _study_inputs(parts: _Parts) -> dict:
+    """What the figures' worker draws of the studies: small, made here."""
+    return {"power_run": parts.power_run, "roof_points": parts.roof_points,
+            "study_drawing": parts.study_drawing}
+
+
+def _figures(cells_given, studies_given, json_files: dict) -> dict:
+    """From the Inboxes' values (_cell_inputs, then _study_inputs): cells.csv, the
+    cells' and best caps' parts of report.json (json_stream.write_part, into
+    json_files), and every plot as PNG and SVG under the report's plots/."""
     import gc
 
-    from hpcai.launcher.report import roofline, scaling
-    from hpcai.launcher.report.plots import make_plots
+    from hpcai.launcher.report import outputs, roofline, scaling
+    from hpcai.launcher.report.json_stream import write_part
+    from hpcai.launcher.report.plots import cell_plots, power_plots
 
-    inputs = given.receive()
-    # matplotlib's figures hold cycles: the collector runs while they are drawn, over
-    # new objects only (the report's are frozen), and once more after them.
-    gc.freeze()
     collecting = gc.isenabled()
-    gc.enable()
+    gc.disable()  # the cells and their records hold no cycles
     try:
-        folder = inputs["folder"]
-        plots, skipped = make_plots(folder, inputs["cells"], inputs["analyses"],
-                                    inputs["power_run"], inputs["reference"])
-        roof_plots, roof_skipped = (roofline.roofline_plots(folder, inputs["roof_points"])
-                                    if inputs["roof_points"] else ([], []))
-        study_plots = scaling.draw(folder, inputs["study_drawing"])
+        given = cells_given.receive()
+        out, cells, analyses = given["out"], given["cells"], given["analyses"]
+        by_group = {a.group: a for a in analyses}
+        records = (outputs.cell_record(c, by_group.get(c.group), ids)
+                   for c, ids in zip(cells, given["run_ids"]))
+        made = {"cells_csv": outputs.write_cells(records, out, json_files["cells"])}
+        write_part((outputs.analysis_record(a, given["work"]) for a in analyses), 1,
+                   json_files["best_caps"])
+        # matplotlib's figures hold cycles: the collector runs while they are drawn, over
+        # new objects only (the report's are frozen), and once more after them.
+        gc.freeze()
+        gc.enable()
+        folder = out / "plots"
+        plots, skipped = cell_plots(folder, cells, analyses, given["reference"])
+        studied = studies_given.receive()
+        more, not_drawn = power_plots(folder, studied["power_run"])
+        roof_plots, roof_skipped = (roofline.roofline_plots(folder, studied["roof_points"])
+                                    if studied["roof_points"] else ([], []))
+        made.update(plots=plots + more, skipped=skipped + not_drawn, roof_plots=roof_plots,
+                    roof_skipped=roof_skipped,
+                    study_plots=scaling.draw(folder, studied["study_drawing"]))
         gc.collect()  # drawn in this process (no fork): their cycles go now, not at exit
-        return plots, skipped, roof_plots, roof_skipped, study_plots
+        return made
     finally:
         gc.unfreeze()
         if not collecting:
             gc.disable()
 
 
-def _take_figures(parts: _Parts, figures: tuple) -> None:
-    """The figures' worker's plots (and those it could not draw) into parts."""
-    plots, skipped, roof_plots, roof_skipped, study_plots = figures
+def _take_figures(parts: _Parts, made: dict, json_files: dict) -> None:
+    """The figures' worker's files and plots (and those it could not draw) into parts."""
+    from hpcai.launcher.report.json_stream import Part
+
+    parts.cells_csv = made["cells_csv"]
+    parts.json_parts = {key: Part(file) for key, file in json_files.items()}
     roof_tables, _, _, roof_notes = parts.roof
-    parts.roof = (roof_tables, roof_plots, roof_skipped, roof_notes)
+    parts.roof = (roof_tables, made["roof_plots"], made["roof_skipped"], roof_notes)
     study_tables, _, study_notes = parts.study
+    study_plots = made["study_plots"]
     parts.study = (study_tables, study_plots, study_notes)
-    parts.plots = [*plots, *roof_plots, *(p for key in study_tables for p in study_plots[key])]
-    parts.skipped = [*skipped, *roof_skipped]
+    parts.plots = [*made["plots"], *made["roof_plots"],
+                   *(p for key in study_tables for p in study_plots[key])]
+    parts.skipped = [*made["skipped"], *made["roof_skipped"]]
 
 
 def _meta(parts: _Parts, opts: ReportOptions) -> list[str]:
@@ -418,21 +455,17 @@ def _write_pages(out: Path, title: str, meta: list[str], sections: list) -> tupl
 
 
 def _write_csvs(parts: _Parts) -> list[Path]:
-    """One CSV per table, and the cells' CSV."""
+    """One CSV per table (the figures' worker writes the cells' CSV)."""
     from hpcai.launcher.report import outputs
 
-    csv_paths = [outputs.write_table_csv(t, parts.out) for t in parts.all_tables]
-    by_group = {a.group: a for a in parts.analyses}
-    parts.records = [outputs.cell_record(c, by_group.get(c.group)) for c in parts.cells]
-    csv_paths.append(outputs.write_cells_csv(parts.records, parts.out))
-    return csv_paths
+    return [outputs.write_table_csv(t, parts.out) for t in parts.all_tables]
 
 
 def _write_json(parts: _Parts, opts: ReportOptions, paths: list) -> Path:
     """report.json: every table, cell and best cap, with the options that made them."""
     from hpcai.launcher.report import outputs
     from hpcai.launcher.report.load import shown_path
-    from hpcai.launcher.report.long_tables import all_texts  # rows made as written
+    from hpcai.launcher.report.long_tables import all_texts
 
     out, work, runs = parts.out, parts.work, parts.runs
     return outputs.write_json({
@@ -442,8 +475,8 @@ def _write_json(parts: _Parts, opts: ReportOptions, paths: list) -> Path:
                     "work": work, "noisy_cv": opts.noisy_cv, "reference": opts.reference,
                     "combine_runs": opts.combine_runs, "objective": opts.objective},
         "node_overhead": parts.overhead,
-        "cells": parts.records,
-        "best_caps": [outputs.analysis_record(a, work) for a in parts.analyses],
+        "cells": parts.json_parts["cells"],
+        "best_caps": parts.json_parts["best_caps"],
         "excluded_runs": [{"run_id": r.run_id, "status": r.status, "problems": r.problems,
                            "failed_checks": r.failed_checks,
                            "path": shown_path(r.path)} for r in runs if not r.usable],

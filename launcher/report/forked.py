@@ -14,7 +14,9 @@ the call is made in this process when its result is asked for.
 An Inbox carries one value the other way, sent after the fork: the figures'
 worker is forked before any result is read (a child forked later would share
 the results' pages, and CPython's reference counts, written on every use, would
-copy them into both processes) and receives what it draws when it is known.
+copy them into both processes) and receives what it draws when it is known. A
+value is written to the pipe by a thread, so a sender never waits for a child
+still busy with what it was sent before.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ import os
 import pickle
 import signal
 import sys
+import threading
 
 from hpcai.errors import HpcaiError
 
@@ -37,13 +40,16 @@ class Inbox:
         self._read, self._write = os.pipe()
         self._value = self._UNSENT
         self._child = False  # set by the ForkedCall that forks a child reading it
+        self._writer: threading.Thread | None = None
 
     def send(self, value) -> None:
+        """Pickled now (what the child gets is the value as it is now), written by
+        a thread: the child may be busy and the pipe holds 64 KiB."""
         self._value = value
         if self._child and self._write is not None:  # else no reader: a full pipe would block
-            with os.fdopen(self._write, "wb") as pipe:
-                self._write = None
-                pipe.write(pickle.dumps(value))
+            data, fd, self._write = pickle.dumps(value), self._write, None
+            self._writer = threading.Thread(target=_write_all, args=(fd, data), daemon=True)
+            self._writer.start()
 
     def receive(self):
         """The value sent (in the child: waits for it)."""
@@ -56,6 +62,10 @@ class Inbox:
         return self._value
 
     def close(self) -> None:
+        """After the child ended (or was stopped: the writer then fails at once)."""
+        if self._writer is not None:
+            self._writer.join()
+            self._writer = None
         self._close_end("_read")
         self._close_end("_write")
 
@@ -66,18 +76,28 @@ class Inbox:
             setattr(self, end, None)
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    try:
+        with os.fdopen(fd, "wb") as pipe:
+            pipe.write(data)
+    except BrokenPipeError:
+        pass  # the child is gone: its result says why
+
+
 class ForkedCall:
     """fn(*args) in a child; result() waits for it and returns or raises what it did.
-    inbox: an Inbox the child receives from (the parent keeps its sending end).
+    inbox: an Inbox the child receives from, or a tuple of them (the parent keeps
+    their sending ends).
     capture: what the call prints (sys.stdout, sys.stderr) is kept and printed by
     the parent with its result, so it reaches whatever the parent's streams are.
     retry: a child that dies without an answer (killed, crashed) has the call made
     again here; else WorkerDied says how it ended (a report killed for memory would
     only be killed again)."""
 
-    def __init__(self, fn, *args, inbox: Inbox | None = None, capture: bool = False,
-                 retry: bool = True):
-        self._fn, self._args, self._inbox, self._capture = fn, args, inbox, capture
+    def __init__(self, fn, *args, inbox: Inbox | tuple[Inbox, ...] | None = None,
+                 capture: bool = False, retry: bool = True):
+        self._inboxes = inbox if isinstance(inbox, tuple) else () if inbox is None else (inbox,)
+        self._fn, self._args, self._capture = fn, args, capture
         self._retry = retry
         self._pid = self._read = None
         if hasattr(os, "fork") and os.environ.get(FORK_ENV, "1") != "0":
@@ -93,8 +113,8 @@ class ForkedCall:
             status = 0
             try:
                 os.close(read)
-                if self._inbox is not None:
-                    self._inbox._close_end("_write")  # else the child's own copy holds it open
+                for inbox in self._inboxes:
+                    inbox._close_end("_write")  # else the child's own copy holds it open
                 _die_with(parent)
                 with os.fdopen(write, "wb") as pipe:
                     pipe.write(_outcome(self._fn, self._args, self._capture))
@@ -103,9 +123,9 @@ class ForkedCall:
             finally:
                 os._exit(status)
         os.close(write)
-        if self._inbox is not None:
-            self._inbox._close_end("_read")
-            self._inbox._child = True
+        for inbox in self._inboxes:
+            inbox._close_end("_read")
+            inbox._child = True
         self._pid, self._read = pid, read
 
     def result(self):

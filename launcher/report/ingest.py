@@ -144,7 +144,7 @@ def content_hash(data: bytes) -> str:
 
 
 def unreadable(kit: Kit, path: Path, why: str, digest: str = ""):
-    run = kit.Run(path, shown_path(path.parent.name), "unreadable", [why])
+    run = kit.Run(os.fspath(path), shown_path(path.parent.name), "unreadable", [why])
     run.content_hash = digest
     return run
 
@@ -166,7 +166,8 @@ def ingest_bytes(kit: Kit, path: Path, data: bytes):
     except RecursionError:
         return unreadable(kit, path, "nested too deep to be a result", digest)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a malformed validity block
-        run = kit.Run(path, shown_path(path.parent.name), "invalid", [f"malformed result: {exc!r}"[:300]])
+        run = kit.Run(os.fspath(path), shown_path(path.parent.name), "invalid",
+                      [f"malformed result: {exc!r}"[:300]])
     run.content_hash = digest
     return run
 

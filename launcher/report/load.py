@@ -6,6 +6,7 @@ kept, with why, so the report can list it instead of averaging it.
 """
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,9 @@ UNITS = ("images/s", "samples/s", "tokens/s")
 class Run:
     """One result file, reduced to what the report needs."""
 
-    path: Path
+    # The file's path as text (os.fspath; bytes that are not UTF-8 as surrogates): a
+    # fleet's 100,000 Path objects cost most of a second to rebuild from the index.
+    path: str
     run_id: str
     status: str  # complete | failed | interrupted | running | invalid | unreadable
     problems: list[str] = field(default_factory=list)
@@ -69,7 +72,7 @@ class Run:
     # Clock caps the run asked for (--sm-clock/--mem-clock, spec.power.clocks), MHz.
     sm_clock_cap_mhz: int | None = None
     mem_clock_cap_mhz: int | None = None
-    samples_path: Path | None = None
+    samples_path: str | None = None  # as path
     measured_start: float | None = None
     measured_end: float | None = None
     sweep_id: str | None = None
@@ -184,7 +187,7 @@ def kit():
 
 
 def _from_doc(path: Path, doc: dict, errors: list[str]) -> Run:
-    run = Run(path, shown_text(str(doc.get("run_id") or shown_path(path.parent.name))),
+    run = Run(os.fspath(path), shown_text(str(doc.get("run_id") or shown_path(path.parent.name))),
               "invalid" if errors else str(doc.get("status")))
     if errors:
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
@@ -229,30 +232,41 @@ def _validity(run: Run, doc: dict) -> None:
                             + "; ".join(shown_text(describe(c)) for c in failed))
 
 
+def _label(value) -> str:
+    """A name the report prints (workload, preset, site, host, device): text as it
+    is, anything else an invalid result holds there ("preset": 5) as its JSON text;
+    missing or empty: "?"."""
+    if value is None or value == "":
+        return "?"
+    if not isinstance(value, str):
+        value = json.dumps(value, default=str)
+    return shown_text(value)
+
+
 def _fill(run: Run, path: Path, doc: dict) -> None:
     spec = doc["spec"]
-    run.workload = shown_text(doc["workload"])
-    run.preset = spec.get("preset", "?")
+    run.workload = _label(doc["workload"])
+    run.preset = _label(spec.get("preset"))
     comparability = doc.get("comparability") or {}
     run.preset_kind = comparability.get("preset_kind")
     run.comparable_to_paper = comparability.get("comparable_to_paper")
     run.comparability_reasons = list(comparability.get("reasons") or [])
-    run.unit = doc["throughput"]["unit"]
-    run.work_unit = doc["work"]["unit"]
-    run.site = (spec.get("site") or {}).get("name") or "?"
+    run.unit = _label(doc["throughput"]["unit"])
+    run.work_unit = _label(doc["work"]["unit"])
+    run.site = _label((spec.get("site") or {}).get("name"))
     host = doc.get("host") or {}
-    run.host = host.get("node") or host.get("hostname") or "?"
+    run.host = _label(host.get("node") or host.get("hostname"))
     run.started = (doc.get("timestamps") or {}).get("started")
     config = doc.get("config") or {}
     run.device_type = config.get("device_type") or (spec.get("devices") or {}).get("type") or "?"
     used = [g for g in doc.get("gpus") or [] if g.get("used")]
     if run.device_type == "cuda" and used:
-        names = list(dict.fromkeys(g["name"] for g in used))
+        names = list(dict.fromkeys(_label(g["name"]) for g in used))
         run.device_full = " + ".join(names)
         run.gpu_memory_bytes = used[0].get("memory_total_bytes")
         run.device = " + ".join(short_name(n) for n in names)
     else:
-        run.device_full = host.get("cpu_model") or "CPU"
+        run.device_full = _label(host.get("cpu_model") or "CPU")
         run.device = "CPU"
     run.processes = int(config.get("processes") or (spec.get("devices") or {}).get("nproc") or 1)
     if run.device_type == "cuda" and used:
@@ -311,7 +325,7 @@ def _fill_context(run: Run, path: Path, doc: dict, spec: dict, used: list) -> No
     run.memory_clock_mhz = _mean([g.get("memory_clock_mhz_mean") for g in used])
     samples = (doc.get("sidecar") or {}).get("samples")
     if samples and (path.parent / samples).is_file():
-        run.samples_path = path.parent / samples
+        run.samples_path = os.fspath(path.parent / samples)
     stamps = doc.get("timestamps") or {}
     run.measured_start, run.measured_end = stamps.get("measured_start"), stamps.get("measured_end")
     sweep = spec.get("sweep") or {}

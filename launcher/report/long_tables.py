@@ -1,46 +1,46 @@
 """Tables with a row per run (all runs, runs not included, origins) over a fleet's
-100,000 results: the pages show the first readable.PAGE_ROWS rows, so only those
-become cells (TCell); the rest are made from the runs while the CSV and report.json
-are written, one row at a time, and never held.
+100,000 results, made column by column: a column is one list comprehension over
+the runs, and the CSV and report.json write them with C-speed loops (csv's
+writerows over zip, the JSON string encoder over each column), not a Python
+call per row. Only the first page (readable.PAGE_ROWS rows) becomes cells
+(TCell) for the pages; the rest stay columns (LongRows).
 
-A row function gives one source item's (texts, values): the texts are what a
-cell's text would be, the values its number (None for text), so a row made here
-is written exactly as the same row made of cells.
+A table's columns give, for each column, its texts (what a cell's text would be)
+and its values (a cell's number; None for a column of text), so a row written
+from the columns is written exactly as the same row made of cells.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import chain
+from itertools import repeat
 
-Row = Callable[[object], tuple[list[str], list]]
+from hpcai.launcher.report.safe_text import csv_row
+
+Column = tuple[list[str], "list | None"]  # (texts, values or None for text only)
 
 
 @dataclass
 class LongRows:
-    """The rows of a table beyond its cells: made from items by row, when written."""
+    """The rows of a table beyond its cells, as columns."""
 
-    items: Sequence
-    row: Row
+    columns: list[Column]
 
     def __len__(self) -> int:
-        return len(self.items)
+        return len(self.columns[0][0]) if self.columns else 0
 
-    def texts(self) -> Iterator[list[str]]:
-        row = self.row
-        return (row(item)[0] for item in self.items)
+    def text_columns(self) -> list[list[str]]:
+        return [texts for texts, _ in self.columns]
 
-    def csv_rows(self) -> Iterator[list]:
-        """Each row's CSV values (before safe_text.csv_cell), as the cells' would be."""
-        row = self.row
-        for item in self.items:
-            yield plain_csv_values(*row(item))
+    def csv_columns(self) -> list[list[str]]:
+        """Each column's CSV values as the cells' would be, safe for a spreadsheet."""
+        return [csv_row(plain_csv_values(texts, repeat(None) if values is None else values))
+                for texts, values in self.columns]
 
 
 def plain_csv_values(texts: list[str], values: list) -> list[str]:
-    """A row's CSV values from its cells' texts and numbers: numbers at full
-    precision, no number as its text ("–": empty). One expression, no call per
-    value: over a fleet's runs that is most of a second."""
+    """CSV values from texts and their numbers (a row's, or a column's): numbers at
+    full precision, no number as its text ("–": empty). One expression, no call
+    per value: over a fleet's runs that is most of a second."""
     return [("" if t == "–" else t) if v is None else str(v) if isinstance(v, int) else repr(float(v))
             for t, v in zip(texts, values)]
 
@@ -50,18 +50,37 @@ def plain_csv_value(text: str, value) -> str:
     return plain_csv_values([text], [value])[0]
 
 
-def split_rows(items: Sequence, row: Row, cell: type) -> tuple[list[list], LongRows | None]:
+def split_columns(columns: list[Column], cell: type) -> tuple[list[list], LongRows | None]:
     """The first page's rows as cells (cell: report/tables.py TCell), the others as
     LongRows (None if none)."""
     from hpcai.launcher.report import readable
 
-    head = items[:readable.PAGE_ROWS]
-    cells = [[cell(t, v) for t, v in zip(*row(item))] for item in head]
-    rest = items[readable.PAGE_ROWS:]
-    return cells, (LongRows(rest, row) if len(rest) else None)
+    page = readable.PAGE_ROWS
+    count = len(columns[0][0]) if columns else 0
+    head = zip(*(zip(texts[:page], repeat(None) if values is None else values[:page])
+                 for texts, values in columns))
+    cells = [[cell(t, v) for t, v in row] for row in head]
+    if count <= page:
+        return cells, None
+    return cells, LongRows([(texts[page:], None if values is None else values[page:])
+                            for texts, values in columns])
 
 
-def all_texts(table) -> list | Iterator[list[str]]:
-    """Every row's texts, for report.json: an iterator where rows are made as written."""
+class StringRows:
+    """Rows of strings given as columns, for report.json (json_stream writes them
+    with the C string encoder, a column at a time)."""
+
+    def __init__(self, columns: list[list[str]]):
+        self.columns = columns
+
+    def __len__(self) -> int:
+        return len(self.columns[0]) if self.columns else 0
+
+
+def all_texts(table) -> list | StringRows:
+    """Every row's texts, for report.json."""
     head = [[c.text for c in row] for row in table.rows]
-    return head if table.more is None else chain(head, table.more.texts())
+    if table.more is None:
+        return head
+    more = table.more.text_columns()
+    return StringRows([[row[i] for row in head] + column for i, column in enumerate(more)])

@@ -118,13 +118,13 @@ def origins_table(runs: list) -> Table | None:
     if not any(r.verification not in (None, UNSIGNED) for r in runs) and \
             len({r.origin for r in runs}) < 2:
         return None
-    from hpcai.launcher.report.long_tables import split_rows
+    from hpcai.launcher.report.long_tables import split_columns
 
-    def row(r) -> tuple[list[str], list]:
-        return ([r.run_id, r.workload, r.origin or "?", r.verification or UNSIGNED,
-                 "included" if r.usable else "not included"], [None] * 5)
-
-    rows, more = split_rows(runs, row, TCell)
+    columns = [([r.run_id for r in runs], None), ([r.workload for r in runs], None),
+               ([r.origin or "?" for r in runs], None),
+               ([r.verification or UNSIGNED for r in runs], None),
+               (["included" if r.usable else "not included" for r in runs], None)]
+    rows, more = split_columns(columns, TCell)
     notes = ["Origin: the site that measured the run (a bundle's: the site whose trusted key "
              "signed it). Verification: verified (signature, files and recomputed figures "
              "hold), unsigned (a loose result), failed (never averaged)."]

@@ -54,9 +54,9 @@ def write_table_csv(table: Table, folder: Path) -> Path:
         else:  # a value per cell: made a row at a time
             writer.writerows(csv_row(plain_csv_values([c.text for c in row], [c.value for c in row]))
                              for row in table.rows)
-        if table.more is not None:  # the rows made from the runs as they are written
+        if table.more is not None:  # the rows beyond the first page, as columns
             assert not table.flag_columns, "long tables have no cap columns"
-            writer.writerows(csv_row(values) for values in table.more.csv_rows())
+            writer.writerows(zip(*table.more.csv_columns()))
     return folder / f"{table.key}.csv"
 
 
@@ -85,7 +85,8 @@ CELL_COLUMNS = [
 ]
 
 
-def cell_record(cell: Cell, analysis: Analysis | None) -> dict:
+def cell_record(cell: Cell, analysis: Analysis | None, run_ids: list[str] | None = None) -> dict:
+    """run_ids: the cell's runs' ids (given where the cell is a copy without its runs)."""
     s = cell.spread
     hw = s.half_width
     return {
@@ -112,19 +113,28 @@ def cell_record(cell: Cell, analysis: Analysis | None) -> dict:
         "most_efficient": analysis is not None and analysis.best is cell,
         "pareto": analysis is not None and analysis.is_pareto(cell),
         "recommended": analysis is not None and analysis.recommended is cell,
-        "run_ids": [r.run_id for r in cell.runs],
+        "run_ids": [r.run_id for r in cell.runs] if run_ids is None else run_ids,
     }
 
 
-def write_cells_csv(records: list[dict], folder: Path) -> Path:
+def write_cells(records, folder: Path, json_file) -> Path:
+    """cells.csv, and report.json's cells (json_stream.write_part into json_file), one
+    record at a time: a fleet's tens of thousands of records are never held together."""
+    from hpcai.launcher.report.json_stream import write_part
+
     path = folder / "cells.csv"
     with _replacing(folder, path.name) as fh:
         writer = csv.writer(fh)
         writer.writerow(CELL_COLUMNS)
-        for rec in records:
-            values = [rec[k] for k in CELL_COLUMNS]
-            writer.writerow(csv_row(["" if v is None else " ".join(v) if isinstance(v, list) else v
-                                     for v in values]))
+
+        def each_in_the_csv_too():
+            for rec in records:
+                values = [rec[k] for k in CELL_COLUMNS]
+                writer.writerow(csv_row(["" if v is None else " ".join(v) if isinstance(v, list)
+                                         else v for v in values]))
+                yield rec
+
+        write_part(each_in_the_csv_too(), 1, json_file)
     return path
 
 

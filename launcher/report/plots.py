@@ -69,10 +69,9 @@ def _slug(text: str) -> str:
     return slug
 
 
-def make_plots(folder: Path, cells: list[Cell], analyses: list[Analysis], run: Run | None,
+def cell_plots(folder: Path, cells: list[Cell], analyses: list[Analysis],
                reference: list[RefPoint] | None) -> tuple[list[Plot], list[str]]:
-    """Every figure there is data for; and a line for each one left out, with why.
-    run: the run whose power samples are drawn (pick_power_run's)."""
+    """Each workload's throughput, efficiency and clocks against the cap."""
     plots, skipped = [], []
     sites = len({c.group.site for c in cells}) > 1
     by_workload: dict[str, list[Cell]] = {}
@@ -94,6 +93,12 @@ def make_plots(folder: Path, cells: list[Cell], analyses: list[Analysis], run: R
             plot.caption += series_note(left_out)
         if not any(c.sm_clock_mhz is not None or c.memory_clock_mhz is not None for c in mine):
             skipped.append(f"clocks of {workload}: no GPU clocks were sampled")
+    return plots, skipped
+
+
+def power_plots(folder: Path, run: Run | None) -> tuple[list[Plot], list[str]]:
+    """The power time series of run (pick_power_run's), or why there is none."""
+    plots, skipped = [], []
     if run is not None:
         plot = power_plot(folder, run)
         if plot is not None:

@@ -21,13 +21,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
-from pathlib import Path
 
 PREFIX = "r_"
 EXTRA = "r__extra"
 _SQL = {"str": "VARCHAR", "float": "DOUBLE", "int": "BIGINT", "bool": "BOOLEAN",
-        "path": "VARCHAR", "json": "VARCHAR"}
+        "json": "VARCHAR"}
 _INT64 = 2 ** 63
 
 
@@ -37,9 +35,7 @@ def layout(run_class) -> list[tuple[str, str]]:
     for f in dataclasses.fields(run_class):
         annotation = str(f.type)
         base = annotation.replace(" | None", "").strip()
-        if "Path" in annotation:
-            kind = "path"
-        elif base in ("str", "float", "int", "bool"):
+        if base in ("str", "float", "int", "bool"):
             kind = base
         else:
             kind = "json"
@@ -75,16 +71,7 @@ def _typed(kind: str, value):
         return (True, value) if kind_type is int and -_INT64 <= value < _INT64 else (False, None)
     if kind == "bool":
         return (True, value) if kind_type is bool else (False, None)
-    if kind == "path":
-        text = os.fspath(value)
-        return (True, text) if isinstance(value, Path) and _utf8(text) else (False, None)
     return True, json.dumps(value, ensure_ascii=True, separators=(",", ":"))  # NaN kept as NaN
-
-
-def _extra_value(kind: str, value):
-    if kind == "path" and value is not None:
-        return {"hex": os.fsencode(value).hex()}
-    return value
 
 
 def encode(run, fields: list[tuple[str, str]]) -> dict:
@@ -94,8 +81,8 @@ def encode(run, fields: list[tuple[str, str]]) -> dict:
         value = getattr(run, name)
         fits, stored = _typed(kind, value)
         row[PREFIX + name] = stored
-        if not fits:
-            extra[name] = _extra_value(kind, value)
+        if not fits:  # JSON keeps a lone surrogate (a path's non-UTF-8 byte) as \udcXX
+            extra[name] = value
     row[EXTRA] = json.dumps(extra, ensure_ascii=True, separators=(",", ":")) if extra else None
     return row
 
@@ -109,15 +96,14 @@ class Decoder:
 
     def __init__(self, run_class, fields: list[tuple[str, str]]):
         self.Run, self.fields = run_class, fields
-        self.kinds = dict(fields)
-        if fields[0] != ("path", "path"):
-            raise ValueError("a Run's first field must be its path")
+        if fields[0] != ("path", "str"):
+            raise ValueError("a Run's first field must be its path, as text")
         self.seen: list[dict] = [{} for _ in fields]  # per field: JSON text -> value
         self.extras: dict[str, dict] = {}  # a campaign's exceptions repeat: {"units": 4}
 
     def runs(self, rows: list[tuple], paths: list | None = None) -> list:
-        """Runs from rows; paths: the files' Path objects, already made by the walk
-        (the same files: used instead of parsing the path column again)."""
+        """Runs from rows; paths: the files' paths as the walk found them (the same
+        files: used instead of the path column, which holds no path that is not UTF-8)."""
         if not rows:
             return []
         columns = list(zip(*rows))
@@ -133,8 +119,6 @@ class Decoder:
         return made
 
     def _column(self, i: int, kind: str, column: tuple) -> list:
-        if kind == "path":
-            return [None if t is None else Path(t) for t in column]
         if kind != "json":
             return list(column)
         seen = self.seen[i]
@@ -151,9 +135,6 @@ class Decoder:
 
     def _apply(self, run, extra: dict) -> None:
         for name, value in extra.items():
-            kind = self.kinds.get(name)
-            if kind == "path" and value is not None:
-                value = Path(os.fsdecode(bytes.fromhex(value["hex"])))
-            elif type(value) is list:
+            if type(value) is list:
                 value = list(value)  # never shared between runs
             setattr(run, name, value)

@@ -324,7 +324,7 @@ def _index(kit: Kit, paths: list, allow_empty: bool, con) -> Indexed:
         _store(con, kit, todo, found, seen, known)
         paths_found = [path for path, _ in found.results]
         if len(todo) > len(position) // 2:
-            runs = _stored_runs(kit, con, position, [Path(p) for p in paths_found])
+            runs = _stored_runs(kit, con, position, paths_found)
         else:
             runs = _reused_runs(kit, con, stored, position, todo, paths_found)
         runs += [unreadable(kit, p, "a symbolic link: not followed") for p in found.links]
@@ -400,7 +400,7 @@ def _reused_runs(kit: Kit, con, stored: dict, position: dict[str, int], todo: li
             runs[place] = stored[key]
     if fresh:
         new = _stored_runs(kit, con, {k: position[k] for k in fresh},
-                           [Path(p) if place in wanted else None for place, p in enumerate(paths)],
+                           [p if place in wanted else None for place, p in enumerate(paths)],
                            only=fresh)
         for key in fresh:
             runs[position[key]] = new[position[key]]

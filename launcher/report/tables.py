@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from hpcai.launcher.report import cell_origins
 from hpcai.launcher.report import reference as ref
 from hpcai.launcher.report.efficiency import Analysis, edp_per_unit, fixed_work
-from hpcai.launcher.report.long_tables import LongRows, split_rows
+from hpcai.launcher.report.long_tables import LongRows, split_columns
 from hpcai.launcher.report.load import Run, shown_path
 from hpcai.launcher.report.points import RefPoint, workload_key
 from hpcai.launcher.report.stats import Cell, cap_label, cap_sort_key, group_of, with_series
@@ -382,16 +382,21 @@ def excluded_table(runs: list[Run]) -> Table | None:
     left_out = [r for r in runs if not r.usable]
     if not left_out:
         return None
-
-    def row(r: Run) -> tuple[list[str], list]:
-        return ([r.run_id, r.workload, r.device, _run_cap(r), r.status,
-                 "; ".join(r.problems) or status_reason(r), shown_path(r.path)], [None] * 7)
-
-    rows, more = split_rows(left_out, row, TCell)
+    columns = [_text([r.run_id for r in left_out]), _text([r.workload for r in left_out]),
+               _text([r.device for r in left_out]), _text([_run_cap(r) for r in left_out]),
+               _text([r.status for r in left_out]),
+               _text(["; ".join(r.problems) or status_reason(r) for r in left_out]),
+               _text([shown_path(r.path) for r in left_out])]
+    rows, more = split_columns(columns, TCell)
     return Table("excluded-runs", "Runs not included (not complete, or not valid)",
                  ["Run", "Workload", "Device", "Cap", "Status", "Why", "File"], rows,
                  [("These are listed, never averaged: a failed or interrupted run measured "
                   "only part of its protocol.")], more=more)
+
+
+def _text(texts: list[str]) -> tuple[list[str], None]:
+    """A column of text (report/long_tables.py): no values."""
+    return texts, None
 
 
 def _run_cap(run: Run) -> str:
@@ -407,30 +412,27 @@ def status_reason(run: Run) -> str:
 def runs_table(runs: list[Run]) -> Table:
     header = ["Run", "Workload", "Preset", "Device", "Site", "Cap", "Repeat", "Status",
               "Throughput per GPU", "Work/J (with overhead)", "File"]
-    clocks = any(r.sm_clock_cap_mhz is not None or r.mem_clock_cap_mhz is not None for r in runs)
-    if clocks:
+    usable = [r.usable for r in runs]
+    # A failed, interrupted or invalid run's figures cover part of a protocol, or
+    # nothing sound: never printed beside measured values.
+    per_gpu = [r.per_gpu if ok else None for r, ok in zip(runs, usable)]
+    eff = [r.units_per_joule_with_overhead if ok else None for r, ok in zip(runs, usable)]
+    columns = [_text([r.run_id for r in runs]), _text([r.workload for r in runs]),
+               _text([r.preset for r in runs]), _text([r.device_full for r in runs]),
+               _text([r.site for r in runs]), _text([_run_cap(r) for r in runs]),
+               _text(["–" if r.repeat is None else str(r.repeat + 1) for r in runs]),
+               _text([r.status if not r.problems else f"{r.status} (invalid)" for r in runs]),
+               (list(map(fmt, per_gpu)), per_gpu), (list(map(fmt, eff)), eff),
+               _text([shown_path(r.path) for r in runs])]
+    if any(r.sm_clock_cap_mhz is not None or r.mem_clock_cap_mhz is not None for r in runs):
         from hpcai.launcher.plan import clock_label
 
         header.insert(6, "Clock caps")  # only where some run capped clocks
-    texts_only = [None] * 8
-
-    def row(r: Run) -> tuple[list[str], list]:
-        # A failed, interrupted or invalid run's figures cover part of a protocol, or
-        # nothing sound: never printed beside measured values.
-        per_gpu, eff = (r.per_gpu, r.units_per_joule_with_overhead) if r.usable else (None, None)
-        texts = [r.run_id, r.workload, r.preset, r.device_full, r.site, _run_cap(r),
-                 "–" if r.repeat is None else str(r.repeat + 1),
-                 r.status if not r.problems else f"{r.status} (invalid)",
-                 fmt(per_gpu), fmt(eff), shown_path(r.path)]
-        values = texts_only + [per_gpu, eff, None]
-        if clocks:
-            texts.insert(6, clock_label(r.sm_clock_cap_mhz, r.mem_clock_cap_mhz) or "own")
-            values.insert(6, None)
-        return texts, values
-
-    rows, more = split_rows(runs, row, TCell)
+        columns.insert(6, _text([clock_label(r.sm_clock_cap_mhz, r.mem_clock_cap_mhz) or "own"
+                                 for r in runs]))
+    rows, more = split_columns(columns, TCell)
     notes = ["Figures only for complete, valid runs; the others are listed with why under "
-             "\"Runs not included\"."] if any(not r.usable for r in runs) else []
+             "\"Runs not included\"."] if not all(usable) else []
     return Table("runs", "Every run read", header, rows, notes, more=more)
 
 

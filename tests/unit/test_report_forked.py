@@ -49,6 +49,14 @@ def _twice(inbox):
     return 2 * inbox.receive()
 
 
+def _first_then_second(first, second, go):
+    """Takes the first value, waits until the parent is past sending the second."""
+    a = first.receive()
+    while not os.path.exists(go):
+        time.sleep(0.01)
+    return a + second.receive()
+
+
 def _alive(pid):
     """Running: not gone, and not a zombie its new parent has yet to reap."""
     try:
@@ -113,6 +121,31 @@ def test_a_value_beyond_a_pipes_buffer_reaches_the_call(monkeypatch, fork):
     inbox.send("x" * 1_000_000)
     assert call.result() == "x" * 2_000_000
     inbox.close()
+
+
+@pytest.mark.timeout(60)  # a send that waits for the reader never returns
+@pytest.mark.parametrize("fork", ["1", "0"])
+def test_a_second_value_is_sent_while_the_child_is_still_busy(tmp_path, monkeypatch, fork):
+    # The child reads the second value only after the parent says it sent it: a send
+    # that waited for the reader (1 MB, beyond the pipe's 64 KiB) would never return.
+    monkeypatch.setenv(FORK_ENV, fork)
+    first, second, go = Inbox(), Inbox(), tmp_path / "go"
+    call = ForkedCall(_first_then_second, first, second, str(go), inbox=(first, second))
+    first.send("a")
+    second.send("b" * 1_000_000)
+    go.touch()
+    assert call.result() == "a" + "b" * 1_000_000
+    first.close()
+    second.close()
+
+
+def test_a_stopped_child_leaves_no_sender_waiting():
+    first = Inbox()
+    call = ForkedCall(time.sleep, 120, inbox=first)
+    first.send("c" * 1_000_000)  # nobody reads it
+    call.close()
+    first.close()  # the writer thread saw the pipe break and ended
+    assert first._writer is None
 
 
 def test_close_stops_a_child_still_working():

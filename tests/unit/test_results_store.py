@@ -48,6 +48,23 @@ def test_each_hostile_result_is_listed_with_one_reason_and_the_rest_is_reported(
     assert written["usable"] == 7  # the crafted set's complete runs, all still reported
 
 
+def test_a_result_with_numbers_and_objects_for_names_is_listed_and_the_rest_reported(tmp_path):
+    """Names of the wrong JSON type (a schema-invalid result): listed as their JSON
+    text under "not included"; the report, its pages included, is still made."""
+    crafted_set(tmp_path / "results")
+    odd = make_result(run_id="odd-types")
+    odd["spec"]["preset"], odd["spec"]["site"] = 5, {"name": ["a", 1]}
+    odd["host"] = {"node": {"x": 1}}
+    odd["gpus"][0]["name"] = 80
+    write_result(tmp_path / "results", odd)
+    written, report = _report(tmp_path, tmp_path / "results")
+    bad = next(r for r in report["excluded_runs"] if r["run_id"] == "odd-types")
+    assert "does not match the result schema" in bad["problems"][0]
+    row = next(r for r in report["tables"]["runs"]["rows"] if r[0] == "odd-types")
+    assert row[2:5] == ["5", "80 + NVIDIA H100 80GB HBM3", '["a", 1]']
+    assert written["usable"] == 7 and "odd-types" in (tmp_path / "out" / "report.md").read_text()
+
+
 def test_a_nan_and_a_huge_result_are_listed_not_read_or_averaged(tmp_path, monkeypatch):
     crafted_set(tmp_path / "results")
     nan = make_result(cap_w=600.0, per_gpu=512.125, run_id="nan-run")

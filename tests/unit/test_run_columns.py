@@ -6,6 +6,7 @@ Real DuckDB, real files; no fakes."""
 import dataclasses
 import json
 import os
+from pathlib import Path
 
 import duckdb
 
@@ -36,10 +37,10 @@ def _same(a, b) -> bool:
 
 def _odd_run(tmp_path) -> Run:
     path = tmp_path / os.fsdecode(b"caf\xe9") / "result.json"
-    run = Run(path, "id-\udcff", "complete", ["a problem"], workload="w\x00", cap_w=300,
+    run = Run(os.fspath(path), "id-\udcff", "complete", ["a problem"], workload="w\x00", cap_w=300,
               processes=2 ** 70, enforced=1, per_gpu=float("nan"), node=float("inf"),
               power_doc={"energy_j": float("nan"), "cap": {"binds": True}},
-              point={"batch": 64}, input=None, samples_path=path.parent / "samples.csv",
+              point={"batch": 64}, input=None, samples_path=os.fspath(path.parent / "samples.csv"),
               per_epoch_per_gpu=[1.5, 2], facility={"pue": 1.2}, started="2026-01-01T00:00:00")
     run.content_hash = "ab" * 32
     return run
@@ -50,7 +51,7 @@ def test_a_run_with_values_no_typed_column_holds_comes_back_exactly(tmp_path):
     con = duckdb.connect(":memory:")
     con.execute("CREATE TABLE t (" + ", ".join(f'"{n}" {t}' for n, t in
                                              run_columns.columns(Run).items()) + ")")
-    plain, odd = Run(tmp_path / "result.json", "plain", "complete"), _odd_run(tmp_path)
+    plain, odd = Run(os.fspath(tmp_path / "result.json"), "plain", "complete"), _odd_run(tmp_path)
     rows = tmp_path / "rows.ndjson"
     rows.write_text("".join(json.dumps(run_columns.encode(r, fields), allow_nan=False) + "\n"
                             for r in (plain, odd)))
@@ -107,7 +108,7 @@ def test_a_warm_index_with_a_changed_and_a_new_file_gives_the_files_runs(tmp_pat
     odd_folder = tmp_path / "results" / os.fsdecode(b"caf\xe9")  # a name that is not UTF-8
     write_result(odd_folder, make_result(run_id="odd-folder", cap_w=400.0))
     cold = index(kit(), [tmp_path / "results"])
-    changed = next(r.path for r in cold.runs if r.run_id != "odd-folder" and r.per_gpu)
+    changed = Path(next(r.path for r in cold.runs if r.run_id != "odd-folder" and r.per_gpu))
     doc = json.loads(changed.read_text())
     doc["throughput"]["per_gpu"] = 1.25
     changed.write_text(json.dumps(doc))
@@ -115,8 +116,8 @@ def test_a_warm_index_with_a_changed_and_a_new_file_gives_the_files_runs(tmp_pat
     write_result(odd_folder, make_result(run_id="new-one", cap_w=500.0))
     warm = index(kit(), [tmp_path / "results"])
     assert warm.read == 2 and warm.reused == len(cold.runs) - 1
-    assert next(r for r in warm.runs if r.path == changed).per_gpu == 1.25
-    direct = {p: ingest(kit(), p) for p in (tmp_path / "results").rglob("result.json")}
+    assert next(r for r in warm.runs if r.path == os.fspath(changed)).per_gpu == 1.25
+    direct = {os.fspath(p): ingest(kit(), p) for p in (tmp_path / "results").rglob("result.json")}
     assert sorted(r.path for r in warm.runs) == sorted(direct)
     for run in warm.runs:
         for name, value in _fields(direct[run.path]).items():

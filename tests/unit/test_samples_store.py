@@ -1,6 +1,7 @@
 """samples.csv read only for the power plot, then kept as zstd Parquet beside the
 results index (launcher/report/samples_store.py). Real DuckDB, real files."""
 import os
+from pathlib import Path
 
 import duckdb
 
@@ -39,8 +40,8 @@ def test_samples_are_stored_as_zstd_parquet_and_read_back_equal(tmp_path, monkey
 def test_a_changed_samples_file_is_read_again(tmp_path, results_index):
     run = _run_with_samples(tmp_path)
     power_series(run)
-    text = run.samples_path.read_text().replace(",gpu0,", ",gpu7,")
-    run.samples_path.write_text(text)
+    text = Path(run.samples_path).read_text().replace(",gpu0,", ",gpu7,")
+    Path(run.samples_path).write_text(text)
     os.utime(run.samples_path, ns=(5, 5))
     assert "gpu7" in power_series(run) and len(list(cache_folder().glob("*.parquet"))) == 2
 
