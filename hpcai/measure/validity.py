@@ -16,6 +16,8 @@ documentation renders them at build time (docs/reference/validity-thresholds.md)
 """
 from __future__ import annotations
 
+import math
+
 VERSION = 1
 
 # name -> value. Where a peer's validator or a sensor's documentation fixes a
@@ -112,6 +114,7 @@ def evaluate(doc: dict, evaluated_by: str = "workload") -> dict:
     checks += _enforced_limits(doc, T)
     checks.append(_throughput_cv(doc, T))
     checks.append(_slow_epoch(doc, T))
+    checks.append(_loss_finite(doc))
     checks += _settle(doc, T)
     worst = max((c["verdict"] for c in checks), key=_RANK.__getitem__, default="pass")
     return {"version": VERSION, "verdict": "pass" if worst == "n/a" else worst,
@@ -392,6 +395,22 @@ def _throughput_cv(doc: dict, T: dict) -> dict:
         # mark the figure noisy (the report does), not to call the run invalid.
         verdict, note = "warn", f"over only {n} measured epochs: too few to fail a run on"
     return check("throughput_cv", verdict, cv, "fraction", threshold, note)
+
+
+def _loss_finite(doc: dict) -> dict:
+    """A training run's loss is a number at the start and the end of its measurement.
+    One that turned NaN or infinite (written as null: JSON has neither) trained on
+    nothing sound, however fast: seen once in a while in bf16 on CPUs under load."""
+    rule = "first and last loss finite"
+    if (doc.get("config") or {}).get("task") in ("inference", "command"):
+        return check("loss_finite", "n/a", None, None, rule, "no training loss (serving or a command)")
+    work = doc.get("work") or {}
+    lost = [k for k in ("first_loss", "last_loss")
+            if k in work and (work[k] is None or isinstance(work[k], float) and not math.isfinite(work[k]))]
+    if lost:
+        return check("loss_finite", "fail", ", ".join(lost), None, rule,
+                     "the loss was not a finite number (NaN or infinite)")
+    return check("loss_finite", "pass", None, None, rule)
 
 
 def _slow_epoch(doc: dict, T: dict) -> dict:

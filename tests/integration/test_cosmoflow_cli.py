@@ -49,3 +49,30 @@ def test_the_saih_knobs_change_what_is_trained(cpu_node, result_schema):
     assert doc["config"]["flops_per_unit"] == analytic_flops(64, 0.125, 2)[1]
     assert doc["spec"]["overridden"] == ["cube", "depth_mult", "width_mult"]
     json.dumps(doc)  # plain JSON all through
+
+
+def test_a_loss_that_turns_nan_gives_a_complete_result_that_fails_loss_finite(cpu_node, tmp_path,
+                                                                             result_schema):
+    """A learning rate of 1e30 (no option sets one: the spec is edited) makes the loss NaN
+    within a step, as bf16 on a loaded CPU did now and then: the result is still
+    written, schema-valid, and failed loss_finite, so no report averages it."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    dry = cpu_node.launch("cosmoflow", "--preset", "tiny", "--nproc", "1", "--device", "cpu",
+                          "--runtime", "host", "--dry-run", "-o", str(tmp_path / "r"))
+    assert dry.returncode == 0, dry.stderr
+    spec = json.loads(dry.stdout.split("\ncommand: ")[0])
+    spec["params"]["lr"], spec["output_dir"] = 1e30, str(tmp_path / "out")
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    done = subprocess.run([sys.executable, "-m", "hpcai.workloads", "run", "--spec",
+                           str(tmp_path / "spec.json")], env=cpu_node.env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "loss nan" in done.stdout + done.stderr
+    doc = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert_valid_result(doc, result_schema)
+    assert doc["status"] == "complete" and doc["work"]["last_loss"] is None
+    assert doc["validity"]["verdict"] == "fail" and "loss_finite" in doc["validity"]["failed"]

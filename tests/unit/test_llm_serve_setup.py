@@ -323,15 +323,24 @@ def test_readiness_times_out_with_a_pointer_to_the_log(tmp_path):
     assert os.path.exists(tmp_path / "server.log")
 
 
-def test_the_schema_asks_losses_of_training_results_only(result_schema):
+def test_a_training_result_whose_loss_is_not_finite_fails_loss_finite(result_schema):
+    """NaN has no JSON: a loss that turned NaN is written as null. The schema takes the
+    result; its validity check loss_finite fails it (never averaged). Serving has no loss."""
     import jsonschema
 
-    def loss_errors(config: dict) -> list[str]:
-        doc = {"status": "complete", "config": config,
-               "work": {"first_loss": None, "last_loss": None}}
-        return [e.json_path for e in jsonschema.Draft202012Validator(result_schema).iter_errors(doc)
-                if e.json_path.startswith("$.work.")]
+    from hpcai.measure.validity import evaluate
+    from report_docs import make_result
 
-    assert loss_errors({"task": "inference"}) == []
-    assert sorted(loss_errors({})) == ["$.work.first_loss", "$.work.last_loss"]
-    assert sorted(loss_errors({"task": "training"})) == ["$.work.first_loss", "$.work.last_loss"]
+    def loss_check(config: dict, first, last) -> dict:
+        doc = make_result()
+        doc["config"].update(config)
+        doc["work"].update(first_loss=first, last_loss=last)
+        assert not [e.json_path for e in jsonschema.Draft202012Validator(result_schema).iter_errors(doc)
+                    if e.json_path.startswith("$.work.")]
+        return next(c for c in evaluate(doc)["checks"] if c["name"] == "loss_finite")
+
+    assert loss_check({}, 7.0, 6.0)["verdict"] == "pass"
+    lost = loss_check({}, 7.0, None)
+    assert (lost["verdict"], lost["value"]) == ("fail", "last_loss")
+    assert loss_check({"task": "training"}, None, None)["value"] == "first_loss, last_loss"
+    assert loss_check({"task": "inference"}, None, None)["verdict"] == "n/a"

@@ -51,7 +51,7 @@ def test_a_sound_result_passes_every_check_and_matches_the_schema(result_schema)
     names = {c["name"] for c in found["checks"]}
     assert names == {"window_length", "sample_coverage", "sample_interval", "energy_agreement",
                      "power_range", "enforced_limit", "gpu_utilisation", "temperature", "throttle",
-                     "throughput_cv", "slow_epoch", "settle_drift"}
+                     "throughput_cv", "slow_epoch", "loss_finite", "settle_drift"}
     doc["validity"] = found
     jsonschema.validate(doc, result_schema)
 
