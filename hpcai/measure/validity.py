@@ -406,7 +406,8 @@ def _loss_finite(doc: dict) -> dict:
         return check("loss_finite", "n/a", None, None, rule, "no training loss (serving or a command)")
     work = doc.get("work") or {}
     lost = [k for k in ("first_loss", "last_loss")
-            if k in work and (work[k] is None or isinstance(work[k], float) and not math.isfinite(work[k]))]
+            if k in work and (work[k] is None
+                              or (isinstance(work[k], float) and not math.isfinite(work[k])))]
     if lost:
         return check("loss_finite", "fail", ", ".join(lost), None, rule,
                      "the loss was not a finite number (NaN or infinite)")

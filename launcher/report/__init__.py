@@ -138,7 +138,7 @@ def make_report(paths: list, opts: ReportOptions, keep: list | None = None) -> d
         parts = _load(paths, opts)
         gc.freeze()
         _analyse(parts, opts)
-        cells_given.send(_cell_inputs(parts, opts))
+        cells_given.send(_cell_inputs(parts))
         _studies(parts, opts.power_run)
         studies_given.send(_study_inputs(parts))
         _tabulate(parts, opts)
@@ -264,7 +264,7 @@ def _studies(parts: _Parts, power_run: str | None) -> None:
     parts.power_run = pick_power_run(parts.runs, parts.analyses, power_run)
 
 
-def _cell_inputs(parts: _Parts, opts: ReportOptions) -> dict:
+def _cell_inputs(parts: _Parts) -> dict:
     """What the figures' worker needs of the cells, without the runs: the cells and
     analyses copied with no runs in them (the same objects stay the same: a row's best
     cell is one of its cells), each cell's run ids, and what the plots compare with."""

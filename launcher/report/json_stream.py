@@ -23,6 +23,7 @@ from hpcai.launcher.report.long_tables import StringRows
 _INDENT = "  "
 ITEM_SEPARATOR, KEY_SEPARATOR = ", ", ": "  # inside a one-line item, as json.dumps spaces them
 ROWS_AT_ONCE = 10_000  # rows of a long table encoded in one pass: a few MB of text
+FLUSH_CHARS = 1 << 20  # many small pieces, few file writes of about this much
 
 
 class Part:
@@ -54,9 +55,6 @@ def write_part(value, level: int, file) -> None:
 def dump(doc, fh) -> None:
     """doc to the text file fh."""
     _dump(doc, 0, fh)
-
-
-FLUSH_CHARS = 1 << 20  # many small pieces, few file writes of about this much
 
 
 def _dump(value, level: int, fh) -> None:

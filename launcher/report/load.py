@@ -72,7 +72,7 @@ class Run:
     # Clock caps the run asked for (--sm-clock/--mem-clock, spec.power.clocks), MHz.
     sm_clock_cap_mhz: int | None = None
     mem_clock_cap_mhz: int | None = None
-    samples_path: str | None = None  # as path
+    samples_path: str | None = None  # the samples file's path, as text (as path above)
     measured_start: float | None = None
     measured_end: float | None = None
     sweep_id: str | None = None

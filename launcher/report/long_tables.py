@@ -37,6 +37,11 @@ class LongRows:
                 for texts, values in self.columns]
 
 
+def text_column(texts: list[str]) -> Column:
+    """A column of text: no values."""
+    return texts, None
+
+
 def plain_csv_values(texts: list[str], values: list) -> list[str]:
     """CSV values from texts and their numbers (a row's, or a column's): numbers at
     full precision, no number as its text ("–": empty). One expression, no call
@@ -72,9 +77,6 @@ class StringRows:
 
     def __init__(self, columns: list[list[str]]):
         self.columns = columns
-
-    def __len__(self) -> int:
-        return len(self.columns[0]) if self.columns else 0
 
 
 def all_texts(table) -> list | StringRows:

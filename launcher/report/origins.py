@@ -118,12 +118,12 @@ def origins_table(runs: list) -> Table | None:
     if not any(r.verification not in (None, UNSIGNED) for r in runs) and \
             len({r.origin for r in runs}) < 2:
         return None
-    from hpcai.launcher.report.long_tables import split_columns
+    from hpcai.launcher.report.long_tables import split_columns, text_column
 
-    columns = [([r.run_id for r in runs], None), ([r.workload for r in runs], None),
-               ([r.origin or "?" for r in runs], None),
-               ([r.verification or UNSIGNED for r in runs], None),
-               (["included" if r.usable else "not included" for r in runs], None)]
+    columns = [text_column([r.run_id for r in runs]), text_column([r.workload for r in runs]),
+               text_column([r.origin or "?" for r in runs]),
+               text_column([r.verification or UNSIGNED for r in runs]),
+               text_column(["included" if r.usable else "not included" for r in runs])]
     rows, more = split_columns(columns, TCell)
     notes = ["Origin: the site that measured the run (a bundle's: the site whose trusted key "
              "signed it). Verification: verified (signature, files and recomputed figures "

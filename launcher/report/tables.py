@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from hpcai.launcher.report import cell_origins
 from hpcai.launcher.report import reference as ref
 from hpcai.launcher.report.efficiency import Analysis, edp_per_unit, fixed_work
-from hpcai.launcher.report.long_tables import LongRows, split_columns
+from hpcai.launcher.report.long_tables import LongRows, split_columns, text_column
 from hpcai.launcher.report.load import Run, shown_path
 from hpcai.launcher.report.points import RefPoint, workload_key
 from hpcai.launcher.report.stats import Cell, cap_label, cap_sort_key, group_of, with_series
@@ -382,21 +382,16 @@ def excluded_table(runs: list[Run]) -> Table | None:
     left_out = [r for r in runs if not r.usable]
     if not left_out:
         return None
-    columns = [_text([r.run_id for r in left_out]), _text([r.workload for r in left_out]),
-               _text([r.device for r in left_out]), _text([_run_cap(r) for r in left_out]),
-               _text([r.status for r in left_out]),
-               _text(["; ".join(r.problems) or status_reason(r) for r in left_out]),
-               _text([shown_path(r.path) for r in left_out])]
+    columns = [text_column([r.run_id for r in left_out]), text_column([r.workload for r in left_out]),
+               text_column([r.device for r in left_out]), text_column([_run_cap(r) for r in left_out]),
+               text_column([r.status for r in left_out]),
+               text_column(["; ".join(r.problems) or status_reason(r) for r in left_out]),
+               text_column([shown_path(r.path) for r in left_out])]
     rows, more = split_columns(columns, TCell)
     return Table("excluded-runs", "Runs not included (not complete, or not valid)",
                  ["Run", "Workload", "Device", "Cap", "Status", "Why", "File"], rows,
                  [("These are listed, never averaged: a failed or interrupted run measured "
                   "only part of its protocol.")], more=more)
-
-
-def _text(texts: list[str]) -> tuple[list[str], None]:
-    """A column of text (report/long_tables.py): no values."""
-    return texts, None
 
 
 def _run_cap(run: Run) -> str:
@@ -417,18 +412,18 @@ def runs_table(runs: list[Run]) -> Table:
     # nothing sound: never printed beside measured values.
     per_gpu = [r.per_gpu if ok else None for r, ok in zip(runs, usable)]
     eff = [r.units_per_joule_with_overhead if ok else None for r, ok in zip(runs, usable)]
-    columns = [_text([r.run_id for r in runs]), _text([r.workload for r in runs]),
-               _text([r.preset for r in runs]), _text([r.device_full for r in runs]),
-               _text([r.site for r in runs]), _text([_run_cap(r) for r in runs]),
-               _text(["–" if r.repeat is None else str(r.repeat + 1) for r in runs]),
-               _text([r.status if not r.problems else f"{r.status} (invalid)" for r in runs]),
+    columns = [text_column([r.run_id for r in runs]), text_column([r.workload for r in runs]),
+               text_column([r.preset for r in runs]), text_column([r.device_full for r in runs]),
+               text_column([r.site for r in runs]), text_column([_run_cap(r) for r in runs]),
+               text_column(["–" if r.repeat is None else str(r.repeat + 1) for r in runs]),
+               text_column([r.status if not r.problems else f"{r.status} (invalid)" for r in runs]),
                (list(map(fmt, per_gpu)), per_gpu), (list(map(fmt, eff)), eff),
-               _text([shown_path(r.path) for r in runs])]
+               text_column([shown_path(r.path) for r in runs])]
     if any(r.sm_clock_cap_mhz is not None or r.mem_clock_cap_mhz is not None for r in runs):
         from hpcai.launcher.plan import clock_label
 
         header.insert(6, "Clock caps")  # only where some run capped clocks
-        columns.insert(6, _text([clock_label(r.sm_clock_cap_mhz, r.mem_clock_cap_mhz) or "own"
+        columns.insert(6, text_column([clock_label(r.sm_clock_cap_mhz, r.mem_clock_cap_mhz) or "own"
                                  for r in runs]))
     rows, more = split_columns(columns, TCell)
     notes = ["Figures only for complete, valid runs; the others are listed with why under "
