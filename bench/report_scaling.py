@@ -4,9 +4,10 @@ Synthetic results are made from one real tiny result (bench/data/, a
 `resnet50 --preset tiny` run on fake GPUs), each with its own run id, cap, GPU
 model, node, site and throughput, so the report has many cells and every
 file a different content hash. For each size (1k, 10k, 100k by default) the
-report runs twice in a fresh process: cold (no results index) and warm (the
-index from the cold run). Printed per run: seconds, peak memory of the report's
-processes together (the report is made in forked workers, so one process's
+report runs twice in a fresh process: cold (no results index, no earlier
+report) and warm (the index and the report folder of the cold run, whose plots
+are kept: report/kept_plots.py). Printed per run: seconds, peak memory of the
+report's processes together (the report is made in forked workers, so one process's
 maximum resident set says too little: the sum of their proportional set sizes,
 PSS, which counts a page shared by two processes half in each, sampled every
 0.25 s), CPU seconds (user + system, its worker processes included: on a shared
@@ -153,6 +154,7 @@ def main() -> None:
                        MPLBACKEND="Agg")
             for path in (work / f"index-{size}.duckdb", work / f"index-{size}.duckdb.wal"):
                 path.unlink(missing_ok=True)
+            shutil.rmtree(work / f"report-{size}", ignore_errors=True)  # its kept plots too
             for state in ("cold", "warm"):
                 argv = [sys.executable, "-m", "hpcai.launcher.cli", "report", str(folder),
                         "-o", str(work / f"report-{size}")]

@@ -295,11 +295,13 @@ def _study_inputs(parts: _Parts) -> dict:
 def _figures(cells_given, studies_given, json_files: dict) -> dict:
     """From the Inboxes' values (_cell_inputs, then _study_inputs): cells.csv, the
     cells' and best caps' parts of report.json (json_stream.write_part, into
-    json_files), and every plot as PNG and SVG under the report's plots/."""
+    json_files), and every plot as PNG and SVG under the report's plots/ (or, drawn
+    from the same inputs by the last report there, kept: report/kept_plots.py)."""
     import gc
 
     from hpcai.launcher.report import outputs, roofline, scaling
     from hpcai.launcher.report.json_stream import write_part
+    from hpcai.launcher.report.kept_plots import KeptPlots
     from hpcai.launcher.report.plots import cell_plots, power_plots
 
     collecting = gc.isenabled()
@@ -317,15 +319,20 @@ def _figures(cells_given, studies_given, json_files: dict) -> dict:
         # new objects only (the report's are frozen), and once more after them.
         gc.freeze()
         gc.enable()
-        folder = out / "plots"
-        plots, skipped = cell_plots(folder, cells, analyses, given["reference"])
-        studied = studies_given.receive()
-        more, not_drawn = power_plots(folder, studied["power_run"])
-        roof_plots, roof_skipped = (roofline.roofline_plots(folder, studied["roof_points"])
+        # Plots drawn from the same pickles by the last report into this folder are kept.
+        kept = KeptPlots(out / "plots")
+        plots, skipped = kept.draw("cells", cells_given.digest, cell_plots, cells, analyses,
+                                   given["reference"])
+        studied, digest = studies_given.receive(), studies_given.digest
+        # The power plot reads its run's samples file, which no pickle holds: always drawn.
+        more, not_drawn = power_plots(out / "plots", studied["power_run"])
+        roof_plots, roof_skipped = (kept.draw("roofline", digest, roofline.roofline_plots,
+                                              studied["roof_points"])
                                     if studied["roof_points"] else ([], []))
         made.update(plots=plots + more, skipped=skipped + not_drawn, roof_plots=roof_plots,
                     roof_skipped=roof_skipped,
-                    study_plots=scaling.draw(folder, studied["study_drawing"]))
+                    study_plots=kept.draw("studies", digest, scaling.draw, studied["study_drawing"]))
+        kept.save()
         gc.collect()  # drawn in this process (no fork): their cycles go now, not at exit
         return made
     finally:

@@ -7,8 +7,6 @@ never in a cell (it has a problem, so it is not usable), only in that section.
 """
 from __future__ import annotations
 
-from collections import Counter
-
 UNSIGNED = "unsigned"
 HEADER = "Origin"
 PAPER = "seed paper (published)"
@@ -29,9 +27,14 @@ def wanted(runs: list) -> bool:
 
 def text(runs: list) -> str:
     """"centre-a (verified)"; mixed: "centre-a (verified 2, unsigned 1); centre-b (…)"."""
-    by_site: dict[str, Counter] = {}
+    by_site: dict[str, dict[str, int]] = {}  # site -> verification -> runs
     for run in runs:
-        by_site.setdefault(_site(run), Counter())[run.verification or UNSIGNED] += 1
+        site = _site(run)
+        kinds = by_site.get(site)
+        if kinds is None:  # (setdefault would make a dict per run: most of the time)
+            kinds = by_site[site] = {}
+        kind = run.verification or UNSIGNED
+        kinds[kind] = kinds.get(kind, 0) + 1
     parts = []
     for site, kinds in by_site.items():
         if len(kinds) == 1:

@@ -39,6 +39,7 @@ class Inbox:
     def __init__(self):
         self._read, self._write = os.pipe()
         self._value = self._UNSENT
+        self.digest: str | None = None  # in the child: the sha256 of the pickle received
         self._child = False  # set by the ForkedCall that forks a child reading it
         self._writer: threading.Thread | None = None
 
@@ -54,9 +55,13 @@ class Inbox:
     def receive(self):
         """The value sent (in the child: waits for it)."""
         if self._value is self._UNSENT and self._read is not None:
+            import hashlib
+
             with os.fdopen(self._read, "rb") as pipe:
                 self._read = None
-                self._value = pickle.loads(pipe.read())
+                data = pipe.read()
+            self.digest = hashlib.sha256(data).hexdigest()  # what it was made from (kept_plots)
+            self._value = pickle.loads(data)
         if self._value is self._UNSENT:
             raise RuntimeError("the value was never sent")
         return self._value

@@ -33,7 +33,8 @@ class LongRows:
 
     def csv_columns(self) -> list[list[str]]:
         """Each column's CSV values as the cells' would be, safe for a spreadsheet."""
-        return [csv_row(plain_csv_values(texts, repeat(None) if values is None else values))
+        return [csv_row(["" if t == "–" else t for t in texts] if values is None
+                        else plain_csv_values(texts, values))
                 for texts, values in self.columns]
 
 
@@ -51,8 +52,11 @@ def plain_csv_values(texts: list[str], values: list) -> list[str]:
 
 
 def plain_csv_value(text: str, value) -> str:
-    """One cell's plain_csv_values."""
-    return plain_csv_values([text], [value])[0]
+    """One cell's plain_csv_values (without the lists: a fleet's cap tables have a
+    hundred thousand cells)."""
+    if value is None:
+        return "" if text == "–" else text
+    return str(value) if isinstance(value, int) else repr(float(value))
 
 
 def split_columns(columns: list[Column], cell: type) -> tuple[list[list], LongRows | None]:

@@ -3,8 +3,8 @@
 Rebuilding 100,000 Runs from one JSON blob each took most of a warm report
 (a decoded dict per run, keyword construction, a quarter of a gigabyte of
 text at once). Here each field of Run is a column of its own: scalars as
-typed DuckDB columns (VARCHAR, DOUBLE, BIGINT, BOOLEAN), read back as Python
-values in batches and passed to Run positionally; the few structured fields
+typed DuckDB columns (VARCHAR, DOUBLE, BIGINT, BOOLEAN), read back a column at
+a time in batches (store.column_batches) and passed to Run positionally; the few structured fields
 (power_doc, facility, input, point, lists) as compact JSON text, decoded once
 per distinct text: runs of one campaign share their facility, input and most
 of their power section, so equal texts become one shared dict (read-only for
@@ -101,12 +101,12 @@ class Decoder:
         self.seen: list[dict] = [{} for _ in fields]  # per field: JSON text -> value
         self.extras: dict[str, dict] = {}  # a campaign's exceptions repeat: {"units": 4}
 
-    def runs(self, rows: list[tuple], paths: list | None = None) -> list:
-        """Runs from rows; paths: the files' paths as the walk found them (the same
-        files: used instead of the path column, which holds no path that is not UTF-8)."""
-        if not rows:
+    def runs(self, columns: list[list], paths: list | None = None) -> list:
+        """Runs from select_list's columns (lists of one length); paths: the files'
+        paths as the walk found them (the same files: used instead of the path column,
+        which holds no path that is not UTF-8)."""
+        if not columns or not columns[0]:
             return []
-        columns = list(zip(*rows))
         values = [paths if i == 0 and paths is not None else self._column(i, kind, columns[i])
                   for i, (_, kind) in enumerate(self.fields)]
         made = [self.Run(*args) for args in zip(*values)]
@@ -118,20 +118,17 @@ class Decoder:
                 self._apply(run, parsed)
         return made
 
-    def _column(self, i: int, kind: str, column: tuple) -> list:
+    def _column(self, i: int, kind: str, column: list) -> list:
         if kind != "json":
-            return list(column)
+            return column
         seen = self.seen[i]
-        out = []
-        for text in column:
-            if text is None:
-                out.append(None)
-                continue
-            value = seen.get(text)
-            if value is None:
-                value = seen[text] = json.loads(text)
-            out.append(list(value) if type(value) is list else value)
-        return out
+        for text in set(column).difference(seen):  # each new text decoded once
+            if text is not None:
+                seen[text] = json.loads(text)
+        values = list(map(seen.get, column))  # None (no text) is never a key: None
+        if any(type(value) is list for value in seen.values()):
+            return [list(value) if type(value) is list else value for value in values]
+        return values
 
     def _apply(self, run, extra: dict) -> None:
         for name, value in extra.items():

@@ -65,7 +65,7 @@ COLUMNS = {  # queried by `results ls/show/export`; the r_ columns (run_columns.
 # ---- finding files --------------------------------------------------------------------
 @dataclasses.dataclass
 class Found:
-    results: list[tuple[Path, os.stat_result]]  # (text, FileKey) from a forked walk
+    results: list[tuple[str, tuple[int, int, int]]]  # (path, (size, mtime_ns, inode))
     sweeps: list[Path]
     links: list[Path]  # result.json that are symbolic links: listed, never followed
     roots: list[Path]
@@ -84,17 +84,18 @@ def roots(paths: list[str | Path]) -> list[Path]:
 
 
 class FileKey(NamedTuple):
-    """What the index keys a file by, from its stat (the fields a forked walk sends back)."""
+    """What the index keys a file by, from its stat (new and changed files carry one)."""
 
     st_size: int
     st_mtime_ns: int
     st_ino: int
 
 
-def walk(paths: list[str | Path], allow_empty: bool = False, _as_text: bool = False) -> Found:
+def walk(paths: list[str | Path], allow_empty: bool = False) -> Found:
     """result.json and sweep.json under the given files and folders. The folders
     given are the user's choice (resolved); below them no symbolic link is followed.
-    _as_text: results as (text, FileKey), for a forked walk to send back cheaply."""
+    Results as (path as text, (size, mtime_ns, inode)): plain tuples, which a forked
+    walk sends back at C speed (a named tuple is rebuilt by a call per result)."""
     found = Found([], [], [], [])
     for path in roots(paths):
         found.roots.append(path)
@@ -103,13 +104,12 @@ def walk(paths: list[str | Path], allow_empty: bool = False, _as_text: bool = Fa
         elif path.name == "sweep.json":
             found.sweeps.append(path)
         else:
-            found.results.append((os.fspath(path), path.stat()))
-    # Paths as text until here: deduplicated, and sorted in Path order (by their parts),
-    # at C speed; a fleet's 100,000 Path objects are made once, in that order.
-    unique = list({text: (text, st) for text, st in found.results}.values())
-    unique.sort(key=lambda item: item[0].split(os.sep))
-    found.results = ([(text, FileKey(st.st_size, st.st_mtime_ns, st.st_ino)) for text, st in unique]
-                     if _as_text else [(Path(text), st) for text, st in unique])
+            found.results.append((os.fspath(path), _file_key(path.stat())))
+    if len(found.roots) > 1:  # a folder given twice, or one inside another
+        found.results = list(dict(found.results).items())
+    # In Path order (by their parts): the separator read as the lowest character
+    # compares texts as their parts would be compared, with no list per path.
+    found.results.sort(key=lambda item: item[0].replace(os.sep, "\0"))
     found.sweeps = sorted(set(found.sweeps))
     found.envelopes = sorted(set(found.envelopes))
     if not found.results and not found.links and not allow_empty:
@@ -118,8 +118,12 @@ def walk(paths: list[str | Path], allow_empty: bool = False, _as_text: bool = Fa
     return found
 
 
+def _file_key(st: os.stat_result) -> tuple[int, int, int]:
+    return st.st_size, st.st_mtime_ns, st.st_ino
+
+
 def _walk_dir(top: Path, found: Found) -> None:
-    """Adds what is under top to found; results as (text, stat) for walk() to finish."""
+    """Adds what is under top to found (results as walk() gives them, in no order)."""
     stack = [str(top)]
     while stack:
         folder = stack.pop()
@@ -134,7 +138,8 @@ def _walk_dir(top: Path, found: Found) -> None:
                 if entry.is_symlink():
                     found.links.append(Path(entry.path))
                 elif entry.is_file(follow_symlinks=False):
-                    found.results.append((entry.path, entry.stat(follow_symlinks=False)))
+                    st = entry.stat(follow_symlinks=False)
+                    found.results.append((entry.path, (st.st_size, st.st_mtime_ns, st.st_ino)))
             elif entry.name == "sweep.json" and entry.is_file(follow_symlinks=False):
                 found.sweeps.append(Path(entry.path))
             elif entry.name == ENVELOPE_FILE and entry.is_file(follow_symlinks=False):
@@ -300,15 +305,14 @@ def _index(kit: Kit, paths: list, allow_empty: bool, con) -> Indexed:
     from hpcai.launcher.report.forked import ForkedCall
     from hpcai.launcher.report.ingest import unreadable
 
-    walking = ForkedCall(walk, paths, allow_empty, True)
+    walking = ForkedCall(walk, paths, allow_empty)
     own = con is None
     try:
         given = roots(paths)
         con, note = open_index(kit, given) if own else (con, "")
-        known = {row[0]: row[1:] for row in con.execute(
-            "SELECT path, size, mtime_ns, ino, sha256 FROM files").fetchall()}
-        # While the folders are walked: every stored Run under them, by key.
-        stored = _stored_under(kit, con, given)
+        # While the folders are walked: every stored file under them, by key: its
+        # (size, mtime_ns, ino, sha256) and its Run.
+        known, stored = _stored_under(kit, con, given)
         # Paths stay text (a fleet's 100,000 Path objects cost a fifth of a second):
         # the stored Runs have theirs; only new and changed files need one.
         found = walking.result()
@@ -318,8 +322,8 @@ def _index(kit: Kit, paths: list, allow_empty: bool, con) -> Indexed:
             key = _key(path)
             position[key] = len(position)
             old = known.get(key)
-            if not (old and old[:3] == (st.st_size, st.st_mtime_ns, st.st_ino)):
-                todo.append((Path(path), st, old[3] if old else None))  # the stored sha256
+            if not (old and old[:3] == st):
+                todo.append((Path(path), FileKey(*st), old[3] if old else None))  # the stored sha256
         seen = set(position)
         _store(con, kit, todo, found, seen, known)
         paths_found = [path for path, _ in found.results]
@@ -340,6 +344,19 @@ def _index(kit: Kit, paths: list, allow_empty: bool, con) -> Indexed:
 BATCH = 5000  # rows turned into Runs at once: the text of 100,000 rows at once is ~0.3 GB
 
 
+def column_batches(con, select: str, where: str = "true", params: tuple = ()):
+    """The files table's rows that match where, BATCH at a time (by row id), each batch
+    as its columns: lists of Python values in select's order. A column is fetched as
+    one array and converted in one call (a tuple per row costs twice the time)."""
+    (top,) = con.execute("SELECT max(rowid) FROM files").fetchone()
+    for low in range(0, -1 if top is None else top + 1, BATCH):
+        arrays = con.execute(f"SELECT {select} FROM files WHERE ({where}) AND rowid >= ? "
+                             "AND rowid < ?", [*params, low, low + BATCH]).fetchnumpy()
+        columns = [array.tolist() for array in arrays.values()]  # a NULL (masked) is None
+        if columns and columns[0]:
+            yield columns
+
+
 def _stored_runs(kit: Kit, con, position: dict[str, int], paths: list[Path],
                  only: set[str] | None = None) -> list:
     """The Runs of the files found (paths, in the walk's order), from their columns;
@@ -349,17 +366,18 @@ def _stored_runs(kit: Kit, con, position: dict[str, int], paths: list[Path],
     fields = layout(kit.Run)
     decoder = Decoder(kit.Run, fields)
     runs: list = [None] * len(paths)
-    query, params = f"SELECT path, {select_list(fields)} FROM files", []
+    where = "true"
     if only is not None:
         con.execute("CREATE OR REPLACE TEMP TABLE wanted_paths (path VARCHAR)")
         con.executemany("INSERT INTO wanted_paths VALUES (?)", [(k,) for k in only])
-        query += " WHERE path IN (SELECT path FROM wanted_paths)"
-    cursor = con.execute(query, params)
-    while batch := cursor.fetchmany(BATCH):
-        places = [position.get(row[0]) for row in batch]
-        kept = [row[1:] for row, place in zip(batch, places) if place is not None]
-        places = [p for p in places if p is not None]
-        for place, run in zip(places, decoder.runs(kept, [paths[p] for p in places])):
+        where = "path IN (SELECT path FROM wanted_paths)"
+    for keys, *columns in column_batches(con, f"path, {select_list(fields)}", where):
+        places = [position.get(key) for key in keys]
+        if None in places:  # rows of files not found this time: not made into Runs
+            kept = [i for i, place in enumerate(places) if place is not None]
+            columns = [[column[i] for i in kept] for column in columns]
+            places = [places[i] for i in kept]
+        for place, run in zip(places, decoder.runs(columns, [paths[p] for p in places])):
             runs[place] = run
     return runs
 
@@ -373,18 +391,20 @@ def under_clause(roots: list[Path]) -> tuple[str, list]:
     return "(" + " OR ".join(clauses) + ")", params
 
 
-def _stored_under(kit: Kit, con, under: list[Path]) -> dict[str, object]:
-    """Every stored Run under the roots, by key (each file's path from its own column)."""
+def _stored_under(kit: Kit, con, under: list[Path]) -> tuple[dict[str, tuple], dict[str, object]]:
+    """Every stored file under the roots, by key: its (size, mtime_ns, ino, sha256), and
+    its Run (each file's path from its own column)."""
     from hpcai.launcher.report.run_columns import Decoder, layout, select_list
 
     fields = layout(kit.Run)
     decoder = Decoder(kit.Run, fields)
     where, params = under_clause(under)
-    cursor = con.execute(f"SELECT path, {select_list(fields)} FROM files WHERE {where}", params)
-    stored = {}
-    while batch := cursor.fetchmany(BATCH):
-        stored.update(zip((row[0] for row in batch), decoder.runs([row[1:] for row in batch])))
-    return stored
+    known, stored = {}, {}
+    select = f"path, size, mtime_ns, ino, sha256, {select_list(fields)}"
+    for keys, size, mtime, ino, sha256, *columns in column_batches(con, select, where, params):
+        known.update(zip(keys, zip(size, mtime, ino, sha256)))
+        stored.update(zip(keys, decoder.runs(columns)))
+    return known, stored
 
 
 def _reused_runs(kit: Kit, con, stored: dict, position: dict[str, int], todo: list,

@@ -317,28 +317,52 @@ def fixed_work_table(analyses: list[Analysis], work: dict[str, float]) -> Table 
     sites = len({a.group.site for a in analyses}) > 1
     header = ["Workload", "GPU", "Cap", "Work", "Node energy (kWh)", "Time (h)",
               "Energy × time (kWh·h)", "EDP per unit (J·s)"]
-    rows = []
-    for a in analyses:
+    # A row per candidate cap (a fleet's: tens of thousands): made column by column.
+    labels, work_texts, caps, kwh, hours, edp, least = [], [], [], [], [], [], []
+    for a in (a for a in analyses if a.candidates):
+        units = work[a.group.unit]
+        label = (a.group.workload_label(), a.group.device_label(sites))
+        amount = f"{units:,.0f} {_work(a)}"
         for cell in a.candidates:
-            units = work[a.group.unit]
             fw = fixed_work(cell, units)
             if fw is None:
                 continue
-            kwh, hours = fw.energy_j / 3.6e6, fw.time_s / 3600
-            rows.append([_t(a.group.workload_label()), _t(a.group.device_label(sites)),
-                         TCell(cell.cap_label, best=cell is a.min_edp),
-                         _t(f"{units:,.0f} {_work(a)}"), TCell(fmt(kwh), kwh),
-                         TCell(fmt(hours), hours), TCell(fmt(kwh * hours), kwh * hours,
-                                                         best=cell is a.min_edp),
-                         TCell(fmt(edp_per_unit(cell)), edp_per_unit(cell))])
-    if not rows:
+            labels.append(label)
+            work_texts.append(amount)
+            caps.append(cell.cap_label)
+            kwh.append(fw.energy_j / 3.6e6)
+            hours.append(fw.time_s / 3600)
+            edp.append(edp_per_unit(cell))
+            least.append(cell is a.min_edp)
+    if not labels:
         return None
+    product = [k * h for k, h in zip(kwh, hours)]
+    workloads, devices = zip(*labels)
+    columns = [text_column(list(workloads)), text_column(list(devices)), text_column(caps),
+               text_column(work_texts), _number_column(kwh), _number_column(hours),
+               _number_column(product), _number_column(edp)]
+    rows, more = split_columns(columns, TCell)
+    for row, best in zip(rows, least):  # bold on the pages: least energy × time
+        row[2].best = row[6].best = best
     return Table("fixed-work", "Energy and time for a fixed amount of work (one node)", header,
                  rows, [("Energy is the node's: measured at the node where a node power "
                         "source measured it, else its GPUs plus the node overhead (see "
                         "Measurement boundaries). Time is at the node's throughput (all its "
                         "GPUs). Bold: least energy × time."),
-                        "Change the amount with --work."])
+                        "Change the amount with --work."], more=more)
+
+
+def _number_column(values: list) -> tuple[list[str], list]:
+    """A column of our figures: fmt's texts and the values."""
+    return list(map(fmt, values)), values
+
+
+def _group_labels(cells: list[Cell], sites: bool) -> tuple[list[str], list[str]]:
+    """Each cell's workload and device labels (a row's cells share a group: one label each)."""
+    labels = {g: (g.workload_label(), g.device_label(sites))
+              for g in dict.fromkeys(c.group for c in cells)}
+    workloads, devices = zip(*(labels[c.group] for c in cells))
+    return list(workloads), list(devices)
 
 
 def stats_table(cells: list[Cell]) -> Table:
@@ -346,27 +370,34 @@ def stats_table(cells: list[Cell]) -> Table:
     header = ["Workload", "GPU", "Cap", "Enforced", "Repeats", "Epochs", "Throughput per GPU",
               "95% CI", "CV", "Noisy", "Power per GPU (W)", "Node power (W)", "Work/J (GPUs)",
               "Work/J (with overhead)", "SM clock (MHz)", "Memory clock (MHz)"]
-    rows, noise = [], []
-    for c in cells:
-        s = c.spread
-        per_gpu_w = (c.mean_power_w / c.group.processes
-                     if c.mean_power_w is not None and c.group.device_type == "cuda" else None)
-        ci = f"± {fmt(s.half_width)} (n = {s.n} {c.basis})" if s.half_width is not None else "–"
-        if c.noisy:
-            noise.append(f"{c.group.workload_label()} on {c.group.device_label(sites)} at "
-                         f"{c.cap_label}: " + "; ".join(c.noise) + ".")
-        rows.append([
-            _t(c.group.workload_label()), _t(c.group.device_label(sites)), _t(c.cap_label),
-            _t({True: "yes", False: "no", None: "–"}[c.enforced]), _t(str(c.repeats.n)),
-            _t(str(c.epochs.n)), TCell(fmt(c.throughput), c.throughput),
-            TCell(ci, s.half_width), TCell(f"{s.cv:.1%}" if s.cv is not None else "–", s.cv),
-            TCell("yes" if c.noisy else "no", noisy=c.noisy),
-            TCell(fmt(per_gpu_w), per_gpu_w),
-            TCell(fmt(c.mean_power_w), c.mean_power_w),
-            TCell(fmt(c.gpu_efficiency), c.gpu_efficiency),
-            TCell(fmt(c.efficiency.mean), c.efficiency.mean),
-            TCell(fmt(c.sm_clock_mhz), c.sm_clock_mhz),
-            TCell(fmt(c.memory_clock_mhz), c.memory_clock_mhz)])
+    # A row per cell (a fleet's: tens of thousands): made column by column.
+    workloads, devices = _group_labels(cells, sites)
+    spreads = [c.spread for c in cells]
+    half = [s.half_width for s in spreads]
+    cv = [s.cv for s in spreads]
+    power = [c.mean_power_w for c in cells]
+    per_gpu_w = [w / c.group.processes if w is not None and c.group.device_type == "cuda" else None
+                 for c, w in zip(cells, power)]
+    enforced = {True: "yes", False: "no", None: "–"}
+    columns = [
+        text_column(workloads), text_column(devices), text_column([c.cap_label for c in cells]),
+        text_column([enforced[c.enforced] for c in cells]),
+        text_column([str(c.repeats.n) for c in cells]), text_column([str(c.epochs.n) for c in cells]),
+        _number_column([c.throughput for c in cells]),
+        ([f"± {fmt(h)} (n = {s.n} {c.basis})" if h is not None else "–"
+          for c, s, h in zip(cells, spreads, half)], half),
+        ([f"{v:.1%}" if v is not None else "–" for v in cv], cv),
+        text_column(["yes" if c.noise else "no" for c in cells]),
+        _number_column(per_gpu_w), _number_column(power),
+        _number_column([c.gpu_efficiency for c in cells]),
+        _number_column([c.efficiency.mean for c in cells]),
+        _number_column([c.sm_clock_mhz for c in cells]),
+        _number_column([c.memory_clock_mhz for c in cells])]
+    rows, more = split_columns(columns, TCell)
+    for row, c in zip(rows, cells):  # marked on the pages
+        row[9].noisy = c.noisy
+    noise = [f"{w} on {d} at {c.cap_label}: " + "; ".join(c.noise) + "."
+             for c, w, d in zip(cells, workloads, devices) if c.noise]
     return Table("statistics", "Statistics per cell", header, rows,
                  [("Throughput per GPU: one run's measured work over its measured time, or the "
                   "mean of that figure over the repeats of one sweep. 95% CI: the half-width "
@@ -375,7 +406,7 @@ def stats_table(cells: list[Cell]) -> Table:
                   "same n (the CSV files give the standard deviation)."),
                   ("Power per GPU: the node's mean GPU power over its GPUs; node power: all of "
                   "them together (CPU runs: the package power RAPL read, per node)."),
-                  PRECISION_NOTE, *noise])
+                  PRECISION_NOTE, *noise], more=more)
 
 
 def excluded_table(runs: list[Run]) -> Table | None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import duckdb
 
 from hpcai.launcher.report import ReportOptions, make_report
-from hpcai.launcher.report import run_columns
+from hpcai.launcher.report import run_columns, store
 from hpcai.launcher.report.ingest import ingest
 from hpcai.launcher.report.load import Run, kit
 from hpcai.launcher.report.store import index
@@ -49,17 +49,19 @@ def _odd_run(tmp_path) -> Run:
 def test_a_run_with_values_no_typed_column_holds_comes_back_exactly(tmp_path):
     fields = run_columns.layout(Run)
     con = duckdb.connect(":memory:")
-    con.execute("CREATE TABLE t (" + ", ".join(f'"{n}" {t}' for n, t in
+    con.execute("CREATE TABLE files (" + ", ".join(f'"{n}" {t}' for n, t in
                                              run_columns.columns(Run).items()) + ")")
     plain, odd = Run(os.fspath(tmp_path / "result.json"), "plain", "complete"), _odd_run(tmp_path)
     rows = tmp_path / "rows.ndjson"
     rows.write_text("".join(json.dumps(run_columns.encode(r, fields), allow_nan=False) + "\n"
                             for r in (plain, odd)))
     spec = ", ".join(f"'{n}': '{t}'" for n, t in run_columns.columns(Run).items())
-    con.execute(f"INSERT INTO t SELECT * FROM read_json(?, format='newline_delimited', "
+    con.execute(f"INSERT INTO files SELECT * FROM read_json(?, format='newline_delimited', "
                 f"columns={{{spec}}})", [str(rows)])
     decoder = run_columns.Decoder(Run, fields)
-    back = decoder.runs(con.execute(f"SELECT {run_columns.select_list(fields)} FROM t").fetchall())
+    # Read back as the report reads the index: a column at a time (NULLs masked).
+    (columns,) = store.column_batches(con, run_columns.select_list(fields))
+    back = decoder.runs(columns)
     for original, read in zip((plain, odd), back):
         for name, value in _fields(original).items():
             assert _same(getattr(read, name), value), name
