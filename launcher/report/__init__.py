@@ -8,8 +8,10 @@ plots are drawn.
 `report` makes it in a forked worker (report/forked.py), which forks the
 figures' worker before it reads a result. That worker gets a compact copy of
 the cells once they are made: it writes cells.csv and the cells' and best caps'
-part of report.json, and draws the plots, while the tables and the other data
-files are made here.
+part of report.json, makes the tables made from the cells alone (CELL_TABLES)
+with their files, and draws the plots (or keeps those drawn from the same
+inputs before: report/kept_plots.py), while the other tables and data files
+are made here.
 """
 from __future__ import annotations
 
@@ -98,9 +100,17 @@ class _Parts:
     usable: int = 0
     cells_csv: Path | None = None  # written by the figures' worker, as the JSON parts
     json_parts: dict = field(default_factory=dict)  # report.json's key -> json_stream.Part
+    # The tables made by the figures' worker (CELL_TABLES): table key -> CSV path, and
+    # table key -> its rows' json_stream.Part.
+    worker_csvs: dict = field(default_factory=dict)
+    rows_parts: dict = field(default_factory=dict)
 
 
 _KEPT: list = []  # in build_report's worker: the report's parts, never freed (it ends with os._exit)
+# Tables made from the cells alone, a row per cell (33,000 in a fleet's report), made
+# by the figures' worker, which has the cells and is idle while the other tables are
+# made here: their role in _Parts.named -> their key (their CSV's name).
+CELL_TABLES = {"fixed": "fixed-work", "statistics": "statistics"}
 
 
 def _made_in_worker(paths: list, opts: ReportOptions) -> dict:
@@ -126,7 +136,8 @@ def make_report(paths: list, opts: ReportOptions, keep: list | None = None) -> d
     import tempfile
 
     cells_given, studies_given = Inbox(), Inbox()
-    json_files = {key: tempfile.TemporaryFile() for key in ("cells", "best_caps")}
+    json_files = {key: tempfile.TemporaryFile()
+                  for key in ("cells", "best_caps", *CELL_TABLES.values())}
     figures = ForkedCall(_figures, cells_given, studies_given, json_files,
                          inbox=(cells_given, studies_given))
     # Runs (100,000 in a fleet's report), cells, tables and records hold no cycles: the
@@ -142,10 +153,12 @@ def make_report(paths: list, opts: ReportOptions, keep: list | None = None) -> d
         _studies(parts, opts.power_run)
         studies_given.send(_study_inputs(parts))
         _tabulate(parts, opts)
-        csv_paths = _write_csvs(parts)
+        csv_written = _write_csvs(parts)
         meta = _meta(parts, opts)
         _take_figures(parts, figures.result(), json_files)
-        csv_paths.append(parts.cells_csv)
+        parts.all_tables = _all_tables(parts)  # now with the worker's tables
+        csv_written.update(parts.worker_csvs)
+        csv_paths = [csv_written[t.key] for t in parts.all_tables] + [parts.cells_csv]
         sections = _sections(parts)
         md_path, html_path = _write_pages(parts.out, opts.title, meta, sections)
         json_path = _write_json(parts, opts, paths)
@@ -232,21 +245,26 @@ def _tabulate(parts: _Parts, opts: ReportOptions) -> None:
     named["cap_binding"] = binding_table(analyses)  # None unless a capped run measured power
     from hpcai.launcher.report.serving_table import serving_table
     named["serving_phases"] = serving_table(cells)  # None unless a serving run split its phases
-    named["fixed"] = tables.fixed_work_table(analyses, parts.work)
+    named.update(dict.fromkeys(CELL_TABLES))  # made by the figures' worker (_cell_tables)
     named["facility"] = facility_table(analyses, parts.work)
     named["boundaries"] = boundaries_table(runs)
-    named["statistics"] = tables.stats_table(cells) if cells else None
     named["excluded"] = tables.excluded_table(runs)
     named["sweeps"] = tables.idle_table(parts.sweeps)
     named["runs"] = tables.runs_table(runs)
     named["origins"], named["sites"] = origins_table(runs), sites_table(runs)
-    parts.all_tables = [t for t in (named["origins"], named["sites"],
+    parts.all_tables = _all_tables(parts)
+
+
+def _all_tables(parts: _Parts) -> list:
+    """Every table made so far, in the report's order (its CSVs', report.json's)."""
+    named = parts.named
+    roof_tables, study_tables = parts.roof[0], parts.study[0]
+    return [t for t in (named["origins"], named["sites"],
         *named["throughput"], named["clocks"], *named["efficiency"], named["recommendations"],
         named["cap_binding"], named["serving_phases"],
         named["fixed"], named["facility"], named["boundaries"], named["statistics"],
-        named["excluded"], named["sweeps"], named["runs"]) if t is not None]
-    roof_tables, study_tables = parts.roof[0], parts.study[0]
-    parts.all_tables += [*roof_tables, *(t for key in study_tables for t in study_tables[key])]
+        named["excluded"], named["sweeps"], named["runs"],
+        *roof_tables, *(t for key in study_tables for t in study_tables[key])) if t is not None]
 
 
 def _studies(parts: _Parts, power_run: str | None) -> None:
@@ -315,6 +333,7 @@ def _figures(cells_given, studies_given, json_files: dict) -> dict:
         made = {"cells_csv": outputs.write_cells(records, out, json_files["cells"])}
         write_part((outputs.analysis_record(a, given["work"]) for a in analyses), 1,
                    json_files["best_caps"])
+        made["tables"] = _cell_tables(given, json_files)
         # matplotlib's figures hold cycles: the collector runs while they are drawn, over
         # new objects only (the report's are frozen), and once more after them.
         gc.freeze()
@@ -341,12 +360,42 @@ def _figures(cells_given, studies_given, json_files: dict) -> dict:
             gc.disable()
 
 
+def _cell_tables(given: dict, json_files: dict) -> dict:
+    """CELL_TABLES, made in the figures' worker from its copy of the cells: each one's
+    CSV written, and its rows' part of report.json (json_stream.write_part, into
+    json_files); given back with the rows the pages show, the others only counted
+    (long_tables.RowCount). Role -> (table, CSV path), or None where there is none."""
+    import dataclasses
+
+    from hpcai.launcher.report import outputs, tables
+    from hpcai.launcher.report.json_stream import write_part
+    from hpcai.launcher.report.long_tables import RowCount, all_texts
+
+    out, cells = given["out"], given["cells"]
+    made = {"fixed": tables.fixed_work_table(given["analyses"], given["work"]),
+            "statistics": tables.stats_table(cells) if cells else None}
+    for role, table in made.items():
+        if table is not None:
+            assert table.key == CELL_TABLES[role], table.key
+            csv_path = outputs.write_table_csv(table, out)
+            write_part(all_texts(table), 3, json_files[table.key])  # doc.tables.KEY.rows
+            more = None if table.more is None else RowCount(len(table.more))
+            made[role] = (dataclasses.replace(table, more=more), csv_path)
+    return made
+
+
 def _take_figures(parts: _Parts, made: dict, json_files: dict) -> None:
     """The figures' worker's files and plots (and those it could not draw) into parts."""
     from hpcai.launcher.report.json_stream import Part
 
     parts.cells_csv = made["cells_csv"]
-    parts.json_parts = {key: Part(file) for key, file in json_files.items()}
+    parts.json_parts = {key: Part(json_files[key]) for key in ("cells", "best_caps")}
+    for role, made_table in made["tables"].items():
+        parts.named[role] = None
+        if made_table is not None:
+            table, parts.worker_csvs[table.key] = made_table
+            parts.named[role] = table
+            parts.rows_parts[table.key] = Part(json_files[table.key])
     roof_tables, _, _, roof_notes = parts.roof
     parts.roof = (roof_tables, made["roof_plots"], made["roof_skipped"], roof_notes)
     study_tables, _, study_notes = parts.study
@@ -461,11 +510,12 @@ def _write_pages(out: Path, title: str, meta: list[str], sections: list) -> tupl
     return md_path, html_path
 
 
-def _write_csvs(parts: _Parts) -> list[Path]:
-    """One CSV per table (the figures' worker writes the cells' CSV)."""
+def _write_csvs(parts: _Parts) -> dict[str, Path]:
+    """One CSV per table made here, by key (the figures' worker writes the cells' CSV
+    and its tables')."""
     from hpcai.launcher.report import outputs
 
-    return [outputs.write_table_csv(t, parts.out) for t in parts.all_tables]
+    return {t.key: outputs.write_table_csv(t, parts.out) for t in parts.all_tables}
 
 
 def _write_json(parts: _Parts, opts: ReportOptions, paths: list) -> Path:
@@ -491,7 +541,8 @@ def _write_json(parts: _Parts, opts: ReportOptions, paths: list) -> Path:
                     "status": s.doc.get("status"), "counts": s.doc.get("counts"),
                     "idle_baseline": s.doc.get("idle_baseline")} for s in parts.sweeps],
         "tables": {t.key: {"title": t.title, "header": t.header,
-                           "rows": all_texts(t), "notes": t.notes}
+                           "rows": parts.rows_parts[t.key] if t.key in parts.rows_parts
+                           else all_texts(t), "notes": t.notes}
                    for t in parts.all_tables},
         "plots": [{"name": p.name, "png": str(p.png.relative_to(out)),
                    "svg": str(p.svg.relative_to(out))} for p in parts.plots],

@@ -38,6 +38,18 @@ class LongRows:
                 for texts, values in self.columns]
 
 
+class RowCount:
+    """A table's rows beyond its first page where only their number is known here: a
+    table made by the report's figures' worker, which wrote its CSV and its rows'
+    part of report.json (report/__init__.py _cell_tables). The pages say how many."""
+
+    def __init__(self, count: int):
+        self.count = count
+
+    def __len__(self) -> int:
+        return self.count
+
+
 def text_column(texts: list[str]) -> Column:
     """A column of text: no values."""
     return texts, None

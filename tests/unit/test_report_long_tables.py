@@ -1,8 +1,10 @@
-"""Tables with a row per run (report/long_tables.py): made column by column; only
-the first page's rows are cells, the rest are written from the columns into
-runs.csv, origins.csv, excluded-runs.csv and report.json. Those files are the
-same bytes whether a row was a cell or written from the columns: one report with
-every row a cell (a page longer than the set) against one with a page of 2 rows."""
+"""Tables with a row per run or per cell (report/long_tables.py): made column by
+column; only the first page's rows are cells, the rest are written from the
+columns into runs.csv, origins.csv, excluded-runs.csv, statistics.csv,
+fixed-work.csv (the last two by the figures' worker) and report.json. Those files
+are the same bytes whether a row was a cell or written from the columns: one
+report with every row a cell (a page longer than the set) against one with a
+page of 2 rows."""
 from __future__ import annotations
 
 import json
@@ -14,7 +16,7 @@ from hpcai.launcher.report import tables as T
 from hpcai.launcher.report.load import load_results
 from report_docs import crafted_set, make_result, write_result
 
-LONG = ("runs.csv", "origins.csv", "excluded-runs.csv")
+LONG = ("runs.csv", "origins.csv", "excluded-runs.csv", "statistics.csv", "fixed-work.csv")
 
 
 def _hostile_set(folder):
@@ -46,6 +48,19 @@ def test_rows_written_from_columns_equal_rows_made_as_cells(tmp_path, monkeypatc
     assert len(cells_json["runs"]["rows"]) == 11 and len(cells_json["origins"]["rows"]) == 11
     md = (tmp_path / "streamed" / "report.md").read_text()
     assert "… and 9 more rows: every row is in runs.csv" in md
+    cells_count = len(cells_json["statistics"]["rows"])
+    assert f"… and {cells_count - 2} more rows: every row is in statistics.csv" in md
+    # The first page keeps its marks: bold (least energy × time), noisy.
+    full = (tmp_path / "cells" / "report.md").read_text()
+    for title in ("### Energy and time for a fixed amount of work", "### Statistics per cell"):
+        assert _first_rows(md, title, 2) == _first_rows(full, title, 2)
+    assert "**" in "".join(_first_rows(full, "### Energy and time for a fixed amount of work",
+                                       cells_count))
+
+
+def _first_rows(md: str, title: str, count: int) -> list[str]:
+    lines = md[md.index(title):].splitlines()
+    return lines[4:4 + count]  # after the title, a blank line, the header and its rule
 
 
 @pytest.mark.parametrize("page_rows", [2, 10_000])
