@@ -120,7 +120,7 @@ def _made_in_worker(paths: list, opts: ReportOptions) -> dict:
 def make_report(paths: list, opts: ReportOptions, keep: list | None = None) -> dict:
     """The report of the results under paths, written under opts.output; keep: a list
     the report's parts are added to, for a process that ends without freeing them."""
-    from hpcai.launcher.report.forked import ForkedCall, Inbox
+    from hpcai.launcher.report.forked import Claim, ForkedCall, Inbox
     from hpcai.launcher.report.load import shown_path
     from hpcai.launcher.report.tables import status_reason
 
@@ -138,7 +138,10 @@ def make_report(paths: list, opts: ReportOptions, keep: list | None = None) -> d
     cells_given, studies_given = Inbox(), Inbox()
     json_files = {key: tempfile.TemporaryFile()
                   for key in ("cells", "best_caps", *CELL_TABLES.values())}
-    figures = ForkedCall(_figures, cells_given, studies_given, json_files,
+    # The cells' tables are made by whichever is free first: the worker once its plots
+    # are done (at once where they are kept), else this process after its own tables.
+    cell_tables = Claim()
+    figures = ForkedCall(_figures, cells_given, studies_given, json_files, cell_tables,
                          inbox=(cells_given, studies_given))
     # Runs (100,000 in a fleet's report), cells, tables and records hold no cycles: the
     # collector is off while they are made (its passes over them cost seconds and free
@@ -153,11 +156,19 @@ def make_report(paths: list, opts: ReportOptions, keep: list | None = None) -> d
         _studies(parts, opts.power_run)
         studies_given.send(_study_inputs(parts))
         _tabulate(parts, opts)
+        made_here = cell_tables.take()
+        if made_here:  # the worker is still drawing
+            _tabulate_cells(parts)
         csv_written = _write_csvs(parts)
         meta = _meta(parts, opts)
-        _take_figures(parts, figures.result(), json_files)
+        made = figures.result()
+        _take_figures(parts, made, json_files)
+        if made["tables"] is None and not made_here:  # a worker that died took the claim
+            _tabulate_cells(parts)
         parts.all_tables = _all_tables(parts)  # now with the worker's tables
         csv_written.update(parts.worker_csvs)
+        csv_written.update(_write_csvs(parts, [t for t in parts.all_tables  # made since
+                                               if t.key not in csv_written]))
         csv_paths = [csv_written[t.key] for t in parts.all_tables] + [parts.cells_csv]
         sections = _sections(parts)
         md_path, html_path = _write_pages(parts.out, opts.title, meta, sections)
@@ -166,6 +177,7 @@ def make_report(paths: list, opts: ReportOptions, keep: list | None = None) -> d
         figures.close()
         cells_given.close()
         studies_given.close()
+        cell_tables.close()
         for file in json_files.values():
             file.close()
         if keep is None:  # a worker that ends at once needs no collector (a full pass: 0.4 s)
@@ -245,14 +257,26 @@ def _tabulate(parts: _Parts, opts: ReportOptions) -> None:
     named["cap_binding"] = binding_table(analyses)  # None unless a capped run measured power
     from hpcai.launcher.report.serving_table import serving_table
     named["serving_phases"] = serving_table(cells)  # None unless a serving run split its phases
-    named.update(dict.fromkeys(CELL_TABLES))  # made by the figures' worker (_cell_tables)
+    named.update(dict.fromkeys(CELL_TABLES))  # _tabulate_cells, here or in the worker
     named["facility"] = facility_table(analyses, parts.work)
     named["boundaries"] = boundaries_table(runs)
     named["excluded"] = tables.excluded_table(runs)
     named["sweeps"] = tables.idle_table(parts.sweeps)
     named["runs"] = tables.runs_table(runs)
     named["origins"], named["sites"] = origins_table(runs), sites_table(runs)
-    parts.all_tables = _all_tables(parts)
+
+
+def _tabulate_cells(parts: _Parts) -> None:
+    """CELL_TABLES, made here (the figures' worker makes them when it is free first)."""
+    made = _cells_tables(parts.cells, parts.analyses, parts.work)
+    parts.named.update((role, made[role]) for role in CELL_TABLES)
+
+
+def _cells_tables(cells: list, analyses: list, work: dict) -> dict:
+    from hpcai.launcher.report import tables
+
+    return {"fixed": tables.fixed_work_table(analyses, work),
+            "statistics": tables.stats_table(cells) if cells else None}
 
 
 def _all_tables(parts: _Parts) -> list:
@@ -310,7 +334,7 @@ def _study_inputs(parts: _Parts) -> dict:
             "study_drawing": parts.study_drawing}
 
 
-def _figures(cells_given, studies_given, json_files: dict) -> dict:
+def _figures(cells_given, studies_given, json_files: dict, cell_tables) -> dict:
     """From the Inboxes' values (_cell_inputs, then _study_inputs): cells.csv, the
     cells' and best caps' parts of report.json (json_stream.write_part, into
     json_files), and every plot as PNG and SVG under the report's plots/ (or, drawn
@@ -333,7 +357,6 @@ def _figures(cells_given, studies_given, json_files: dict) -> dict:
         made = {"cells_csv": outputs.write_cells(records, out, json_files["cells"])}
         write_part((outputs.analysis_record(a, given["work"]) for a in analyses), 1,
                    json_files["best_caps"])
-        made["tables"] = _cell_tables(given, json_files)
         # matplotlib's figures hold cycles: the collector runs while they are drawn, over
         # new objects only (the report's are frozen), and once more after them.
         gc.freeze()
@@ -353,6 +376,9 @@ def _figures(cells_given, studies_given, json_files: dict) -> dict:
                     study_plots=kept.draw("studies", digest, scaling.draw, studied["study_drawing"]))
         kept.save()
         gc.collect()  # drawn in this process (no fork): their cycles go now, not at exit
+        gc.disable()  # the tables hold no cycles
+        # The cells' tables, unless the report made them while the plots were drawn.
+        made["tables"] = _cell_tables(given, json_files) if cell_tables.take() else None
         return made
     finally:
         gc.unfreeze()
@@ -367,13 +393,12 @@ def _cell_tables(given: dict, json_files: dict) -> dict:
     (long_tables.RowCount). Role -> (table, CSV path), or None where there is none."""
     import dataclasses
 
-    from hpcai.launcher.report import outputs, tables
+    from hpcai.launcher.report import outputs
     from hpcai.launcher.report.json_stream import write_part
     from hpcai.launcher.report.long_tables import RowCount, all_texts
 
-    out, cells = given["out"], given["cells"]
-    made = {"fixed": tables.fixed_work_table(given["analyses"], given["work"]),
-            "statistics": tables.stats_table(cells) if cells else None}
+    out = given["out"]
+    made = _cells_tables(given["cells"], given["analyses"], given["work"])
     for role, table in made.items():
         if table is not None:
             assert table.key == CELL_TABLES[role], table.key
@@ -390,7 +415,7 @@ def _take_figures(parts: _Parts, made: dict, json_files: dict) -> None:
 
     parts.cells_csv = made["cells_csv"]
     parts.json_parts = {key: Part(json_files[key]) for key in ("cells", "best_caps")}
-    for role, made_table in made["tables"].items():
+    for role, made_table in (made["tables"] or {}).items():
         parts.named[role] = None
         if made_table is not None:
             table, parts.worker_csvs[table.key] = made_table
@@ -510,12 +535,13 @@ def _write_pages(out: Path, title: str, meta: list[str], sections: list) -> tupl
     return md_path, html_path
 
 
-def _write_csvs(parts: _Parts) -> dict[str, Path]:
-    """One CSV per table made here, by key (the figures' worker writes the cells' CSV
-    and its tables')."""
+def _write_csvs(parts: _Parts, tables: list | None = None) -> dict[str, Path]:
+    """One CSV per table made here (default: every one so far), by key (the figures'
+    worker writes the cells' CSV and the tables it made)."""
     from hpcai.launcher.report import outputs
 
-    return {t.key: outputs.write_table_csv(t, parts.out) for t in parts.all_tables}
+    return {t.key: outputs.write_table_csv(t, parts.out)
+            for t in (_all_tables(parts) if tables is None else tables)}
 
 
 def _write_json(parts: _Parts, opts: ReportOptions, paths: list) -> Path:

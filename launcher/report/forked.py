@@ -11,6 +11,10 @@ flushed twice. It dies with the parent (PR_SET_PDEATHSIG), so a killed report
 leaves nothing drawing behind it. Where fork is missing, or HPCAI_REPORT_FORK=0,
 the call is made in this process when its result is asked for.
 
+A Claim lets the parent and a child share out one piece of work: whichever asks
+first does it (the report's figures' worker makes the cells' tables when it
+is done early; the report makes them when the worker is still drawing).
+
 An Inbox carries one value the other way, sent after the fork: the figures'
 worker is forked before any result is read (a child forked later would share
 the results' pages, and CPython's reference counts, written on every use, would
@@ -79,6 +83,25 @@ class Inbox:
         if fd is not None:
             os.close(fd)
             setattr(self, end, None)
+
+
+class Claim:
+    """One piece of work that a process or its forked child may do, done by the
+    first to ask: one byte in a pipe made before the fork, which only one read gets."""
+
+    def __init__(self):
+        self._read, write = os.pipe()
+        os.write(write, b"\0")
+        os.close(write)  # no writer: a read after the byte's gets the end, b"", at once
+
+    def take(self) -> bool:
+        """True for the first caller in either process, False for every other."""
+        return self._read is not None and os.read(self._read, 1) == b"\0"
+
+    def close(self) -> None:
+        if self._read is not None:
+            os.close(self._read)
+            self._read = None
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -4,12 +4,12 @@ Rebuilding 100,000 Runs from one JSON blob each took most of a warm report
 (a decoded dict per run, keyword construction, a quarter of a gigabyte of
 text at once). Here each field of Run is a column of its own: scalars as
 typed DuckDB columns (VARCHAR, DOUBLE, BIGINT, BOOLEAN), read back a column at
-a time in batches (store.column_batches) and passed to Run positionally; the few structured fields
-(power_doc, facility, input, point, lists) as compact JSON text, decoded once
-per distinct text: runs of one campaign share their facility, input and most
-of their power section, so equal texts become one shared dict (read-only for
-the report, which never changes them; lists are copied, since `problems`
-grows after loading).
+a time in batches (store.column_batches) and passed to Run positionally; the
+few structured fields (power_doc, facility, input, point, lists) as compact
+JSON text, decoded once per distinct text: runs of one campaign share their
+facility, input and most of their power section, so equal texts become one
+shared dict (read-only for the report, which never changes them; lists are
+copied, since `problems` grows after loading).
 
 A value that a typed column cannot hold exactly (an int where a float is
 declared, text that is not UTF-8, a non-finite float, a wrong type in an

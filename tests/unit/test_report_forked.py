@@ -11,7 +11,7 @@ import time
 import pytest
 
 from hpcai.errors import UsageError
-from hpcai.launcher.report.forked import FORK_ENV, ForkedCall, Inbox, WorkerDied
+from hpcai.launcher.report.forked import FORK_ENV, Claim, ForkedCall, Inbox, WorkerDied
 
 
 def _pid():
@@ -192,3 +192,20 @@ def test_a_report_made_in_one_process_is_the_forked_report(tmp_path, monkeypatch
         written[fork] = (doc, sorted(p.name for p in (out / "plots").iterdir()), made["runs"])
     assert written["1"] == written["0"]
     assert written["1"][1]  # plots were drawn
+
+
+@pytest.mark.parametrize("child_first", [True, False])
+def test_a_claim_is_taken_by_exactly_one_of_the_two_processes(child_first):
+    claim = Claim()
+    try:
+        if child_first:
+            took_in_child = ForkedCall(claim.take).result()
+            assert took_in_child is True and claim.take() is False
+        else:
+            assert claim.take() is True
+            assert ForkedCall(claim.take).result() is False
+        assert claim.take() is False  # and never again, here or there
+        assert ForkedCall(claim.take).result() is False
+    finally:
+        claim.close()
+    assert claim.take() is False  # closed: taken by no one

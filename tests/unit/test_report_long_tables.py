@@ -91,3 +91,39 @@ def test_the_report_leaves_the_garbage_collector_as_it_found_it(tmp_path, enable
         assert gc.get_freeze_count() == 0
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("page_rows", [2, 10_000])
+def test_the_cells_tables_are_the_same_whichever_process_makes_them(tmp_path, monkeypatch,
+                                                                    page_rows):
+    """The statistics and fixed-work tables are made by the figures' worker when it is
+    free first (plots kept), else by the report's process (report/forked.py Claim):
+    each forced in turn, the files and pages are the same."""
+    import os
+
+    import hpcai.launcher.report as report
+    from hpcai.launcher.report import forked
+
+    _hostile_set(tmp_path / "results")
+    monkeypatch.setattr(readable, "PAGE_ROWS", page_rows)
+    take, report_pid = forked.Claim.take, os.getpid()
+    tabulate_here, made_here = report._tabulate_cells, []
+    monkeypatch.setattr(report, "_tabulate_cells",
+                        lambda parts: made_here.append(1) or tabulate_here(parts))
+    made = {}
+    for side in ("report", "worker"):
+        def only(claim, side=side):
+            here = "report" if os.getpid() == report_pid else "worker"
+            return here == side and take(claim)
+
+        monkeypatch.setattr(forked.Claim, "take", only)
+        out = tmp_path / side
+        made_here.clear()
+        make_report([tmp_path / "results"], ReportOptions(output=out))
+        assert len(made_here) == (side == "report")  # the worker's: none made here
+        doc = json.loads((out / "report.json").read_text())
+        made[side] = ({name: (out / name).read_bytes() for name in ("statistics.csv",
+                                                                    "fixed-work.csv")},
+                      doc["tables"], (out / "report.md").read_text().splitlines()[3:])
+    assert made["report"] == made["worker"]
+    assert list(made["report"][1]).index("statistics") > list(made["report"][1]).index("fixed-work")
