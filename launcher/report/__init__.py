@@ -335,10 +335,11 @@ def _study_inputs(parts: _Parts) -> dict:
 
 
 def _figures(cells_given, studies_given, json_files: dict, cell_tables) -> dict:
-    """From the Inboxes' values (_cell_inputs, then _study_inputs): cells.csv, the
-    cells' and best caps' parts of report.json (json_stream.write_part, into
-    json_files), and every plot as PNG and SVG under the report's plots/ (or, drawn
-    from the same inputs by the last report there, kept: report/kept_plots.py)."""
+    """From the Inboxes' values (_cell_inputs, then _study_inputs): every plot as PNG
+    and SVG under the report's plots/ (or, drawn from the same inputs by the last
+    report there, kept: report/kept_plots.py), cells.csv, the cells' and best caps'
+    parts of report.json (json_stream.write_part, into json_files), and the cells'
+    tables where cell_tables (a forked.Claim) is still free."""
     import gc
 
     from hpcai.launcher.report import outputs, roofline, scaling
@@ -351,14 +352,10 @@ def _figures(cells_given, studies_given, json_files: dict, cell_tables) -> dict:
     try:
         given = cells_given.receive()
         out, cells, analyses = given["out"], given["cells"], given["analyses"]
-        by_group = {a.group: a for a in analyses}
-        records = (outputs.cell_record(c, by_group.get(c.group), ids)
-                   for c, ids in zip(cells, given["run_ids"]))
-        made = {"cells_csv": outputs.write_cells(records, out, json_files["cells"])}
-        write_part((outputs.analysis_record(a, given["work"]) for a in analyses), 1,
-                   json_files["best_caps"])
+        # The plots first: where they must be drawn, the report makes the cells' tables
+        # meanwhile, and the cells' files below take less time than drawing.
         # matplotlib's figures hold cycles: the collector runs while they are drawn, over
-        # new objects only (the report's are frozen), and once more after them.
+        # new objects only (the cells are frozen), and once more after them.
         gc.freeze()
         gc.enable()
         # Plots drawn from the same pickles by the last report into this folder are kept.
@@ -371,13 +368,18 @@ def _figures(cells_given, studies_given, json_files: dict, cell_tables) -> dict:
         roof_plots, roof_skipped = (kept.draw("roofline", digest, roofline.roofline_plots,
                                               studied["roof_points"])
                                     if studied["roof_points"] else ([], []))
-        made.update(plots=plots + more, skipped=skipped + not_drawn, roof_plots=roof_plots,
+        made = dict(plots=plots + more, skipped=skipped + not_drawn, roof_plots=roof_plots,
                     roof_skipped=roof_skipped,
                     study_plots=kept.draw("studies", digest, scaling.draw, studied["study_drawing"]))
         kept.save()
         gc.collect()  # drawn in this process (no fork): their cycles go now, not at exit
-        gc.disable()  # the tables hold no cycles
-        # The cells' tables, unless the report made them while the plots were drawn.
+        gc.disable()  # the records and tables hold no cycles
+        by_group = {a.group: a for a in analyses}
+        records = (outputs.cell_record(c, by_group.get(c.group), ids)
+                   for c, ids in zip(cells, given["run_ids"]))
+        made["cells_csv"] = outputs.write_cells(records, out, json_files["cells"])
+        write_part((outputs.analysis_record(a, given["work"]) for a in analyses), 1,
+                   json_files["best_caps"])
         made["tables"] = _cell_tables(given, json_files) if cell_tables.take() else None
         return made
     finally:
