@@ -7,11 +7,11 @@ plots are drawn.
 
 `report` makes it in a forked worker (report/forked.py), which forks the
 figures' worker before it reads a result. That worker gets a compact copy of
-the cells once they are made: it writes cells.csv and the cells' and best caps'
-part of report.json, makes the tables made from the cells alone (CELL_TABLES)
-with their files, and draws the plots (or keeps those drawn from the same
-inputs before: report/kept_plots.py), while the other tables and data files
-are made here.
+the cells once they are made: it draws the plots (or keeps those drawn from the
+same inputs before: report/kept_plots.py), writes cells.csv and the cells' and
+best caps' part of report.json, and, if it is free before this process is,
+makes the tables made from the cells alone (CELL_TABLES), while the other tables
+and data files are made here.
 """
 from __future__ import annotations
 
@@ -100,16 +100,17 @@ class _Parts:
     usable: int = 0
     cells_csv: Path | None = None  # written by the figures' worker, as the JSON parts
     json_parts: dict = field(default_factory=dict)  # report.json's key -> json_stream.Part
-    # The tables made by the figures' worker (CELL_TABLES): table key -> CSV path, and
-    # table key -> its rows' json_stream.Part.
+    # CELL_TABLES made by the figures' worker: table key -> CSV path, and table key ->
+    # its rows' json_stream.Part.
     worker_csvs: dict = field(default_factory=dict)
     rows_parts: dict = field(default_factory=dict)
 
 
 _KEPT: list = []  # in build_report's worker: the report's parts, never freed (it ends with os._exit)
 # Tables made from the cells alone, a row per cell (33,000 in a fleet's report), made
-# by the figures' worker, which has the cells and is idle while the other tables are
-# made here: their role in _Parts.named -> their key (their CSV's name).
+# by whichever is free first: the figures' worker, which has the cells (and is idle
+# while the other tables are made here where its plots are kept), or this process:
+# their role in _Parts.named -> their key (their CSV's name).
 CELL_TABLES = {"fixed": "fixed-work", "statistics": "statistics"}
 
 
@@ -268,11 +269,11 @@ def _tabulate(parts: _Parts, opts: ReportOptions) -> None:
 
 def _tabulate_cells(parts: _Parts) -> None:
     """CELL_TABLES, made here (the figures' worker makes them when it is free first)."""
-    made = _cells_tables(parts.cells, parts.analyses, parts.work)
-    parts.named.update((role, made[role]) for role in CELL_TABLES)
+    parts.named.update(_make_cell_tables(parts.cells, parts.analyses, parts.work))
 
 
-def _cells_tables(cells: list, analyses: list, work: dict) -> dict:
+def _make_cell_tables(cells: list, analyses: list, work: dict) -> dict:
+    """CELL_TABLES by role (None: no such table)."""
     from hpcai.launcher.report import tables
 
     return {"fixed": tables.fixed_work_table(analyses, work),
@@ -380,7 +381,8 @@ def _figures(cells_given, studies_given, json_files: dict, cell_tables) -> dict:
         made["cells_csv"] = outputs.write_cells(records, out, json_files["cells"])
         write_part((outputs.analysis_record(a, given["work"]) for a in analyses), 1,
                    json_files["best_caps"])
-        made["tables"] = _cell_tables(given, json_files) if cell_tables.take() else None
+        made["tables"] = (_cell_tables_in_worker(given, json_files) if cell_tables.take()
+                          else None)  # made by the report while the plots were drawn
         return made
     finally:
         gc.unfreeze()
@@ -388,7 +390,7 @@ def _figures(cells_given, studies_given, json_files: dict, cell_tables) -> dict:
             gc.disable()
 
 
-def _cell_tables(given: dict, json_files: dict) -> dict:
+def _cell_tables_in_worker(given: dict, json_files: dict) -> dict:
     """CELL_TABLES, made in the figures' worker from its copy of the cells: each one's
     CSV written, and its rows' part of report.json (json_stream.write_part, into
     json_files); given back with the rows the pages show, the others only counted
@@ -400,7 +402,7 @@ def _cell_tables(given: dict, json_files: dict) -> dict:
     from hpcai.launcher.report.long_tables import RowCount, all_texts
 
     out = given["out"]
-    made = _cells_tables(given["cells"], given["analyses"], given["work"])
+    made = _make_cell_tables(given["cells"], given["analyses"], given["work"])
     for role, table in made.items():
         if table is not None:
             assert table.key == CELL_TABLES[role], table.key
