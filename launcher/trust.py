@@ -22,6 +22,15 @@ def _owner_ok(uid: int) -> bool:
     return uid in (os.geteuid(), 0)
 
 
+def written_by_us(st: os.stat_result, folder: bool = False) -> bool:
+    """The rule above for one file's (or, folder: a folder's) stat, read from a
+    descriptor: owned by this user or root, and writable by no one else (a folder
+    may let others add entries under the sticky bit)."""
+    if not _owner_ok(st.st_uid):
+        return False
+    return not st.st_mode & _OTHERS_WRITE or (folder and bool(st.st_mode & stat.S_ISVTX))
+
+
 def untrusted(result: Path) -> str | None:
     """Why the result file cannot be trusted, in a few words naming the path; None if it can."""
     result = Path(result)

@@ -28,7 +28,6 @@ from pathlib import Path
 RECORD = ".kept-plots.json"
 RECORD_MAX = 4 * 2 ** 20  # bytes: a record is a few KB; anything larger is not ours
 PLOT_MAX = 64 * 2 ** 20  # bytes of one PNG or SVG to hash before it is kept
-_OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
 
 
 class KeptPlots:
@@ -121,32 +120,24 @@ def _read_ours(folder: Path, name: str, limit: int) -> bytes | None:
     """The file's bytes if this user (or root) wrote it and no one else could have:
     the plots folder and the file opened without following a link, checked by
     their descriptors (nothing can be swapped in between); else None."""
+    from hpcai.launcher.trust import written_by_us
+    from hpcai.safe_files import Folder
+
     if not isinstance(name, str) or not name or "/" in name or name in (".", ".."):
         return None
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        dir_fd = os.open(folder, flags | os.O_DIRECTORY)
-    except OSError:
-        return None
-    try:
-        if not _private(os.fstat(dir_fd), folder=True):
-            return None
-        fd = os.open(name, flags | os.O_NONBLOCK, dir_fd=dir_fd)  # a FIFO never blocks
-        with os.fdopen(fd, "rb") as fh:
-            st = os.fstat(fh.fileno())
-            if not stat.S_ISREG(st.st_mode) or not _private(st) or st.st_size > limit:
+        with Folder.open(folder) as opened:
+            if not written_by_us(os.fstat(opened.fd), folder=True):
                 return None
-            return fh.read(limit + 1)
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+                         dir_fd=opened.fd)  # O_NONBLOCK: a FIFO never blocks
+            with os.fdopen(fd, "rb") as fh:
+                st = os.fstat(fh.fileno())
+                if not stat.S_ISREG(st.st_mode) or not written_by_us(st) or st.st_size > limit:
+                    return None
+                return fh.read(limit + 1)
     except OSError:
         return None
-    finally:
-        os.close(dir_fd)
-
-
-def _private(st: os.stat_result, folder: bool = False) -> bool:
-    if st.st_uid not in (os.geteuid(), 0):
-        return False
-    return not st.st_mode & _OTHERS_WRITE or (folder and bool(st.st_mode & stat.S_ISVTX))
 
 
 # What a group's drawing returns: Plots in lists, tuples and dicts of lists, and text.

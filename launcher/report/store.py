@@ -138,8 +138,7 @@ def _walk_dir(top: Path, found: Found) -> None:
                 if entry.is_symlink():
                     found.links.append(Path(entry.path))
                 elif entry.is_file(follow_symlinks=False):
-                    st = entry.stat(follow_symlinks=False)
-                    found.results.append((entry.path, (st.st_size, st.st_mtime_ns, st.st_ino)))
+                    found.results.append((entry.path, _file_key(entry.stat(follow_symlinks=False))))
             elif entry.name == "sweep.json" and entry.is_file(follow_symlinks=False):
                 found.sweeps.append(Path(entry.path))
             elif entry.name == ENVELOPE_FILE and entry.is_file(follow_symlinks=False):

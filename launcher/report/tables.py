@@ -448,7 +448,7 @@ def runs_table(runs: list[Run]) -> Table:
                text_column([r.site for r in runs]), text_column([_run_cap(r) for r in runs]),
                text_column(["–" if r.repeat is None else str(r.repeat + 1) for r in runs]),
                text_column([r.status if not r.problems else f"{r.status} (invalid)" for r in runs]),
-               (list(map(fmt, per_gpu)), per_gpu), (list(map(fmt, eff)), eff),
+               _number_column(per_gpu), _number_column(eff),
                text_column([shown_path(r.path) for r in runs])]
     if any(r.sm_clock_cap_mhz is not None or r.mem_clock_cap_mhz is not None for r in runs):
         from hpcai.launcher.plan import clock_label
