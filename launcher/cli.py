@@ -266,6 +266,10 @@ def _window_and_power_options() -> list:
                       "30 power samples; less for the tiny and short presets)"),
     click.option("--max-window-s", type=click.FloatRange(min=0, min_open=True),
                  help="adaptive window: stop after this long, met or not (default: 600 s)"),
+    click.option("--settle-max-s", type=click.FloatRange(min=0, min_open=True),
+                 help="sweeps: after each cap change, wait until power and temperature "
+                      "are steady, but at most this long (default: 120 s; the tiny and "
+                      "short presets' are seconds)"),
     click.option("--stall-timeout-s", type=click.FloatRange(min=0, min_open=True),
                  help="end the run as failed, every rank stopped, after this long without "
                       "a completed step (default: the preset's; 600 s for test presets, "
@@ -363,7 +367,7 @@ _COMMAND_PARAMS = (
     "steps_per_epoch", "precision", "channels_last", "compile_", "sample_interval_ms",
     "no_telemetry", "output", "journal", "runtime", "image", "dry_run", "slurm", "nodes",
     "partition", "account", "time_limit", "array", "slurm_options", "vary", "scaling", "in_run",
-    "ci_target", "min_window_s", "max_window_s", "wait_for_gpus", "stall_timeout_s")
+    "ci_target", "min_window_s", "max_window_s", "settle_max_s", "wait_for_gpus", "stall_timeout_s")
 
 
 def _run_options_of(workload, v: dict, extra: dict, axes, batch):
@@ -392,7 +396,8 @@ def _run_options_of(workload, v: dict, extra: dict, axes, batch):
                   "steps_per_epoch": v["steps_per_epoch"],
                   "sample_interval_s": interval_ms / 1000 if interval_ms else None,
                   "ci_target": v["ci_target"], "min_window_s": v["min_window_s"],
-                  "max_window_s": v["max_window_s"], "stall_timeout_s": v["stall_timeout_s"]},
+                  "max_window_s": v["max_window_s"], "settle_max_s": v["settle_max_s"],
+                  "stall_timeout_s": v["stall_timeout_s"]},
     )
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hpcai.workloads.declaration import Impl, Preset, Workload
+from hpcai.workloads.declaration import CPU_SHORT_WINDOWS, CPU_TINY_WINDOWS, Impl, Preset, Workload
 from hpcai.workloads.params import WorkloadParams, param
 from hpcai.workloads.registry._seed_paper import _FAST_SOURCE
 
@@ -101,15 +101,13 @@ WORKLOAD = Workload(
             "Llama-3-8B, dummy weights, 256 in, 256 out, 32 in flight, 128 requests: a quick GPU check",
             params={"model": "Llama-3-8B", "batch_size": 32, "input_len": 256,
                     "output_len": 256, "server_timeout_s": 1200, "server_stop_grace_s": 20},
-            protocol={"warmup_epochs": 1, "epochs": 1, "steps_per_epoch": 128},
-        ),
+            protocol={"warmup_epochs": 1, "epochs": 1, "steps_per_epoch": 128}, windows=CPU_SHORT_WINDOWS),
         "tiny": Preset(
             "tiny",
             "a 2-layer Llama-style model, 16 in, 8 out, 4 in flight, 8 requests: for tests",
             params={"model": "tiny-llama-2l", "batch_size": 4, "input_len": 16,
                     "output_len": 8, "server_timeout_s": 120, "server_stop_grace_s": 3},
-            protocol={"warmup_epochs": 1, "epochs": 1, "steps_per_epoch": 8},
-        ),
+            protocol={"warmup_epochs": 1, "epochs": 1, "steps_per_epoch": 8}, windows=CPU_TINY_WINDOWS),
     },
     cpu_default_preset="tiny",
 )

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from hpcai.workloads.declaration import Impl, Preset, Workload
+from hpcai.workloads.declaration import CPU_SHORT_WINDOWS, CPU_TINY_WINDOWS, Impl, Preset, Workload
 from hpcai.workloads.params import WorkloadParams, param
 from hpcai.workloads.registry._seed_paper import _FAST_SOURCE
 
@@ -115,14 +115,12 @@ WORKLOAD = Workload(
             "a 4-layer Llama-style model, 256-token sequences: about a minute on a 2-core CPU",
             params={"model": "Llama-3-8B", "model_overrides": _SMALL_LLAMA, "batch_size": 2,
                     "seq_len": 256, "data": "synthetic", "data_workers": 0},
-            protocol={"warmup_epochs": 1, "epochs": 3, "steps_per_epoch": 5},
-        ),
+            protocol={"warmup_epochs": 1, "epochs": 3, "steps_per_epoch": 5}, windows=CPU_SHORT_WINDOWS),
         "tiny": Preset(
             "tiny",
             "a 2-layer Llama-style model, 64-token sequences: seconds on CPU, for tests",
             params={"model": "Llama-3-8B", "model_overrides": _TINY_LLAMA, "batch_size": 2,
                     "seq_len": 64, "data": "synthetic", "data_workers": 0},
-            protocol={"warmup_epochs": 1, "epochs": 2, "steps_per_epoch": 3},
-        ),
+            protocol={"warmup_epochs": 1, "epochs": 2, "steps_per_epoch": 3}, windows=CPU_TINY_WINDOWS),
     },
 )

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hpcai.workloads.declaration import Impl, Preset, Workload
+from hpcai.workloads.declaration import CPU_TINY_WINDOWS, Impl, Preset, Workload
 from hpcai.workloads.params import TrainParams, param
 from hpcai.workloads.registry._seed_paper import (
     _CUDNN, _CV_GPUS_SOURCE, _CV_PROTOCOL_SOURCE, _FAST_SOURCE, _SEARCH,
@@ -75,8 +75,7 @@ WORKLOAD = Workload(
             "tiny",
             "shrunk UNet, VAE and text encoder on 64x64 images, batch 2: seconds on CPU, for tests",
             params={"batch_size": 2, "image_size": 64, "model_size": "tiny"},
-            protocol={"warmup_epochs": 1, "epochs": 2, "steps_per_epoch": 2},
-        ),
+            protocol={"warmup_epochs": 1, "epochs": 2, "steps_per_epoch": 2}, windows=CPU_TINY_WINDOWS),
     },
     cpu_default_preset="tiny",
 )
