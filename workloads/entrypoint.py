@@ -12,6 +12,7 @@ import time
 import traceback
 from pathlib import Path
 
+from hpcai.timestamps import now_iso
 from hpcai import provenance
 from hpcai.errors import HpcaiError, Interrupted
 from hpcai.signals import deferred_signals, install_signal_handlers
@@ -57,7 +58,7 @@ class Run:
         self.out_dir = Path(out_dir)
         self.workload_def = catalog.get_workload(self.spec["workload"])
         self.impl = self.workload_def.impl(self.spec.get("impl"))
-        self.started = R.now_iso()
+        self.started = now_iso()
         self.progress = Progress()
         self.status, self.error = "running", None
         self.ctx = self.discovery = self.sampler = self.workload = None
@@ -243,7 +244,7 @@ class Run:
                     f"{answer.get('enforced_w')}), results in {spec['output_dir']}")
             measurer.segment = segment + 1  # the epoch lines say which segment
             self.segment = {"index": segment, "spec": spec, "first_epoch": len(self.progress.epochs),
-                            "started": R.now_iso(), "t0": time.time(), "answer": answer}
+                            "started": now_iso(), "t0": time.time(), "answer": answer}
             if waves:  # the wave's client files go into the segment's folder
                 self.workload.wave_dir = Path(spec["output_dir"])
             settle = yield from measurer.settle()
@@ -454,7 +455,7 @@ class Run:
             "workload": spec["workload"],
             "spec": spec,
             "timestamps": {"started": started or self.started,
-                           "finished": None if status == "running" else R.now_iso(),
+                           "finished": None if status == "running" else now_iso(),
                            "measured_start": window[0] if window else None,
                            "measured_end": window[1] if window else None},
             "host": provenance.host_info(),

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import datetime, timezone
 from pathlib import Path
 
 from hpcai.measure import cap_binding
@@ -25,10 +24,6 @@ MIN_WINDOW_S = 10.0
 MIN_SAMPLE_FRAC = 0.5
 # A counter that stays put this long while power is drawn has frozen.
 FROZEN_AFTER_S = 2.0
-
-
-def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
 def write_json_atomic(path: Path, doc: dict) -> None:

@@ -16,9 +16,9 @@ and data files are made here.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 
+from hpcai.timestamps import now_iso
 from hpcai.errors import ResultError, UsageError
 
 __all__ = ["ReportOptions", "build_report", "make_report"]
@@ -441,7 +441,7 @@ def _meta(parts: _Parts, opts: ReportOptions) -> list[str]:
 
     runs = parts.runs
     usable = parts.usable = sum(r.usable for r in runs)
-    parts.generated = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    parts.generated = now_iso()
     meta = [(f"Generated {parts.generated} from {len(runs)} result file(s): {usable} complete "
              f"and valid, {len(runs) - usable} listed but not included."),
             parts.overhead,

@@ -16,11 +16,11 @@ from __future__ import annotations
 import json
 import socket
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
 import click
 
+from hpcai.timestamps import now_iso
 from hpcai.errors import DeviceError, PowerPermissionError, StaleJournalError, UsageError
 from hpcai.launcher.selftest.base import STATUSES, Check, Context
 
@@ -118,7 +118,7 @@ def run_selftest(site_selector: str | None = None, only=None, as_json: bool = Fa
                              "run it on a GPU node")
         if not gpus:
             ctx.rapl, _ = find_rapl_domains()
-        started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        started = now_iso()
         rows = _run_checks(ctx, selected, library_failed, reasons, workloads)
     finally:
         if library is not None:
@@ -178,7 +178,7 @@ def _document(rows: list[Check], ctx: Context, started: str) -> dict:
     return {
         "kind": "hpcai.selftest",
         "started": started,
-        "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "finished": now_iso(),
         "host": provenance.host_info(),
         "vendor": ctx.vendor,
         "gpus": [info.to_dict() for _, info, _ in ctx.gpus],

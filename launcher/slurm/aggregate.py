@@ -8,9 +8,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from hpcai.timestamps import now_iso
 from hpcai.errors import ResultError
 from hpcai.launcher import results
-from hpcai.launcher.slurm.job import AGGREGATE_FILE, Job, node_dir, now_iso
+from hpcai.launcher.slurm.job import AGGREGATE_FILE, Job, node_dir
 from hpcai.measure.efficiency import units_per_joule
 
 AGGREGATE_VERSION = 1
