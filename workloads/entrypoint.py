@@ -71,10 +71,11 @@ class Run:
         self.result_file = "process.json" if self.in_run else RESULT_FILE
         self.segment: dict | None = None  # the segment being measured
         self.measurement: dict | None = None  # settle and adaptive window record
+        self.signalled: int | None = None  # the first signal this run received
 
     # ---- the run --------------------------------------------------------
     def execute(self) -> int:
-        with install_signal_handlers(_absorb_further_signals):
+        with install_signal_handlers(self._on_signal):
             # Before anything slow: a workload must not outlive its launcher.
             watcher = self.watcher = lifeline.watch(log)
             try:
@@ -82,41 +83,66 @@ class Run:
                 self._measure()
                 self.status = "complete"
             except (Interrupted, KeyboardInterrupt) as exc:
-                self.status = "interrupted"
-                message = str(exc) or "interrupted by SIGINT"
-                if watcher is not None and watcher.reason:
-                    message = f"{message}: {watcher.reason}"
-                self.error = {"type": "Interrupted", "message": message}
-                log(f"{self.error['message']}: writing a result marked interrupted")
+                self._mark_interrupted(exc)
             except HpcaiError as exc:
                 self.status, self.error = "failed", {"type": type(exc).__name__,
                                                      "message": exc.one_line()}
                 log(f"error: {exc.one_line()}")
             except Exception as exc:  # recorded in the result, traceback in the log
-                self.status = "failed"
-                self.error = {"type": type(exc).__name__, "message": str(exc)}
-                log(f"error: {type(exc).__name__}: {' '.join(str(exc).split())}")
-                try:
-                    traceback.print_exc()
-                except (OSError, ValueError):
-                    pass
-            # The run is over; more signals (under Slurm every process gets one,
-            # then srun forwards another) must not stop the result being written.
-            with deferred_signals():
-                if self.sampler is not None:
-                    self.sampler.stop()
-                if self.node_power is not None:
-                    self.node_power.stop()
-                if self.segment is not None:  # a segment cut short: never complete
-                    try:
-                        self._close_segment(None, self.status if self.status != "complete"
-                                            else "failed", self.error)
-                    except Exception as exc:
-                        log(f"cannot write the open segment's result: {exc}")
-                self._finish()
-            if watcher is not None:
-                watcher.stop()
+                if self.signalled is not None:
+                    # The signal landed inside a library that wrapped it (torch.compile's
+                    # InductorError, a DataLoader's worker error): still an interruption.
+                    self._mark_interrupted(exc)
+                else:
+                    self._mark_failed(exc)
+            self._after_run(watcher)
         return {"complete": 0, "interrupted": 130}.get(self.status, 1)
+
+    def _after_run(self, watcher) -> None:
+        """Stop the samplers, close an open segment, write the result."""
+        # The run is over; more signals (under Slurm every process gets one,
+        # then srun forwards another) must not stop the result being written.
+        with deferred_signals():
+            if self.sampler is not None:
+                self.sampler.stop()
+            if self.node_power is not None:
+                self.node_power.stop()
+            if self.segment is not None:  # a segment cut short: never complete
+                try:
+                    self._close_segment(None, self.status if self.status != "complete"
+                                        else "failed", self.error)
+                except Exception as exc:
+                    log(f"cannot write the open segment's result: {exc}")
+            self._finish()
+        if watcher is not None:
+            watcher.stop()
+
+    def _on_signal(self, signum: int) -> None:
+        """The first signal is remembered (a library may wrap the exception it raises)
+        and every later one absorbed."""
+        if self.signalled is None:
+            self.signalled = signum
+        _absorb_further_signals(signum)
+
+    def _mark_failed(self, exc: Exception) -> None:
+        self.status = "failed"
+        self.error = {"type": type(exc).__name__, "message": str(exc)}
+        log(f"error: {type(exc).__name__}: {' '.join(str(exc).split())}")
+        try:
+            traceback.print_exc()
+        except (OSError, ValueError):
+            pass
+
+    def _mark_interrupted(self, exc: BaseException) -> None:
+        self.status = "interrupted"
+        if isinstance(exc, (Interrupted, KeyboardInterrupt)):
+            message = str(exc) or "interrupted by SIGINT"
+        else:
+            message = f"interrupted by signal {self.signalled} (inside {type(exc).__name__})"
+        if self.watcher is not None and self.watcher.reason:
+            message = f"{message}: {self.watcher.reason}"
+        self.error = {"type": "Interrupted", "message": message}
+        log(f"{self.error['message']}: writing a result marked interrupted")
 
     def _setup(self) -> None:
         device = self.spec["devices"].get("type", "auto")
