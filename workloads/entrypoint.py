@@ -49,6 +49,11 @@ def _absorb_further_signals(signum: int) -> None:
             signal.signal(sig, lambda s, f: None)
 
 
+def _rank_records(ranks: list[dict], throughput: dict) -> list[dict]:
+    return [{"rank": r["rank"], "device": r.get("device"), "throughput": t,
+             "peak_memory": r.get("peak_memory")} for r, t in zip(ranks, throughput["per_rank"])]
+
+
 class Run:
     """spec: a RunSpec (the entrypoint's, checked), or its JSON (tests build parts
     of one); workloads and the result read the JSON."""
@@ -480,24 +485,16 @@ class Run:
             "run_id": spec["run_id"],
             "workload": spec["workload"],
             "spec": spec,
-            "timestamps": {"started": started or self.started,
-                           "finished": None if status == "running" else now_iso(),
-                           "measured_start": window[0] if window else None,
-                           "measured_end": window[1] if window else None},
+            "timestamps": self._timestamps(status, started, window),
             "host": provenance.host_info(),
             "software": self._software(),
             "runtime": spec.get("runtime", {"kind": "host"}),
             "config": config,
             "protocol": self._protocol_record(spec, epochs),
             "epochs": epochs,
-            "ranks": [{"rank": r["rank"], "device": r.get("device"),
-                       "throughput": t, "peak_memory": r.get("peak_memory")}
-                      for r, t in zip(ranks, throughput["per_rank"])],
+            "ranks": _rank_records(ranks, throughput),
             "throughput": self._throughput_record(throughput, config, len(ranks)),
-            "work": {"unit": self._unit(), "measured_units": units,
-                     "measured_seconds": throughput["measured_seconds"],
-                     "first_loss": leader.get("first_loss"),
-                     "last_loss": epochs[-1]["loss"] if epochs else None},
+            "work": self._work_record(leader, units, throughput),
             "gpus": gpus,
             "cpu_packages": packages,
             "power": power,
@@ -521,6 +518,19 @@ class Run:
         # once its own block (enforced limits, idle baseline) is in.
         doc["validity"] = validity.evaluate(doc, "workload")
         return doc
+
+    def _timestamps(self, status: str, started: str | None, window) -> dict:
+        return {"started": started or self.started,
+                "finished": None if status == "running" else now_iso(),
+                "measured_start": window[0] if window else None,
+                "measured_end": window[1] if window else None}
+
+    def _work_record(self, leader: dict, units, throughput: dict) -> dict:
+        epochs = leader["epochs"]
+        return {"unit": self._unit(), "measured_units": units,
+                "measured_seconds": throughput["measured_seconds"],
+                "first_loss": leader.get("first_loss"),
+                "last_loss": epochs[-1]["loss"] if epochs else None}
 
     def _unit(self) -> str:
         """The unit of work: the workload's declared one, unless the run names its own (exec --units)."""

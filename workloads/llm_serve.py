@@ -213,6 +213,20 @@ class SglangServe(EngineWorkload):
         self.gpus = len(gpu_indices) if devices.get("type") == "cuda" and gpu_indices else 1
         self.tp, self.dp = parallel_sizes(p.tp, p.dp, self.gpus)
         self.server_args = refuse_owned_flags(shlex.split(p.server_args or ""))
+        self._choose_model(p)
+        self.host, self.port = "127.0.0.1", int(p.port or 0)
+        self.server: proc.GroupProcess | None = None
+        self.client: proc.GroupProcess | None = None
+        self.model_info: dict | None = None
+        self.bench: dict | None = None
+        self.requests: list | None = None  # the measured wave's, wall-clock send times
+        self.window: dict | None = None
+        self.steady: dict | None = None
+        self.warmup_failures: list[str] = []
+
+    def _choose_model(self, p) -> None:
+        """Real weights from --weights, else a built-in configuration served with
+        dummy weights; either way the prompt must fit the model's context."""
         if p.weights:
             self.model_dir = llm_assets.resolve_site_path(
                 p.weights, llm_assets.MODELS_DIR_ENV, "model folder", "--weights")
@@ -234,15 +248,6 @@ class SglangServe(EngineWorkload):
         if limit is not None and self.input_len + self.output_len > limit:
             raise UsageError(f"{self.input_len} + {self.output_len} tokens exceed the model's "
                              f"context of {limit}", "shorten --input-len or --output-len")
-        self.host, self.port = "127.0.0.1", int(p.port or 0)
-        self.server: proc.GroupProcess | None = None
-        self.client: proc.GroupProcess | None = None
-        self.model_info: dict | None = None
-        self.bench: dict | None = None
-        self.requests: list | None = None  # the measured wave's, wall-clock send times
-        self.window: dict | None = None
-        self.steady: dict | None = None
-        self.warmup_failures: list[str] = []
 
     # ---- commands -------------------------------------------------------
     @property
