@@ -656,6 +656,9 @@ main.add_command(exec_command(COMMAND_WORKLOADS["exec"], _workload_decorators(CO
 from hpcai.launcher.fleet.cli import fleet as _fleet_group  # noqa: E402
 
 main.add_command(_fleet_group, name="fleet")
+from hpcai.launcher.planner.cli import plan_command  # noqa: E402 (issue 42: the centre's plan)
+
+main.add_command(plan_command)
 
 
 if __name__ == "__main__":
