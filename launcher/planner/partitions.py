@@ -3,6 +3,8 @@
 default saves against every class at its fastest setting."""
 from __future__ import annotations
 
+import math
+
 from hpcai.launcher.planner.curves import change
 from hpcai.launcher.planner.decide import (Knobs, allowed, ceil_est, common_caps, gpus_per_node,
                                            members_of, mix_totals, nodes_for, per_unit, pick_default,
@@ -26,8 +28,8 @@ def partition_entry(partition: str, classes: list, curves: dict, gpu: str, knobs
     targets = {n: r for n, r in knobs.targets if n in entry["classes"]}
     fastest = {c.name: curve.fastest for c, curve, _ in members}
     nodes = nodes_for(targets, fastest, per_node)
-    cap, totals, work = pick_default(members, caps, knobs, gpu, prices,
-                                     None if nodes is None else nodes.mean)
+    sized = None if nodes is None else math.ceil(nodes.mean - 1e-9)  # whole nodes
+    cap, totals, work = pick_default(members, caps, knobs, gpu, prices, sized)
     base = mix_totals(members, fastest, prices.gpu(gpu), prices)
     entry.update(default_cap_w=cap, gpus_per_node=per_node, sources=sorted(
         {curve.at(cap).source for _, curve, _ in members}))
