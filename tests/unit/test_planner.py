@@ -357,3 +357,72 @@ def test_bad_prices_and_options_are_one_line_and_exit_2(tmp_path, results, price
     done = launch(tmp_path, str(results), "--mix", str(mix_file), "--prices", str(tmp_path / "p.toml"), *args)
     one_line_error(done, fragment)
     assert done.returncode == 2 and not (tmp_path / "out").exists()
+
+
+# ---- the knob, the paper's rows, what was left out -------------------------------------
+def binding(doc, binds):
+    doc["power"]["cap_binding"] = {"binds": binds, "limit_w": doc["spec"]["power"]["cap_w"],
+                                   "power_drawn_w": {"min": 150.0, "mean": 250.0, "max": 300.0}, "per_gpu": []}
+    return doc
+
+
+def test_a_cap_that_does_not_bind_gets_the_measured_clock_lock(tmp_path):
+    # Serving: 300 W binds (and is too slow); 500 and 700 W never bind (the GPU draws ~300 W);
+    # an SM clock lock at 1410 MHz keeps 95% of the speed at 220 W.
+    folder = tmp_path / "results"
+    for cap, per_gpu, watts, binds in ((300.0, 800.0, 280.0, True), (500.0, 1000.0, 300.0, False),
+                                       (700.0, 1000.0, 301.0, False)):
+        for repeat, factor in enumerate(REPEATS):
+            write_result(folder, binding(make_result(
+                workload="llama3-8b-inference", unit="tokens", cap_w=cap, per_gpu=per_gpu * factor,
+                power_per_gpu_w=watts, sweep_id="caps", repeat=repeat), binds))
+    for repeat, factor in enumerate(REPEATS):
+        doc = make_result(workload="llama3-8b-inference", unit="tokens", cap_w=None, per_gpu=950.0 * factor,
+                          power_per_gpu_w=220.0, sweep_id="clocks", repeat=repeat, sm_clock=1410.0)
+        doc["spec"]["power"]["clocks"] = {"sm_mhz": 1410, "mem_mhz": None}
+        write_result(folder, doc)
+    mix_file = tmp_path / "mix.toml"
+    mix_file.write_text('[[class]]\nname = "chat"\nworkload = "llama3-8b-inference"\nshare = 1.0\n')
+    make_plan([folder], PlanOptions(mix=mix_file, output=tmp_path / "plan"))
+    doc = json.loads((tmp_path / "plan" / "plan.json").read_text())
+    (entry,) = doc["partitions"]
+    assert entry["default_cap_w"] == 700.0  # 500 W did not bind: left out as the report does
+    (over,) = entry["overrides"]
+    assert over["class"] == "chat" and over["sm_clock_mhz"] == 1410.0 and "cap_w" not in over
+    eff = {w: [round(t * f * GPUS * WINDOW_S) / (w * GPUS * WINDOW_S + OVERHEAD_W * WINDOW_S) for f in REPEATS]
+           for w, t in ((220.0, 950.0), (301.0, 1000.0))}
+    clock, cap = (scale(inv(mean_ci(eff[w])), 1 / 3.6e6) for w in (220.0, 301.0))
+    close(over["per_unit"], clock)
+    close(over["default_per_unit"], cap)
+    close(over["gain"], saved(clock, cap))
+    assert "does not bind" in over["why"]
+    policy = (tmp_path / "plan" / "policy.toml").read_text()
+    assert 'class = "chat"\nsm_clock_mhz = 1410\n' in policy
+
+
+def test_reference_fills_a_class_never_measured_labelled(tmp_path, results):
+    doc = plan(tmp_path, results, reference=True)
+    (mi300x,) = [m for m in doc["procurement"] if m["gpu"] == "MI300X"]
+    assert mi300x["missing_classes"] == []
+    llm = mi300x["classes"]["llm"]
+    assert llm["source"] == "paper" and mi300x["classes"]["cv"]["source"] == "measured"
+    rows = {float(r["cap_w"]): float(r["throughput"]) / 4 for r in csv.DictReader(
+        line for line in (ROOT / "hpcai/reference/seed-paper-throughput.csv").read_text().splitlines()
+        if not line.startswith("#")) if r["workload"] == "llama3-8b-pretrain" and r["gpu"] == "MI300X"}
+    cap = llm["setting"]["cap_w"]
+    assert llm["throughput_per_gpu"] == {"value": rows[cap], "ci95": [rows[cap], rows[cap]]}
+    # The paper's rows carry no power: at the cap plus 100 W per 4-GPU node.
+    assert llm["work_per_kwh"]["value"] == pytest.approx(rows[cap] / (cap + 25.0) * 3.6e6 / 1.3)
+
+
+def test_another_configuration_is_left_out_and_said_why(tmp_path, results):
+    import shutil
+
+    folder = tmp_path / "results"
+    shutil.copytree(results, folder)
+    write_result(folder, make_result(workload="resnet50", preset="smoke", cap_w=300.0, per_gpu=5000.0,
+                                     power_per_gpu_w=100.0))
+    doc = plan(tmp_path, folder)
+    assert any("preset 'smoke', the class asks for 'paper'" in line for line in doc["left_out"])
+    (h100,) = [m for m in doc["procurement"] if m["gpu"] == "H100"]
+    assert h100["classes"]["cv"]["throughput_per_gpu"]["value"] < 5000.0
