@@ -90,8 +90,11 @@ def _headline(plan: dict) -> list[str]:
     best = plan["procurement"][0]
     caps = ", ".join(f"{e['partition']} on {e['gpu']}: {e['default_cap_w']:g} W"
                      for e in plan["partitions"] if e["gpu"] == best["gpu"] and e["default_cap_w"] is not None)
-    return [f"Buy: {best['gpu']}" + (f" (lacks {', '.join(best['missing_classes'])})" if best["missing_classes"] else "")
-            + ".", f"Default caps: {caps or 'none could be chosen'}."]
+    paper = sorted(name for name, figures in best["classes"].items() if figures["source"] == "paper")
+    caveats = ([f"lacks {', '.join(best['missing_classes'])}"] if best["missing_classes"] else []) + (
+        [f"{', '.join(paper)} from the paper's rows"] if paper else [])
+    return [f"Buy: {best['gpu']}" + (f" ({'; '.join(caveats)})" if caveats else "") + ".",
+            f"Default caps: {caps or 'none could be chosen'}."]
 
 
 def policy_toml(plan: dict, digest: str, made: str) -> str:
