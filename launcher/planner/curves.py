@@ -68,7 +68,10 @@ def total(items) -> Est:
 
 def change(now: Est, base: Est) -> Est:
     """1 - now/base with its interval (now and base taken at opposite ends)."""
-    return Est(1 - now.mean / base.mean, 1 - now.hi / base.lo, 1 - now.lo / base.hi)
+    def tidy(x: float) -> float:  # 1 - x/x is 0, not a rounding error's 2e-16
+        return 0.0 if abs(x) < 1e-12 else x
+
+    return Est(tidy(1 - now.mean / base.mean), tidy(1 - now.hi / base.lo), tidy(1 - now.lo / base.hi))
 
 
 @dataclass(frozen=True)

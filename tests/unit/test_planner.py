@@ -330,6 +330,13 @@ BAD_MIX = {
 }
 
 
+def test_cost_without_prices_is_one_line_and_exit_2(tmp_path, results):
+    mix_file, _ = write_inputs(tmp_path)
+    done = launch(tmp_path, str(results), "--mix", str(mix_file), "--objective", "cost")
+    one_line_error(done, "--objective cost needs --prices")
+    assert done.returncode == 2 and not (tmp_path / "out").exists()
+
+
 def launch(tmp_path, *args):
     return subprocess.run([*LAUNCHER, "plan", *args, "-o", str(tmp_path / "out")], capture_output=True,
                           text=True, cwd=ROOT, timeout=300)
@@ -350,6 +357,8 @@ def test_bad_mix_is_one_line_and_exit_2(tmp_path, results, case):
     ("", ("--budget-kw", "nan"), "--budget-kw nan is not a finite number"),
     ("", ("--target", "cv=-5"), "the rate is not a positive number"),
     ("", ("--target", "nosuch=5"), "names no class"),
+    ("[energy]\npue = 0.9\n", (), "pue is 0.9"),
+    ("[gpu.H100]\nprice_per_node = 1.0\n", (), "needs price_per_node with gpus_per_node"),
 ])
 def test_bad_prices_and_options_are_one_line_and_exit_2(tmp_path, results, prices, args, fragment):
     mix_file, _ = write_inputs(tmp_path)
