@@ -123,13 +123,20 @@ def setting_of(cell) -> Setting:
                    cell.group.processes, cell_binds(cell))
 
 
-def config_key(group) -> str:
-    """What must match to rank GPU models together: the preset, the grid point,
-    the GPUs and nodes of one run, and the run set."""
+def config_key(analysis) -> str:
+    """What must match to rank GPU models together: the preset (and for the paper's,
+    what a run overrode of it: a batch size, the protocol; report/reference.py), the
+    grid point, the GPUs and nodes of one run, and the run set."""
+    from hpcai.launcher.report.reference import cell_comparability
+
+    group = analysis.group
     parts = [f"preset {group.preset}", f"{group.processes} GPU(s)"]
     if group.nodes > 1:
         parts.append(f"{group.nodes} nodes")
     parts += [x for x in (group.point, group.series) if x]
+    if group.preset == "paper":
+        why = sorted({reason for c in analysis.cells for ok, reason in [cell_comparability(c)] if not ok})
+        parts += [f"not as the paper ran it: {why[0]}"] if why else []
     return ", ".join(parts)
 
 
@@ -147,7 +154,7 @@ def class_curves(analyses: list, cls) -> tuple[dict, list[str]]:
     chosen = _ranked_config(capped)
     curves = {}
     for a in capped:
-        config = config_key(a.group)
+        config = config_key(a)
         if config != chosen:
             left.append(f"{cls.name}: {a.group.device} ({config}): another configuration than "
                         f"the one ranked ({chosen})")
@@ -160,11 +167,12 @@ def class_curves(analyses: list, cls) -> tuple[dict, list[str]]:
 
 
 def _ranked_config(analyses: list) -> str:
-    """The configuration most GPU models measured (the paper's preset first on a tie)."""
+    """The configuration most GPU models measured (on a tie: the paper's preset, as it ran)."""
     models: dict[str, set] = {}
     for a in analyses:
-        models.setdefault(config_key(a.group), set()).add(a.group.device)
-    return max(sorted(models), key=lambda k: (len(models[k]), k.startswith("preset paper,")))
+        models.setdefault(config_key(a), set()).add(a.group.device)
+    return max(sorted(models), key=lambda k: (len(models[k]), k.startswith("preset paper,"),
+                                              "not as the paper ran it" not in k))
 
 
 def _same_but_clock(clocked, group) -> bool:

@@ -435,3 +435,20 @@ def test_another_configuration_is_left_out_and_said_why(tmp_path, results):
     assert any("preset 'smoke', the class asks for 'paper'" in line for line in doc["left_out"])
     (h100,) = [m for m in doc["procurement"] if m["gpu"] == "H100"]
     assert h100["classes"]["cv"]["throughput_per_gpu"]["value"] < 5000.0
+
+
+def test_a_paper_preset_run_that_overrode_it_is_not_ranked_with_one_that_did_not(tmp_path):
+    folder = tmp_path / "results"
+    for gpu, comparable in (("H100", True), ("H200", False)):
+        for cap in (400.0, 700.0):
+            doc = make_result(gpu=MODELS[gpu][0], cap_w=cap, per_gpu=cap * 2, power_per_gpu_w=cap * 0.9)
+            doc["comparability"] = {"preset_kind": "paper", "comparable_to_paper": comparable,
+                                    "reasons": [] if comparable else ["--batch-size 64 overrides the paper's 256"]}
+            write_result(folder, doc)
+    mix_file = tmp_path / "mix.toml"
+    mix_file.write_text('[[class]]\nname = "cv"\nworkload = "resnet50"\nshare = 1.0\n')
+    make_plan([folder], PlanOptions(mix=mix_file, output=tmp_path / "plan"))
+    doc = json.loads((tmp_path / "plan" / "plan.json").read_text())
+    assert [m["gpu"] for m in doc["procurement"]] == ["H100"]
+    (line,) = doc["left_out"]
+    assert line.startswith("cv: H200 (") and "--batch-size 64 overrides the paper's 256" in line
