@@ -111,6 +111,11 @@ def _curves(parts, classes: list, opts: PlanOptions) -> tuple[dict, list, list]:
 
         gpus |= {short_name(p.gpu) for p in refs}
         for cls in classes:
+            configs = {curve.config for curve in curves[cls.name].values()}
+            if any(not config.startswith("preset paper,") for config in configs):
+                left_out.append(f"{cls.name}: the paper's rows not used: its results are another "
+                                f"configuration ({', '.join(sorted(configs))})")
+                continue
             for gpu in gpus - set(curves[cls.name]):
                 ref = reference_curve(refs, cls, gpu)
                 if ref is not None:
