@@ -120,6 +120,7 @@ def main():
       hpcai-launch power show                 current power limits
       hpcai-launch power restore              undo a cap left by a killed run
       hpcai-launch report results/            tables, plots and the best cap
+      hpcai-launch plan results/ --mix mix.toml   which GPU to buy, which cap per partition
       hpcai-launch check results/RUN          the result's validity, check by check
       hpcai-launch resnet50 --slurm --nodes 2 a Slurm batch job across two nodes
       hpcai-launch resnet50 --slurm --nodes 2 --cap 200,300
