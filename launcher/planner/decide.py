@@ -80,8 +80,7 @@ def common_caps(members: list, knobs: Knobs) -> list[float]:
                    for cls, curve, _ in members)]
 
 
-def budget_work(totals: dict, gpus_per_node: int, nodes: float | None, budget_kw: float,
-                prices) -> Est:
+def budget_work(totals: dict, gpus_per_node: int, nodes: float | None, budget_kw: float) -> Est:
     """Mix-hours done per hour within a facility budget: as many nodes as the budget
     powers (at most `nodes`, where the target sized the partition)."""
     per_gpu_kw = totals["energy"] * totals["gpu_hours"].recip()  # facility kW per busy GPU
@@ -112,7 +111,7 @@ def pick_default(members: list, caps: list, knobs: Knobs, gpu: str, prices, node
     for cap in caps:
         totals = mix_totals(members, {c.name: curve.at(cap) for c, curve, _ in members}, price, prices)
         if knobs.budget_kw is not None:
-            work = budget_work(totals, gpus_per_node(gpu, members, prices), nodes, knobs.budget_kw, prices)
+            work = budget_work(totals, gpus_per_node(gpu, members, prices), nodes, knobs.budget_kw)
             scored.append((-work.mean, cap, totals, work))
         else:
             scored.append((totals[knobs.objective].mean, cap, totals, None))
