@@ -120,6 +120,7 @@ def main():
       hpcai-launch power show                 current power limits
       hpcai-launch power restore              undo a cap left by a killed run
       hpcai-launch report results/            tables, plots and the best cap
+      hpcai-launch plan results/ --mix mix.toml   which GPU to buy, which cap per partition
       hpcai-launch check results/RUN          the result's validity, check by check
       hpcai-launch resnet50 --slurm --nodes 2 a Slurm batch job across two nodes
       hpcai-launch resnet50 --slurm --nodes 2 --cap 200,300
@@ -661,6 +662,9 @@ main.add_command(exec_command(COMMAND_WORKLOADS["exec"], _workload_decorators(CO
 from hpcai.launcher.fleet.cli import fleet as _fleet_group  # noqa: E402
 
 main.add_command(_fleet_group, name="fleet")
+from hpcai.launcher.planner.cli import plan_command  # noqa: E402 (issue 42: the centre's plan)
+
+main.add_command(plan_command)
 
 
 if __name__ == "__main__":
