@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml constraints/dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# tensorflow-cpu stands in for the tf extra's tensorflow: same module, no CUDA.
-	$(BIN)/python -m pip install --quiet -c constraints/dev.txt -e '.[cv,llm,report,nvidia,node,results,test,mlperf]' tensorflow-cpu
+	$(BIN)/python -m pip install --quiet -c constraints/dev.txt -e '.[cv,llm,report,nvidia,node,results,test,mlperf,metrics]' tensorflow-cpu
 	touch $(STAMP)
 
 # The main job on the embedded default: host runtime, whatever device is here

@@ -660,3 +660,6 @@ main.add_command(_fleet_group, name="fleet")
 
 if __name__ == "__main__":
     main()
+from hpcai.launcher.metrics.cli import metrics as _metrics_group  # noqa: E402 (issue 44: live metrics)
+
+main.add_command(_metrics_group)
