@@ -656,10 +656,10 @@ main.add_command(exec_command(COMMAND_WORKLOADS["exec"], _workload_decorators(CO
 from hpcai.launcher.fleet.cli import fleet as _fleet_group  # noqa: E402
 
 main.add_command(_fleet_group, name="fleet")
+from hpcai.launcher.metrics.cli import metrics as _metrics_group  # noqa: E402 (issue 44: live metrics)
+
+main.add_command(_metrics_group)
 
 
 if __name__ == "__main__":
     main()
-from hpcai.launcher.metrics.cli import metrics as _metrics_group  # noqa: E402 (issue 44: live metrics)
-
-main.add_command(_metrics_group)
