@@ -270,3 +270,17 @@ def test_the_dashboard_names_only_metrics_the_exporter_or_dcgm_exposes(node, tmp
     assert named - ours - dcgm == set()
     assert {"hpcai_gpu_power_watts", "hpcai_run_info", "hpcai_node_power_watts"} <= named
     assert named & dcgm  # falls back to dcgm-exporter's names where they overlap
+
+
+@pytest.mark.parametrize("workload, preset, cap, suffix", [
+    ("llama3-8b-inference", "tiny", 275.5, "-sm1410MHz"),  # plan.py appends clock caps
+    ("resnet50", "paper", None, ""),
+    ("vit-l16", "short", 400.0, "-inrun"),
+])
+def test_a_runs_state_from_its_id(workload, preset, cap, suffix):
+    from hpcai.launcher.metrics.sampler import run_state
+
+    run_id = make_run_id(workload, preset, cap) + suffix
+    state = run_state(run_id, None, ["GPU-b", "GPU-a"], WORKLOADS)
+    assert (state["workload"], state["cap_w"], state["in_run"]) == (workload, cap, suffix == "-inrun")
+    assert state["gpus"] == ["GPU-a", "GPU-b"] and state["job_id"] == ""
