@@ -665,6 +665,9 @@ main.add_command(_fleet_group, name="fleet")
 from hpcai.launcher.planner.cli import plan_command  # noqa: E402 (issue 42: the centre's plan)
 
 main.add_command(plan_command)
+from hpcai.launcher.metrics.cli import metrics as _metrics_group  # noqa: E402 (issue 44: live metrics)
+
+main.add_command(_metrics_group)
 
 
 if __name__ == "__main__":
