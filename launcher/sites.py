@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import fnmatch
 import json
+import math
 import os
 import socket
 from importlib import resources
@@ -131,6 +132,11 @@ def _check_consistency(raw: dict, path) -> None:
             if missing:
                 raise invalid(f"node_power.{kind}.{missing[0]}", f"is required when sources has {kind}",
                               f"name the BMC's {where} and a file holding its credentials")
+    for where, value in (("agreement_frac", node_power.get("agreement_frac")),
+                         ("max_calibration_age_days", node_power.get("max_calibration_age_days")),
+                         ("analyzer.agreement_frac", node_power.get("analyzer", {}).get("agreement_frac"))):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise invalid(f"node_power.{where}", f"{value} is not a finite number")
     vendor = raw.get("gpu", {}).get("vendor", "auto")
     needs = {"nvml": "nvidia", "amdsmi": "amd"}.get(power.get("method", "auto"))
     if needs and vendor not in ("auto", needs):

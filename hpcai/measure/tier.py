@@ -1,0 +1,169 @@
+"""The measurement tier a node's energy figures stand on (issue 44 §3).
+
+- ``counter``: the GPUs' own energy counters, checked against nothing outside.
+- ``node-meter``: the counters were checked against the node's meter (IPMI,
+  Redfish or pm_counters, whichever the site's [node_power] configures) by
+  `hpcai-launch selftest --only meter`, agreed within the site's stated share,
+  and that calibration is not older than the site's limit.
+- ``analyzer``: the site declares an external power analyzer on this node's
+  feed ([node_power.analyzer]) and the agreement it holds to.
+
+The calibration is a root-owned JSON state file (node_power.calibration_file),
+written by the self-test through hpcai/safe_files.py and believed only when
+launcher/trust.py's check passes and root owns it: a user must not be able to
+promote their own results. Pure Python: results, receipts and metrics call
+current_tier().
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+TIERS = ("counter", "node-meter", "analyzer")
+DEFAULT_CALIBRATION_FILE = "/var/lib/hpcai/calibration.json"
+DEFAULT_AGREEMENT_FRAC = 0.05  # node-meter: counters and meter agree within this share
+DEFAULT_MAX_AGE_DAYS = 30.0  # node-meter: a calibration older than this no longer counts
+CALIBRATION_KIND = "hpcai.calibration"
+
+
+@dataclass
+class Phase:
+    """One self-test phase: the GPUs' counter energies and the node meter's energy
+    over the same window."""
+    gpu_energy_j: list  # per GPU, from its counter
+    node_energy_j: float
+    window_s: float
+
+    @property
+    def gpu_w(self) -> float:
+        return sum(self.gpu_energy_j) / self.window_s
+
+    @property
+    def node_w(self) -> float:
+        return self.node_energy_j / self.window_s
+
+
+def _config(site_or_config) -> dict:
+    """A site (with its [node_power]) or that section itself."""
+    config = site_or_config or {}
+    return dict(config.get("node_power", config)) if "node_power" in config else dict(config)
+
+
+def calibration_path(site_or_config) -> Path:
+    return Path(_config(site_or_config).get("calibration_file") or DEFAULT_CALIBRATION_FILE)
+
+
+def calibrate(idle: Phase, loaded: Phase, meter_api: str, when: dt.datetime | None = None) -> dict:
+    """The calibration from an idle and a loaded phase. The non-GPU part (node
+    meter minus GPU counters) is measured idle; under load the meter's view of
+    the GPUs is its reading minus that offset, and the agreement is how far the
+    counters' sum is from it, as a share of it."""
+    offset_w = idle.node_w - idle.gpu_w
+    meter_gpu_w = loaded.node_w - offset_w
+    if not (meter_gpu_w > 0 and loaded.node_w > idle.node_w):
+        agreement = None  # the load did not show at the meter: nothing was checked
+    else:
+        agreement = abs(loaded.gpu_w - meter_gpu_w) / meter_gpu_w
+    when = when or dt.datetime.now(dt.timezone.utc)
+    return {
+        "kind": CALIBRATION_KIND,
+        "host": socket.gethostname(),
+        "date": when.isoformat(timespec="seconds"),
+        "meter_api": meter_api,
+        "agreement_within_frac": agreement,
+        "offset_w": offset_w,
+        "phases": {name: {"gpu_w": p.gpu_w, "node_w": p.node_w, "window_s": p.window_s,
+                          "gpu_energy_j": list(p.gpu_energy_j), "node_energy_j": p.node_energy_j}
+                   for name, p in (("idle", idle), ("loaded", loaded))},
+    }
+
+
+def store_calibration(site_or_config, calibration: dict) -> Path:
+    """Written by root only (the tier it grants is the node's, not a user's), through
+    the no-follow atomic writer; its folder made 0755 when missing."""
+    from hpcai.errors import PowerPermissionError
+    from hpcai.safe_files import Folder
+
+    path = calibration_path(site_or_config)
+    if os.geteuid() != 0:
+        raise PowerPermissionError(f"the calibration {path} is root's state and this is uid {os.geteuid()}",
+                                   "run the self-test's meter check as root to store it")
+    with Folder.open(path.parent, create=True) as folder:
+        folder.write_text(path.name, json.dumps(calibration, indent=2) + "\n")
+    return path
+
+
+def read_calibration(site_or_config) -> tuple[dict | None, str | None]:
+    """(calibration, None), or (None, why it is not believed)."""
+    from hpcai.launcher.trust import untrusted
+
+    path = calibration_path(site_or_config)
+    if not os.path.lexists(path):
+        return None, f"no calibration at {path} (run `hpcai-launch selftest --only meter` as root)"
+    why = untrusted(path)
+    if why is None and os.lstat(path).st_uid != 0:
+        why = f"{path} is not owned by root"
+    if why is not None:
+        return None, why
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return None, f"{path} cannot be read as JSON ({exc})"
+    if not isinstance(doc, dict) or doc.get("kind") != CALIBRATION_KIND:
+        return None, f"{path} is not an hpcai calibration"
+    return doc, None
+
+
+def tier_of(config: dict, calibration: dict | None, why_none: str | None,
+            now: dt.datetime | None = None) -> dict:
+    """The tier these figures stand on, with the agreement found and why not higher."""
+    analyzer = config.get("analyzer") or {}
+    if analyzer.get("name"):
+        return _tier("analyzer", analyzer.get("agreement_frac"), analyzer.get("agreement_frac"),
+                     analyzer["name"], None, None, None)
+    stated = float(config.get("agreement_frac", DEFAULT_AGREEMENT_FRAC))
+    if calibration is None:
+        return _tier("counter", None, stated, None, None, None, why_none)
+    found = calibration.get("agreement_within_frac")
+    api, date, offset = calibration.get("meter_api"), calibration.get("date"), calibration.get("offset_w")
+    why = _why_not_node_meter(config, calibration, found, stated, now)
+    return _tier("counter" if why else "node-meter", found, stated, api, date, offset, why)
+
+
+def _why_not_node_meter(config: dict, calibration: dict, found, stated: float,
+                        now: dt.datetime | None) -> str | None:
+    if calibration.get("host") != socket.gethostname():
+        return f"the calibration is {calibration.get('host')!r}'s, not this node's"
+    if not isinstance(found, (int, float)) or not math.isfinite(found):
+        return "the calibration found no agreement (the load did not show at the meter)"
+    if found > stated:
+        return f"counters and meter differed by {found:.1%}, more than the stated {stated:.1%}"
+    try:
+        when = dt.datetime.fromisoformat(calibration["date"])
+    except (KeyError, TypeError, ValueError):
+        return "the calibration has no readable date"
+    max_days = float(config.get("max_calibration_age_days", DEFAULT_MAX_AGE_DAYS))
+    age = ((now or dt.datetime.now(dt.timezone.utc)) - when).total_seconds() / 86400
+    if age > max_days:
+        return f"the calibration is {age:.0f} days old, more than {max_days:g}"
+    return None
+
+
+def _tier(name, found, stated, api, date, offset, reason) -> dict:
+    return {"tier": name, "agreement_within_frac": found, "stated_agreement_frac": stated,
+            "meter_api": api, "calibrated": date, "offset_w": offset, "reason": reason}
+
+
+def current_tier(site_or_config, now: dt.datetime | None = None) -> dict:
+    """This node's tier now: for results, receipts and metrics. Never raises for a
+    missing or untrusted calibration (that is tier counter, with the reason)."""
+    config = _config(site_or_config)
+    if (config.get("analyzer") or {}).get("name"):
+        return tier_of(config, None, None, now)
+    calibration, why = read_calibration(config)
+    return tier_of(config, calibration, why, now)

@@ -1,0 +1,232 @@
+"""The declared measurement tier (issue 44 §3): the self-test's meter check
+against the node's meter, the root-owned calibration it stores, and the tier
+hpcai.measure.tier gives results from it.
+
+FAKE NVML (tests/fakes) for the GPUs. The node meter is HPE Cray pm_counters
+(real PmCountersSource) over files in a temp folder, written by a thread that
+plays the node's power management: node energy = the fake GPUs' counters x
+(1 + skew) + a fixed non-GPU part, "<value> <unit> <timestamp> us" per file
+(Cray-HPE docs-csm, operations/power_management/User_Access_to_Compute_Node_Power_Data.md).
+The load child is a stand-in that raises the fake GPU's draw, as the real
+matrix-multiply child raises a real GPU's."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import stat
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from hpcai.errors import ConfigError
+from hpcai.launcher import sites
+from hpcai.launcher.selftest import load as load_mod
+from hpcai.launcher.selftest import run_selftest
+from hpcai.measure import tier as T
+
+from fakes import fake_gpu_state as fgs  # noqa: E402 (tests/ is on sys.path via conftest)
+
+TESTS = Path(__file__).resolve().parents[1]
+OFFSET_W = 150.0  # the node's non-GPU part
+IDLE_W, LOADED_W = 80.0, 400.0
+LOAD_CHILD = (f"import sys, time\nsys.path.insert(0, {str(TESTS)!r})\n"
+              "from fakes import fake_gpu_state as fgs\n"
+              f"fgs.update_device(fgs.state_path(), 0, power_draw_w={LOADED_W})\n"
+              "print('ready', flush=True)\ntime.sleep(600)\n")
+
+
+class FakeNodeMeter(threading.Thread):
+    """pm_counters files tracking the fake GPUs, every 10 ms."""
+
+    def __init__(self, root: Path, state: Path, skew: float = 0.0):
+        super().__init__(daemon=True)
+        self.root, self.state, self.skew = root, state, skew
+        self.stop = threading.Event()
+        root.mkdir(parents=True)
+        self.t0, self.fresh = time.time(), 0
+        self.tick()
+
+    def _put(self, name: str, text: str) -> None:
+        tmp = self.root / f".{name}.tmp"
+        tmp.write_text(text + "\n")
+        os.replace(tmp, self.root / name)
+
+    def tick(self) -> None:
+        now = time.time()
+        devices = fgs.read_state(self.state)["devices"]
+        gpu_j = sum(fgs.energy_mj(d, now) for d in devices) / 1000
+        gpu_w = sum(fgs.reported_power_w(d) for d in devices)
+        stamp = f"{int(now * 1e6)} us"
+        self.fresh += 1
+        self._put("power", f"{gpu_w * (1 + self.skew) + OFFSET_W:.1f} W {stamp}")
+        self._put("energy", f"{gpu_j * (1 + self.skew) + OFFSET_W * (now - self.t0):.3f} J {stamp}")
+        self._put("freshness", str(self.fresh))
+
+    def run(self) -> None:
+        while not self.stop.wait(0.01):
+            self.tick()
+
+
+@pytest.fixture
+def node(tmp_path, monkeypatch):
+    """A fake GPU node with a pm_counters meter; yields a function running the meter check."""
+    state = tmp_path / "gpus.json"
+    fgs.install(monkeypatch, state, fgs.make_devices(1, "nvidia", power_draw_w=IDLE_W))
+    monkeypatch.setattr(load_mod, "_CHILD", LOAD_CHILD)
+    monkeypatch.chdir(tmp_path)
+    meters = []
+
+    def run(skew: float = 0.0, extra: str = "") -> tuple[dict, list]:
+        meter = FakeNodeMeter(tmp_path / f"pm{len(meters)}", state, skew)
+        meters.append(meter)
+        meter.start()
+        site = write_site(tmp_path, meter.root, extra)
+        out = tmp_path / "selftest.json"
+        run_selftest(site_selector=str(site), only=["meter"], load=True, load_s=1.0,
+                     output=str(out), journal=str(tmp_path / "journal.json"))
+        return sites.load(str(site)), json.loads(out.read_text())["checks"]
+
+    yield run
+    for meter in meters:
+        meter.stop.set()
+        meter.join()
+
+
+def write_site(tmp_path: Path, pm_root: Path, extra: str = "") -> Path:
+    site = tmp_path / "site.toml"
+    site.write_text(f'name = "tiertest"\n[node_power]\nsources = ["pm_counters"]\n'
+                    f'calibration_file = "{tmp_path}/state/calibration.json"\n{extra}'
+                    f'[node_power.pm_counters]\nroot = "{pm_root}"\ninterval_s = 0.1\n')
+    return site
+
+
+def _row(rows: list, item: str) -> dict:
+    return next(r for r in rows if r["item"] == item)
+
+
+def test_the_meter_check_stores_a_calibration_that_makes_results_node_meter(node):
+    site, rows = node()
+    meter = _row(rows, "node meter")
+    assert meter["status"] == "ok", meter["value"]
+    assert abs(meter["detail"]["offset_w"] - OFFSET_W) < 15
+    assert meter["detail"]["agreement_within_frac"] < 0.05
+    gpu = _row(rows, "GPU 0 counter")["detail"]
+    assert abs(gpu["idle"] - IDLE_W) < 5 and abs(gpu["loaded"] - LOADED_W) < 5
+    path = T.calibration_path(site)
+    st = os.lstat(path)
+    assert st.st_uid == 0 and stat.S_IMODE(st.st_mode) == 0o644
+    assert "pm_counters" in json.loads(path.read_text())["meter_api"]
+    tier = T.current_tier(site)
+    assert tier["tier"] == "node-meter" and tier["reason"] is None
+    assert tier["agreement_within_frac"] == meter["detail"]["agreement_within_frac"]
+    assert tier["stated_agreement_frac"] == T.DEFAULT_AGREEMENT_FRAC
+
+
+def test_a_meter_that_disagrees_keeps_the_tier_at_counter_and_says_by_how_much(node):
+    site, rows = node(skew=0.25)
+    meter = _row(rows, "node meter")
+    assert meter["status"] == "warn" and 0.15 < meter["detail"]["agreement_within_frac"] < 0.35
+    tier = T.current_tier(site)
+    assert tier["tier"] == "counter" and "more than the stated 5.0%" in tier["reason"]
+
+
+def test_the_stated_agreement_comes_from_the_site(node):
+    site, _ = node(skew=0.25, extra="agreement_frac = 0.4\n")
+    assert T.current_tier(site)["tier"] == "node-meter"
+
+
+def test_without_a_node_meter_the_check_is_skipped_and_the_tier_is_counter(tmp_path, monkeypatch):
+    fgs.install(monkeypatch, tmp_path / "gpus.json", fgs.make_devices(1, "nvidia"))
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "selftest.json"
+    run_selftest(site_selector="default", only=["meter"], load=False, load_s=0.5, output=str(out),
+                 journal=str(tmp_path / "journal.json"))
+    (row,) = json.loads(out.read_text())["checks"]
+    assert row["status"] == "skipped" and "no node meter" in row["value"]
+
+
+# ---- the calibration file and the tier (no selftest run) ------------------------------
+def _calibration(host: str | None = None, agreement: float = 0.02, days_ago: float = 1.0) -> dict:
+    idle = T.Phase([100.0], 250.0, 1.0)
+    loaded = T.Phase([400.0], 550.0, 1.0)
+    doc = T.calibrate(idle, loaded, "HPE Cray pm_counters sysfs (pm_counters/node)",
+                      dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=days_ago))
+    doc["agreement_within_frac"] = agreement
+    if host is not None:
+        doc["host"] = host
+    return doc
+
+
+def test_calibrate_measures_the_offset_idle_and_the_agreement_loaded():
+    doc = T.calibrate(T.Phase([100.0, 100.0], 500.0, 2.0), T.Phase([800.0, 800.0], 1300.0, 2.0), "m")
+    assert doc["offset_w"] == pytest.approx(150.0)  # 250 W node - 100 W GPUs
+    # loaded: meter 650 W - 150 W offset = 500 W for the GPUs, counters 800 W.
+    assert doc["agreement_within_frac"] == pytest.approx(300 / 500)
+    flat = T.calibrate(T.Phase([100.0], 250.0, 1.0), T.Phase([400.0], 250.0, 1.0), "m")
+    assert flat["agreement_within_frac"] is None  # the load never reached the meter
+
+
+def test_an_old_calibration_no_longer_counts(tmp_path):
+    config = {"calibration_file": str(tmp_path / "c.json"), "max_calibration_age_days": 7}
+    T.store_calibration(config, _calibration(days_ago=8))
+    tier = T.current_tier(config)
+    assert tier["tier"] == "counter" and "8 days old, more than 7" in tier["reason"]
+    assert T.current_tier(dict(config, max_calibration_age_days=9))["tier"] == "node-meter"
+
+
+def test_another_nodes_calibration_does_not_count(tmp_path):
+    config = {"calibration_file": str(tmp_path / "c.json")}
+    T.store_calibration(config, _calibration(host="some-other-node"))
+    tier = T.current_tier(config)
+    assert tier["tier"] == "counter" and "'some-other-node'" in tier["reason"]
+
+
+def test_a_calibration_others_can_write_or_a_link_is_not_believed(tmp_path):
+    config = {"calibration_file": str(tmp_path / "c.json")}
+    path = T.store_calibration(config, _calibration())
+    assert T.current_tier(config)["tier"] == "node-meter"
+    os.chmod(path, 0o666)
+    tier = T.current_tier(config)
+    assert tier["tier"] == "counter" and "written by other users" in tier["reason"]
+    path.unlink()
+    real = tmp_path / "elsewhere.json"
+    real.write_text(json.dumps(_calibration()))
+    path.symlink_to(real)
+    tier = T.current_tier(config)
+    assert tier["tier"] == "counter" and "symbolic link" in tier["reason"]
+
+
+def test_storing_replaces_a_planted_link_and_never_writes_through_it(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("keep me\n")
+    link = tmp_path / "c.json"
+    link.symlink_to(victim)
+    T.store_calibration({"calibration_file": str(link)}, _calibration())
+    assert victim.read_text() == "keep me\n"
+    assert not link.is_symlink() and json.loads(link.read_text())["kind"] == T.CALIBRATION_KIND
+
+
+def test_a_missing_calibration_is_tier_counter_with_the_way_to_make_one(tmp_path):
+    tier = T.current_tier({"calibration_file": str(tmp_path / "none.json")})
+    assert tier["tier"] == "counter" and "selftest --only meter" in tier["reason"]
+
+
+def test_a_declared_analyzer_is_tier_analyzer_with_its_agreement(tmp_path):
+    site = tmp_path / "site.toml"
+    site.write_text('name = "lab"\n[node_power.analyzer]\nname = "Yokogawa WT333E on the PDU feed"\n'
+                    "agreement_frac = 0.005\n")
+    tier = T.current_tier(sites.load(str(site)))
+    assert tier["tier"] == "analyzer" and tier["agreement_within_frac"] == 0.005
+    assert tier["meter_api"] == "Yokogawa WT333E on the PDU feed"
+
+
+@pytest.mark.parametrize("line", ["agreement_frac = nan", "agreement_frac = 1.5",
+                                  "max_calibration_age_days = inf"])
+def test_bad_tier_settings_are_one_line_config_errors(tmp_path, line):
+    site = tmp_path / "site.toml"
+    site.write_text(f'name = "bad"\n[node_power]\n{line}\n')
+    with pytest.raises(ConfigError, match="node_power"):
+        sites.load(str(site))
