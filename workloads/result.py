@@ -14,7 +14,7 @@ from hpcai.measure.node_power import energy_with_node, node_section
 from hpcai.measure.stats import throughput_stats
 from hpcai.measure.telemetry import integrate_power_j, window_stats
 
-RESULT_SCHEMA_VERSION = "1.0"
+RESULT_SCHEMA_VERSION = "1.1"  # 1.1: power.tier (issue 44)
 # Counter and integrated energy further apart than this: trust neither blindly.
 ENERGY_AGREEMENT_FRAC = 0.25
 # NVML's power sensor covers only part of each period on A100/H100 ("only 25%
@@ -211,10 +211,18 @@ def power_section(spec: dict, discovery, sampler, window, units: int,
         "energy_per_unit_j": energy / units if available and units else None,
         "units_per_joule": units_per_joule(units, energy) if available else None,
         "units_per_joule_with_overhead": units_per_joule(units, with_node),
+        # What the energy figures stand on: counter, node-meter or analyzer (hpcai/measure/tier.py).
+        "tier": _tier(spec),
         # Did the cap bind over this window (hpcai/measure/cap_binding.py)?
         "cap_binding": cap_binding.section(sampler, discovery, window, used_indices),
     }
     return read.gpus, read.packages, power
+
+
+def _tier(spec: dict) -> dict:
+    from hpcai.launcher.tier import current_tier
+
+    return current_tier(spec.get("node_power") or {})
 
 
 @dataclass

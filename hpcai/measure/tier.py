@@ -8,18 +8,15 @@
 - ``analyzer``: the site declares an external power analyzer on this node's
   feed ([node_power.analyzer]) and the agreement it holds to.
 
-The calibration is a root-owned JSON state file (node_power.calibration_file),
-written by the self-test through hpcai/safe_files.py and believed only when
-launcher/trust.py's check passes and root owns it: a user must not be able to
-promote their own results. Pure Python: results, receipts and metrics call
-current_tier().
+Here the rules, pure (hpcai.measure imports no launcher): the calibration from
+the two phases and the tier from a calibration. The root-owned state file and
+current_tier(), which results, receipts and metrics call, are in
+launcher/tier.py.
 """
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
-import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,14 +45,14 @@ class Phase:
         return self.node_energy_j / self.window_s
 
 
-def _config(site_or_config) -> dict:
+def tier_config(site_or_config) -> dict:
     """A site (with its [node_power]) or that section itself."""
     config = site_or_config or {}
     return dict(config.get("node_power", config)) if "node_power" in config else dict(config)
 
 
 def calibration_path(site_or_config) -> Path:
-    return Path(_config(site_or_config).get("calibration_file") or DEFAULT_CALIBRATION_FILE)
+    return Path(tier_config(site_or_config).get("calibration_file") or DEFAULT_CALIBRATION_FILE)
 
 
 def calibrate(idle: Phase, loaded: Phase, meter_api: str, when: dt.datetime | None = None) -> dict:
@@ -81,42 +78,6 @@ def calibrate(idle: Phase, loaded: Phase, meter_api: str, when: dt.datetime | No
                           "gpu_energy_j": list(p.gpu_energy_j), "node_energy_j": p.node_energy_j}
                    for name, p in (("idle", idle), ("loaded", loaded))},
     }
-
-
-def store_calibration(site_or_config, calibration: dict) -> Path:
-    """Written by root only (the tier it grants is the node's, not a user's), through
-    the no-follow atomic writer; its folder made 0755 when missing."""
-    from hpcai.errors import PowerPermissionError
-    from hpcai.safe_files import Folder
-
-    path = calibration_path(site_or_config)
-    if os.geteuid() != 0:
-        raise PowerPermissionError(f"the calibration {path} is root's state and this is uid {os.geteuid()}",
-                                   "run the self-test's meter check as root to store it")
-    with Folder.open(path.parent, create=True) as folder:
-        folder.write_text(path.name, json.dumps(calibration, indent=2) + "\n")
-    return path
-
-
-def read_calibration(site_or_config) -> tuple[dict | None, str | None]:
-    """(calibration, None), or (None, why it is not believed)."""
-    from hpcai.launcher.trust import untrusted
-
-    path = calibration_path(site_or_config)
-    if not os.path.lexists(path):
-        return None, f"no calibration at {path} (run `hpcai-launch selftest --only meter` as root)"
-    why = untrusted(path)
-    if why is None and os.lstat(path).st_uid != 0:
-        why = f"{path} is not owned by root"
-    if why is not None:
-        return None, why
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        return None, f"{path} cannot be read as JSON ({exc})"
-    if not isinstance(doc, dict) or doc.get("kind") != CALIBRATION_KIND:
-        return None, f"{path} is not an hpcai calibration"
-    return doc, None
 
 
 def tier_of(config: dict, calibration: dict | None, why_none: str | None,
@@ -157,13 +118,3 @@ def _why_not_node_meter(config: dict, calibration: dict, found, stated: float,
 def _tier(name, found, stated, api, date, offset, reason) -> dict:
     return {"tier": name, "agreement_within_frac": found, "stated_agreement_frac": stated,
             "meter_api": api, "calibrated": date, "offset_w": offset, "reason": reason}
-
-
-def current_tier(site_or_config, now: dt.datetime | None = None) -> dict:
-    """This node's tier now: for results, receipts and metrics. Never raises for a
-    missing or untrusted calibration (that is tier counter, with the reason)."""
-    config = _config(site_or_config)
-    if (config.get("analyzer") or {}).get("name"):
-        return tier_of(config, None, None, now)
-    calibration, why = read_calibration(config)
-    return tier_of(config, calibration, why, now)

@@ -12,23 +12,33 @@ from hpcai.errors import HpcaiError
 from hpcai.launcher.selftest.base import Check, Context
 from hpcai.launcher.selftest.load import GpuLoad
 
+SETTLE_INTERVALS = 1.5  # meter intervals waited around each window
 
-def _counters_j(devices) -> list:
+
+def _counters(devices) -> list[tuple[float, float | None]]:
+    """Each GPU's (time, counter J), the time the middle of its read."""
     out = []
     for device in devices:
+        before = time.monotonic()
         try:
-            out.append(device.read_power().energy_j)
+            energy = device.read_power().energy_j
         except HpcaiError:
-            out.append(None)
+            energy = None
+        out.append(((before + time.monotonic()) / 2, energy))
     return out
 
 
-def _phase(node, devices, seconds: float) -> tuple[float, float, list, list]:
-    """(t0, t1) on the node sampler's clock and each GPU's counter at both ends."""
-    e0, t0 = _counters_j(devices), time.monotonic()
+def _phase(node, devices, seconds: float) -> tuple[float, float, list]:
+    """(t0, t1) on the node sampler's clock and each GPU's counter energy over it,
+    scaled from the span between its own reads to the window (a read held up
+    by a busy machine must not shorten or stretch the GPU's share)."""
+    t0, first = time.monotonic(), _counters(devices)
     time.sleep(seconds)
-    t1, e1 = time.monotonic(), _counters_j(devices)
-    return node.wall(t0), node.wall(t1), e0, e1
+    t1, last = time.monotonic(), _counters(devices)
+    energies = []
+    for (ta, ea), (tb, eb) in zip(first, last):
+        energies.append((eb - ea) / (tb - ta) * (t1 - t0) if ea is not None and eb is not None else None)
+    return node.wall(t0), node.wall(t1), energies
 
 
 def _node_meter(summary: dict, window) -> tuple[float | None, str | None]:
@@ -46,15 +56,20 @@ def _node_meter(summary: dict, window) -> tuple[float | None, str | None]:
 def _measure(ctx: Context, node) -> tuple[dict, bool, str | None]:
     """The idle and loaded phases: {name: (window, e0, e1)}, whether the load ran, why not."""
     devices = [device for device, _, _ in ctx.gpus]
-    wait_s = max(run.interval_s for run in node.runs)
+    # A meter reading in the same state before each window opens and after it
+    # closes: the meter's energy is interpolated between readings, and one taken
+    # across the load's start or end would blur idle into loaded.
+    wait_s = SETTLE_INTERVALS * max(run.interval_s for run in node.runs)
     node.start()
     try:
-        time.sleep(wait_s)  # the meter's first reading before the window opens
+        time.sleep(wait_s)
         idle = _phase(node, devices, ctx.durations["idle_s"])
+        time.sleep(wait_s)
         with GpuLoad([vid for _, _, vid in ctx.gpus], ctx.vendor, ctx.load) as load:
+            time.sleep(wait_s)
             loaded = _phase(node, devices, ctx.durations["load_s"])
+            time.sleep(wait_s)
             active, why = load.active, load.why
-        time.sleep(wait_s)  # and one past its end
     finally:
         node.stop()
     return {"idle": idle, "loaded": loaded}, active, why
@@ -83,8 +98,7 @@ def _rows(ctx: Context, node, phases: dict, loaded: bool, why: str | None, summa
     from hpcai.measure.tier import Phase
 
     rows, measured = [], {}
-    for name, (t0, t1, e0, e1) in phases.items():
-        gpu_j = [b - a if a is not None and b is not None else None for a, b in zip(e0, e1)]
+    for name, (t0, t1, gpu_j) in phases.items():
         node_j, api = _node_meter(node.summary((t0, t1)), (t0, t1))
         measured[name] = (gpu_j, node_j, api, t1 - t0)
     for i, (_, info, _) in enumerate(ctx.gpus):
@@ -102,7 +116,8 @@ def _rows(ctx: Context, node, phases: dict, loaded: bool, why: str | None, summa
 
 
 def _calibration_rows(ctx: Context, idle, load, api: str, loaded: bool, why: str | None) -> list[Check]:
-    from hpcai.measure.tier import DEFAULT_AGREEMENT_FRAC, calibrate, store_calibration
+    from hpcai.launcher.tier import store_calibration
+    from hpcai.measure.tier import DEFAULT_AGREEMENT_FRAC, calibrate
 
     calibration = calibrate(idle, load, api)
     found = calibration["agreement_within_frac"]

@@ -3,20 +3,17 @@ against the node's meter, the root-owned calibration it stores, and the tier
 hpcai.measure.tier gives results from it.
 
 FAKE NVML (tests/fakes) for the GPUs. The node meter is HPE Cray pm_counters
-(real PmCountersSource) over files in a temp folder, written by a thread that
-plays the node's power management: node energy = the fake GPUs' counters x
-(1 + skew) + a fixed non-GPU part, "<value> <unit> <timestamp> us" per file
+(the real PmCountersSource) over files in a temp folder: node power = the fake
+GPUs' draw x (1 + skew) + a fixed non-GPU part, "<value> <unit> <timestamp> us"
 (Cray-HPE docs-csm, operations/power_management/User_Access_to_Compute_Node_Power_Data.md).
-The load child is a stand-in that raises the fake GPU's draw, as the real
-matrix-multiply child raises a real GPU's."""
+The load child is a stand-in that raises the fake GPU's draw and the meter's
+reading, as the real matrix-multiply child raises a real GPU's and the node's."""
 from __future__ import annotations
 
 import datetime as dt
 import json
 import os
 import stat
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -25,6 +22,7 @@ from hpcai.errors import ConfigError
 from hpcai.launcher import sites
 from hpcai.launcher.selftest import load as load_mod
 from hpcai.launcher.selftest import run_selftest
+from hpcai.launcher import tier as LT
 from hpcai.measure import tier as T
 
 from fakes import fake_gpu_state as fgs  # noqa: E402 (tests/ is on sys.path via conftest)
@@ -32,67 +30,46 @@ from fakes import fake_gpu_state as fgs  # noqa: E402 (tests/ is on sys.path via
 TESTS = Path(__file__).resolve().parents[1]
 OFFSET_W = 150.0  # the node's non-GPU part
 IDLE_W, LOADED_W = 80.0, 400.0
-LOAD_CHILD = (f"import sys, time\nsys.path.insert(0, {str(TESTS)!r})\n"
-              "from fakes import fake_gpu_state as fgs\n"
-              f"fgs.update_device(fgs.state_path(), 0, power_draw_w={LOADED_W})\n"
-              "print('ready', flush=True)\ntime.sleep(600)\n")
+LOAD_CHILD = """import os, sys, time
+sys.path.insert(0, {tests!r})
+from fakes import fake_gpu_state as fgs
+fgs.update_device(fgs.state_path(), 0, power_draw_w={loaded})
+open({meter!r} + ".tmp", "w").write("{node_w:.1f} W 1700000000000000 us\\n")
+os.replace({meter!r} + ".tmp", {meter!r})
+print("ready", flush=True)
+time.sleep(600)
+"""
 
 
-class FakeNodeMeter(threading.Thread):
-    """pm_counters files tracking the fake GPUs, every 10 ms."""
-
-    def __init__(self, root: Path, state: Path, skew: float = 0.0):
-        super().__init__(daemon=True)
-        self.root, self.state, self.skew = root, state, skew
-        self.stop = threading.Event()
-        root.mkdir(parents=True)
-        self.t0, self.fresh = time.time(), 0
-        self.tick()
-
-    def _put(self, name: str, text: str) -> None:
-        tmp = self.root / f".{name}.tmp"
-        tmp.write_text(text + "\n")
-        os.replace(tmp, self.root / name)
-
-    def tick(self) -> None:
-        now = time.time()
-        devices = fgs.read_state(self.state)["devices"]
-        gpu_j = sum(fgs.energy_mj(d, now) for d in devices) / 1000
-        gpu_w = sum(fgs.reported_power_w(d) for d in devices)
-        stamp = f"{int(now * 1e6)} us"
-        self.fresh += 1
-        self._put("power", f"{gpu_w * (1 + self.skew) + OFFSET_W:.1f} W {stamp}")
-        self._put("energy", f"{gpu_j * (1 + self.skew) + OFFSET_W * (now - self.t0):.3f} J {stamp}")
-        self._put("freshness", str(self.fresh))
-
-    def run(self) -> None:
-        while not self.stop.wait(0.01):
-            self.tick()
+def node_w(gpu_w: float, skew: float) -> float:
+    """What the node's meter reads: the GPUs (off by skew) and the rest."""
+    return gpu_w * (1 + skew) + OFFSET_W
 
 
 @pytest.fixture
 def node(tmp_path, monkeypatch):
-    """A fake GPU node with a pm_counters meter; yields a function running the meter check."""
+    """A fake GPU node with a pm_counters meter; returns a function running the meter check.
+    The meter has a power file only (pm_counters' energy file is optional: the window's
+    node energy is then its integrated power), written when the GPU's draw changes: by
+    the test idle, by the stand-in load child under load, so it never lags the GPU."""
     state = tmp_path / "gpus.json"
     fgs.install(monkeypatch, state, fgs.make_devices(1, "nvidia", power_draw_w=IDLE_W))
-    monkeypatch.setattr(load_mod, "_CHILD", LOAD_CHILD)
     monkeypatch.chdir(tmp_path)
-    meters = []
 
     def run(skew: float = 0.0, extra: str = "") -> tuple[dict, list]:
-        meter = FakeNodeMeter(tmp_path / f"pm{len(meters)}", state, skew)
-        meters.append(meter)
-        meter.start()
-        site = write_site(tmp_path, meter.root, extra)
+        fgs.update_device(state, 0, power_draw_w=IDLE_W)
+        meter = tmp_path / f"pm-{skew}"
+        meter.mkdir()
+        (meter / "power").write_text(f"{node_w(IDLE_W, skew):.1f} W 1700000000000000 us\n")
+        monkeypatch.setattr(load_mod, "_CHILD", LOAD_CHILD.format(
+            tests=str(TESTS), loaded=LOADED_W, meter=str(meter / "power"), node_w=node_w(LOADED_W, skew)))
+        site = write_site(tmp_path, meter, extra)
         out = tmp_path / "selftest.json"
         run_selftest(site_selector=str(site), only=["meter"], load=True, load_s=1.0,
                      output=str(out), journal=str(tmp_path / "journal.json"))
         return sites.load(str(site)), json.loads(out.read_text())["checks"]
 
-    yield run
-    for meter in meters:
-        meter.stop.set()
-        meter.join()
+    return run
 
 
 def write_site(tmp_path: Path, pm_root: Path, extra: str = "") -> Path:
@@ -112,14 +89,14 @@ def test_the_meter_check_stores_a_calibration_that_makes_results_node_meter(node
     meter = _row(rows, "node meter")
     assert meter["status"] == "ok", meter["value"]
     assert abs(meter["detail"]["offset_w"] - OFFSET_W) < 15
-    assert meter["detail"]["agreement_within_frac"] < 0.05
+    assert meter["detail"]["agreement_within_frac"] < 0.02
     gpu = _row(rows, "GPU 0 counter")["detail"]
     assert abs(gpu["idle"] - IDLE_W) < 5 and abs(gpu["loaded"] - LOADED_W) < 5
     path = T.calibration_path(site)
     st = os.lstat(path)
     assert st.st_uid == 0 and stat.S_IMODE(st.st_mode) == 0o644
     assert "pm_counters" in json.loads(path.read_text())["meter_api"]
-    tier = T.current_tier(site)
+    tier = LT.current_tier(site)
     assert tier["tier"] == "node-meter" and tier["reason"] is None
     assert tier["agreement_within_frac"] == meter["detail"]["agreement_within_frac"]
     assert tier["stated_agreement_frac"] == T.DEFAULT_AGREEMENT_FRAC
@@ -128,14 +105,17 @@ def test_the_meter_check_stores_a_calibration_that_makes_results_node_meter(node
 def test_a_meter_that_disagrees_keeps_the_tier_at_counter_and_says_by_how_much(node):
     site, rows = node(skew=0.25)
     meter = _row(rows, "node meter")
-    assert meter["status"] == "warn" and 0.15 < meter["detail"]["agreement_within_frac"] < 0.35
-    tier = T.current_tier(site)
+    # idle offset 80 x 1.25 + 150 - 80 = 170 W; loaded: the meter sees 650 - 170 = 480 W of GPU,
+    # the counters 400 W: 80 / 480 = 16.7 %.
+    assert meter["status"] == "warn"
+    assert meter["detail"]["agreement_within_frac"] == pytest.approx(80 / 480, abs=0.03)
+    tier = LT.current_tier(site)
     assert tier["tier"] == "counter" and "more than the stated 5.0%" in tier["reason"]
 
 
 def test_the_stated_agreement_comes_from_the_site(node):
     site, _ = node(skew=0.25, extra="agreement_frac = 0.4\n")
-    assert T.current_tier(site)["tier"] == "node-meter"
+    assert LT.current_tier(site)["tier"] == "node-meter"
 
 
 def test_without_a_node_meter_the_check_is_skipped_and_the_tier_is_counter(tmp_path, monkeypatch):
@@ -171,31 +151,31 @@ def test_calibrate_measures_the_offset_idle_and_the_agreement_loaded():
 
 def test_an_old_calibration_no_longer_counts(tmp_path):
     config = {"calibration_file": str(tmp_path / "c.json"), "max_calibration_age_days": 7}
-    T.store_calibration(config, _calibration(days_ago=8))
-    tier = T.current_tier(config)
+    LT.store_calibration(config, _calibration(days_ago=8))
+    tier = LT.current_tier(config)
     assert tier["tier"] == "counter" and "8 days old, more than 7" in tier["reason"]
-    assert T.current_tier(dict(config, max_calibration_age_days=9))["tier"] == "node-meter"
+    assert LT.current_tier(dict(config, max_calibration_age_days=9))["tier"] == "node-meter"
 
 
 def test_another_nodes_calibration_does_not_count(tmp_path):
     config = {"calibration_file": str(tmp_path / "c.json")}
-    T.store_calibration(config, _calibration(host="some-other-node"))
-    tier = T.current_tier(config)
+    LT.store_calibration(config, _calibration(host="some-other-node"))
+    tier = LT.current_tier(config)
     assert tier["tier"] == "counter" and "'some-other-node'" in tier["reason"]
 
 
 def test_a_calibration_others_can_write_or_a_link_is_not_believed(tmp_path):
     config = {"calibration_file": str(tmp_path / "c.json")}
-    path = T.store_calibration(config, _calibration())
-    assert T.current_tier(config)["tier"] == "node-meter"
+    path = LT.store_calibration(config, _calibration())
+    assert LT.current_tier(config)["tier"] == "node-meter"
     os.chmod(path, 0o666)
-    tier = T.current_tier(config)
+    tier = LT.current_tier(config)
     assert tier["tier"] == "counter" and "written by other users" in tier["reason"]
     path.unlink()
     real = tmp_path / "elsewhere.json"
     real.write_text(json.dumps(_calibration()))
     path.symlink_to(real)
-    tier = T.current_tier(config)
+    tier = LT.current_tier(config)
     assert tier["tier"] == "counter" and "symbolic link" in tier["reason"]
 
 
@@ -204,13 +184,13 @@ def test_storing_replaces_a_planted_link_and_never_writes_through_it(tmp_path):
     victim.write_text("keep me\n")
     link = tmp_path / "c.json"
     link.symlink_to(victim)
-    T.store_calibration({"calibration_file": str(link)}, _calibration())
+    LT.store_calibration({"calibration_file": str(link)}, _calibration())
     assert victim.read_text() == "keep me\n"
     assert not link.is_symlink() and json.loads(link.read_text())["kind"] == T.CALIBRATION_KIND
 
 
 def test_a_missing_calibration_is_tier_counter_with_the_way_to_make_one(tmp_path):
-    tier = T.current_tier({"calibration_file": str(tmp_path / "none.json")})
+    tier = LT.current_tier({"calibration_file": str(tmp_path / "none.json")})
     assert tier["tier"] == "counter" and "selftest --only meter" in tier["reason"]
 
 
@@ -218,7 +198,7 @@ def test_a_declared_analyzer_is_tier_analyzer_with_its_agreement(tmp_path):
     site = tmp_path / "site.toml"
     site.write_text('name = "lab"\n[node_power.analyzer]\nname = "Yokogawa WT333E on the PDU feed"\n'
                     "agreement_frac = 0.005\n")
-    tier = T.current_tier(sites.load(str(site)))
+    tier = LT.current_tier(sites.load(str(site)))
     assert tier["tier"] == "analyzer" and tier["agreement_within_frac"] == 0.005
     assert tier["meter_api"] == "Yokogawa WT333E on the PDU feed"
 
@@ -230,3 +210,37 @@ def test_bad_tier_settings_are_one_line_config_errors(tmp_path, line):
     site.write_text(f'name = "bad"\n[node_power]\n{line}\n')
     with pytest.raises(ConfigError, match="node_power"):
         sites.load(str(site))
+
+
+# ---- the tier in the result -----------------------------------------------------------
+def _result_power(tmp_path, monkeypatch, node_power: dict) -> dict:
+    from test_node_power_result import gpu_sampler
+
+    from hpcai.measure import power_sources
+    from hpcai.workloads import result as R
+
+    fgs.install(monkeypatch, tmp_path / "gpus.json", fgs.make_devices(1, "nvidia"))
+    spec = {"power": {"node_overhead_w": 100.0}, "devices": {"gpu_indices": [0]},
+            "protocol": {"telemetry": True}, "node_power": node_power}
+    found = power_sources.discover("auto")
+    try:
+        return R.power_section(spec, found, gpu_sampler(0.0, 12), (1.0, 11.0), 1000)[2]
+    finally:
+        found.close()
+
+
+def test_every_result_carries_its_tier_and_the_schema_takes_it(tmp_path, monkeypatch, result_schema):
+    import jsonschema
+
+    schema = {**result_schema["properties"]["power"], "$defs": result_schema["$defs"]}
+    config = {"sources": ["pm_counters"], "calibration_file": str(tmp_path / "c.json")}
+    bare = _result_power(tmp_path, monkeypatch, config)
+    assert bare["tier"]["tier"] == "counter" and "no calibration" in bare["tier"]["reason"]
+    jsonschema.validate(bare, schema)
+    LT.store_calibration(config, _calibration(agreement=0.02))
+    calibrated = _result_power(tmp_path, monkeypatch, config)["tier"]
+    assert calibrated["tier"] == "node-meter" and calibrated["agreement_within_frac"] == 0.02
+    jsonschema.validate(dict(bare, tier=calibrated), schema)
+    bad = dict(bare, tier=dict(calibrated, tier="guessed"))
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schema)
