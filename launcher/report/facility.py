@@ -11,6 +11,7 @@ only node_hour_price (time has a price) makes cost differ.
 from __future__ import annotations
 
 from hpcai.errors import UsageError
+from hpcai.launcher.report import tiers
 from hpcai.launcher.report.efficiency import Analysis, edp_per_unit, fixed_work
 from hpcai.launcher.report.tables import Table, TCell, fmt
 
@@ -106,4 +107,5 @@ def facility_table(analyses: list[Analysis], work: dict[str, float]) -> Table | 
                   "measured it, else GPUs plus the fixed overhead) × the site's PUE (1 where not "
                   "given). Cost: × price_per_kwh (+ node hours × node_hour_price where given). "
                   "Emissions: × carbon_g_per_kwh. From each result's site config. "
-                  "Bold: the recommended cap."])
+                  "Bold: the recommended cap.",
+                  tiers.note([r for a in analyses for c in a.candidates for r in c.runs])])
