@@ -244,3 +244,13 @@ def test_every_result_carries_its_tier_and_the_schema_takes_it(tmp_path, monkeyp
     bad = dict(bare, tier=dict(calibrated, tier="guessed"))
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(bad, schema)
+
+
+def test_only_root_stores_a_calibration(tmp_path, monkeypatch):
+    from hpcai.errors import PowerPermissionError
+
+    monkeypatch.setattr(LT.os, "geteuid", lambda: 1000)
+    config = {"calibration_file": str(tmp_path / "c.json")}
+    with pytest.raises(PowerPermissionError, match="root's state and this is uid 1000"):
+        LT.store_calibration(config, _calibration())
+    assert not (tmp_path / "c.json").exists()
