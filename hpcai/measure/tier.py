@@ -104,12 +104,15 @@ def _why_not_node_meter(config: dict, calibration: dict, found, stated: float,
         return "the calibration found no agreement (the load did not show at the meter)"
     if found > stated:
         return f"counters and meter differed by {found:.1%}, more than the stated {stated:.1%}"
+    offset = calibration.get("offset_w")
+    if not isinstance(offset, (int, float)) or not offset >= 0:
+        return "the meter read less than the GPUs' counters idle: it does not cover these GPUs"
     try:
         when = dt.datetime.fromisoformat(calibration["date"])
-    except (KeyError, TypeError, ValueError):
-        return "the calibration has no readable date"
+        age = ((now or dt.datetime.now(dt.timezone.utc)) - when).total_seconds() / 86400
+    except (KeyError, TypeError, ValueError):  # no date, or one without its time zone
+        return "the calibration has no readable date with a time zone"
     max_days = float(config.get("max_calibration_age_days", DEFAULT_MAX_AGE_DAYS))
-    age = ((now or dt.datetime.now(dt.timezone.utc)) - when).total_seconds() / 86400
     if age > max_days:
         return f"the calibration is {age:.0f} days old, more than {max_days:g}"
     return None

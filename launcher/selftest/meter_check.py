@@ -117,7 +117,7 @@ def _rows(ctx: Context, node, phases: dict, loaded: bool, why: str | None, summa
 
 def _calibration_rows(ctx: Context, idle, load, api: str, loaded: bool, why: str | None) -> list[Check]:
     from hpcai.launcher.tier import store_calibration
-    from hpcai.measure.tier import DEFAULT_AGREEMENT_FRAC, calibrate
+    from hpcai.measure.tier import DEFAULT_AGREEMENT_FRAC, calibrate, tier_of
 
     calibration = calibrate(idle, load, api)
     found = calibration["agreement_within_frac"]
@@ -138,5 +138,6 @@ def _calibration_rows(ctx: Context, idle, load, api: str, loaded: bool, why: str
     except (HpcaiError, OSError) as exc:
         message = exc.one_line() if isinstance(exc, HpcaiError) else f"{type(exc).__name__}: {exc}"
         return rows + [Check("meter", "calibration", "warn", f"not stored: {message}")]
-    tier = "node-meter" if status == "ok" else "counter (agreement above the stated share)"
-    return rows + [Check("meter", "calibration", "ok", f"stored at {path}: tier {tier}", {"path": str(path)})]
+    tier = tier_of(ctx.site["node_power"], calibration, None)
+    value = f"stored at {path}: tier {tier['tier']}" + (f" ({tier['reason']})" if tier["reason"] else "")
+    return rows + [Check("meter", "calibration", "ok", value, {"path": str(path), "tier": tier})]

@@ -96,6 +96,7 @@ def test_the_meter_check_stores_a_calibration_that_makes_results_node_meter(node
     st = os.lstat(path)
     assert st.st_uid == 0 and stat.S_IMODE(st.st_mode) == 0o644
     assert "pm_counters" in json.loads(path.read_text())["meter_api"]
+    assert _row(rows, "calibration")["value"] == f"stored at {path}: tier node-meter"
     tier = LT.current_tier(site)
     assert tier["tier"] == "node-meter" and tier["reason"] is None
     assert tier["agreement_within_frac"] == meter["detail"]["agreement_within_frac"]
@@ -109,6 +110,7 @@ def test_a_meter_that_disagrees_keeps_the_tier_at_counter_and_says_by_how_much(n
     # the counters 400 W: 80 / 480 = 16.7 %.
     assert meter["status"] == "warn"
     assert meter["detail"]["agreement_within_frac"] == pytest.approx(80 / 480, abs=0.03)
+    assert "tier counter (counters and meter differed by" in _row(rows, "calibration")["value"]
     tier = LT.current_tier(site)
     assert tier["tier"] == "counter" and "more than the stated 5.0%" in tier["reason"]
 
@@ -254,3 +256,15 @@ def test_only_root_stores_a_calibration(tmp_path, monkeypatch):
     with pytest.raises(PowerPermissionError, match="root's state and this is uid 1000"):
         LT.store_calibration(config, _calibration())
     assert not (tmp_path / "c.json").exists()
+
+
+@pytest.mark.parametrize("change, reason", [
+    ({"offset_w": -40.0}, "does not cover these GPUs"),
+    ({"date": "2026-11-20T10:00:00"}, "no readable date with a time zone"),
+    ({"agreement_within_frac": float("nan")}, "found no agreement"),
+])
+def test_a_calibration_that_cannot_hold_keeps_the_tier_at_counter(tmp_path, change, reason):
+    config = {"calibration_file": str(tmp_path / "c.json")}
+    LT.store_calibration(config, dict(_calibration(), **change))
+    tier = LT.current_tier(config)
+    assert tier["tier"] == "counter" and reason in tier["reason"]
