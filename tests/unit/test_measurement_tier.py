@@ -268,3 +268,22 @@ def test_a_calibration_that_cannot_hold_keeps_the_tier_at_counter(tmp_path, chan
     LT.store_calibration(config, dict(_calibration(), **change))
     tier = LT.current_tier(config)
     assert tier["tier"] == "counter" and reason in tier["reason"]
+
+
+def test_a_multi_node_aggregate_stands_on_its_weakest_nodes_tier(tmp_path):
+    from test_slurm_aggregate import result, two_node_job, write
+
+    from hpcai.launcher.slurm import aggregate
+    from hpcai.launcher.slurm.job import node_dir
+
+    job = two_node_job(tmp_path)
+    run_id = job.runs[0].run_id
+    for rank, tier in ((0, "node-meter"), (1, "counter")):
+        doc = result(80.0)
+        doc["power"]["tier"] = T.tier_of({}, None, "x") | {"tier": tier}
+        write(node_dir(job.folder, run_id, rank) / "result.json", doc)
+    power = aggregate.aggregate(job, 0)["power"]
+    assert power["tier"] == "counter" and power["tiers"] == ["counter", "node-meter"]
+    write(node_dir(job.folder, run_id, 1) / "result.json", result(80.0))  # no tier: before 1.1
+    power = aggregate.aggregate(job, 0)["power"]
+    assert power["tier"] == "unstated" and power["tiers"] == ["unstated", "node-meter"]
