@@ -656,6 +656,9 @@ main.add_command(exec_command(COMMAND_WORKLOADS["exec"], _workload_decorators(CO
 from hpcai.launcher.fleet.cli import fleet as _fleet_group  # noqa: E402
 
 main.add_command(_fleet_group, name="fleet")
+from hpcai.launcher.slurm.cli import slurm as _slurm_group  # noqa: E402 (issue 42: the mix from sacct)
+
+main.add_command(_slurm_group)
 
 
 if __name__ == "__main__":

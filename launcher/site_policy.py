@@ -61,6 +61,17 @@ def _label(entry: dict) -> str:
     return f"{label}, class {entry['class']}" if entry.get("class") else label
 
 
+# `hpcai-launch --slurm` names its jobs hpcai-<workload> (launcher/slurm/script.py).
+HPCAI_JOB_PREFIX = "hpcai-"
+
+
+def job_fields(job_name: str | None, account: str | None, qos: str | None) -> dict:
+    """A Slurm job's values for the [[classes]] globs; hpcai_workload only for a job
+    hpcai-launch submitted (None otherwise, which no rule naming it matches)."""
+    workload = job_name[len(HPCAI_JOB_PREFIX):] if job_name and job_name.startswith(HPCAI_JOB_PREFIX) else None
+    return {"job_name": job_name, "account": account, "qos": qos, "hpcai_workload": workload or None}
+
+
 def job_class(classes: list[dict], job: dict) -> str | None:
     """The first rule's name whose given globs all match the job's fields (None: no rule
     matches). A rule naming a key the job lacks does not match."""

@@ -65,11 +65,6 @@ def job_facts(config: dict, job_id: str) -> tuple[dict, str]:
     return fields, line
 
 
-def _match_fields(fields: dict) -> dict:
-    """The job's values for the [[classes]] globs (hpcai_workload is unknown before it runs)."""
-    return {"job_name": fields.get("JobName"), "account": fields.get("Account"), "qos": fields.get("QOS")}
-
-
 def _owner(fields: dict) -> tuple[int, str]:
     found = re.search(r"^(.*)\((\d+)\)$", fields.get("UserId", ""))
     if not found:
@@ -87,13 +82,14 @@ def apply_policy(job_id: str, config: dict) -> list[str]:
     if site is None or not (site.get("policy") or {}).get("default") and not (site.get("policy") or {}).get("override"):
         return [f"job {job_id}: no [policy] in the site file named by {helper.HELPER_CONFIG}"]
     from hpcai.gpu import open_library
-    from hpcai.launcher.site_policy import job_class
+    from hpcai.launcher.site_policy import job_class, job_fields
 
     fields, line = job_facts(config, job_id)
     held = helper.job_gpus_here(config, fields, helper.this_nodes(config), line)
     if held is not None and not held:
         return [f"job {job_id}: holds no GPU on this node"]
-    class_name = job_class(site.get("classes", []), _match_fields(fields))
+    class_name = job_class(site.get("classes", []), job_fields(fields.get("JobName"), fields.get("Account"),
+                                                               fields.get("QOS")))
     library = open_library("auto")
     if library is None:
         raise PowerError("no GPU management library sees a GPU on this node")
