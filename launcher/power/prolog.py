@@ -78,11 +78,12 @@ def _owner(fields: dict) -> tuple[int, str]:
 
 def apply_policy(job_id: str, config: dict) -> list[str]:
     """Cap the job's GPUs on this node as the site's policy says; one line per GPU."""
-    site = policy_site(config)
-    if site is None or not (site.get("policy") or {}).get("default") and not (site.get("policy") or {}).get("override"):
-        return [f"job {job_id}: no [policy] in the site file named by {helper.HELPER_CONFIG}"]
     from hpcai.gpu import open_library
-    from hpcai.launcher.site_policy import job_class, job_fields
+    from hpcai.launcher.site_policy import job_class, job_fields, policy_entries
+
+    site = policy_site(config)
+    if site is None or not policy_entries(site):
+        return [f"job {job_id}: no [policy] in the site file named by {helper.HELPER_CONFIG}"]
 
     fields, line = job_facts(config, job_id)
     held = helper.job_gpus_here(config, fields, helper.this_nodes(config), line)

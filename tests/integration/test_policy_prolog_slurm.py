@@ -163,3 +163,16 @@ def test_the_prolog_applies_the_policy_a_users_cap_wins_and_the_epilog_restores(
     wait_logged(log, f"epilog {job} rc=0")
     assert limits(state) == [700.0, 700.0]
     assert all(job_record(u) is None for u in uuids)
+
+
+def test_prolog_and_epilog_refuse_arguments_sudo_and_a_bad_job_id(gpus):  # noqa: F811
+    state, _ = gpus
+    done = run_helper(state, "epilog", "--job", "5", sudo_uid=None)
+    assert done.returncode == 2 and "epilog takes no arguments (the job is SLURM_JOB_ID)" in done.stderr
+    # A user through sudo may not apply (or undo) the policy for a job id of their choosing.
+    done = run_helper(state, "prolog", sudo_uid=1000, extra_env={"SLURM_JOB_ID": "5"})
+    assert done.returncode == 2 and "prolog is for Slurm's Prolog= script, run as root" in done.stderr
+    done = run_helper(state, "prolog", sudo_uid=None, extra_env={"SLURM_JOB_ID": "5; reboot"})
+    assert done.returncode == 2 and "SLURM_JOB_ID '5; reboot' is not a Slurm job id" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert limits(state) == [700.0, 700.0]
