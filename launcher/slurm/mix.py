@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime
 import re
+import shutil
 
 from hpcai.errors import SlurmError, UsageError
 
@@ -102,6 +103,9 @@ def mix_from_sacct(site: dict, since: str, partition: str) -> tuple[dict, dict]:
     from hpcai.launcher.slurm import commands
 
     args = sacct_args(since, partition)
+    if shutil.which("sacct") is None:  # commands.require's hint is --slurm's
+        raise SlurmError("`sacct` is not on PATH, and the mix comes from Slurm's accounting",
+                         "run this on a login node of the cluster (or load its Slurm module)")
     try:
         text = commands.accounting(args)
     except SlurmError as exc:

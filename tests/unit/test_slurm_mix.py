@@ -106,3 +106,11 @@ def test_the_command_refuses_bad_options_before_asking_slurm(tmp_path, monkeypat
     with pytest.raises(UsageError, match="is not a date"):
         write_mix("yesterday", "ci", str(tmp_path / "mix.toml"), None)
     assert not (tmp_path / "mix.toml").exists()
+
+
+def test_without_sacct_on_path_the_mix_is_one_line(monkeypatch):
+    monkeypatch.setenv("PATH", "")
+    with pytest.raises(SlurmError) as err:
+        mix.mix_from_sacct({"classes": CLASSES}, "2026-11-01", "ci")
+    assert err.value.one_line() == ("`sacct` is not on PATH, and the mix comes from Slurm's accounting: "
+                                    "run this on a login node of the cluster (or load its Slurm module)")
