@@ -668,6 +668,9 @@ main.add_command(plan_command)
 from hpcai.launcher.metrics.cli import metrics as _metrics_group  # noqa: E402 (issue 44: live metrics)
 
 main.add_command(_metrics_group)
+from hpcai.launcher.slurm.cli import slurm as _slurm_group  # noqa: E402 (issue 42: the mix from sacct)
+
+main.add_command(_slurm_group)
 
 
 if __name__ == "__main__":

@@ -131,6 +131,9 @@ def _check_consistency(raw: dict, path) -> None:
             if missing:
                 raise invalid(f"node_power.{kind}.{missing[0]}", f"is required when sources has {kind}",
                               f"name the BMC's {where} and a file holding its credentials")
+    from hpcai.launcher import site_policy
+
+    site_policy.check(raw, invalid)
     vendor = raw.get("gpu", {}).get("vendor", "auto")
     needs = {"nvml": "nvidia", "amdsmi": "amd"}.get(power.get("method", "auto"))
     if needs and vendor not in ("auto", needs):
