@@ -25,6 +25,9 @@ from hpcai.errors import ConfigError, UsageError
 NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 CURRENCY = re.compile(r"^[A-Z]{3}$")  # ISO 4217, as the site file's [facility] currency
 # A prices file's [energy] key -> (the report's option for it, its least value, its default)
+# The site [facility] keys -> Prices' fields
+FACILITY_FIELDS = {"price_per_kwh": "energy_per_kwh", "pue": "pue",
+                   "carbon_g_per_kwh": "carbon_g_per_kwh", "currency": "currency"}
 ENERGY = {"price_per_kwh": ("--energy-price", 0.0, 0.0), "pue": ("--pue", 1.0, 1.0),
           "carbon_g_per_kwh": ("--carbon-intensity", 0.0, 0.0)}
 SHARE_TOLERANCE = 1e-6
@@ -59,6 +62,7 @@ class Prices:
     currency: str = ""
     gpus: dict = field(default_factory=dict)  # short name -> GpuPrice
     given: bool = False  # False: no --prices (energy and CO2 only, PUE 1)
+    stated: tuple = ()  # the facility keys (ENERGY's, currency) given, not defaulted
 
     def gpu(self, short: str) -> GpuPrice | None:
         return self.gpus.get(short.upper())
@@ -67,9 +71,13 @@ class Prices:
         """These prices with the report's facility_override (the same keys' meaning)."""
         if not facility:
             return self
-        fields = {"price_per_kwh": "energy_per_kwh", "pue": "pue",
-                  "carbon_g_per_kwh": "carbon_g_per_kwh", "currency": "currency"}
-        return dataclasses.replace(self, given=True, **{fields[k]: v for k, v in facility.items()})
+        stated = tuple(dict.fromkeys((*self.stated, *facility)))
+        return dataclasses.replace(self, given=True, stated=stated,
+                                   **{FACILITY_FIELDS[k]: v for k, v in facility.items()})
+
+    def facility(self) -> dict:
+        """The site [facility] keys these prices state (for the report to apply)."""
+        return {key: getattr(self, FACILITY_FIELDS[key]) for key in self.stated}
 
 
 def read_toml(path: str | Path, what: str) -> dict:
@@ -205,7 +213,7 @@ def read_prices(path: str | Path) -> Prices:
         lifetime_years=number(doc.get("lifetime_years", 5.0), f"{where}: lifetime_years", low_open=True),
         currency=currency(doc["currency"], f"{where}: currency") if "currency" in doc else "",
         gpus={name.upper(): _gpu_price(name, table, where) for name, table in gpus.items()},
-        given=True)
+        given=True, stated=tuple(key for key in FACILITY_FIELDS if key in energy or key in doc))
 
 
 def _gpu_price(name: str, table, where: str) -> GpuPrice:

@@ -144,6 +144,8 @@ def make_report(paths: list, opts: ReportOptions, keep: list | None = None) -> d
     # Given at report time: checked before anything is read or written.
     override = facility_override(opts.energy_price, opts.pue, opts.carbon_intensity, opts.currency)
     planned = plan_screen.checked(opts, override)
+    if planned:  # the plan's prices file's energy figures apply to the report too
+        override = planned[1][1].facility()
 
     # The figures (matplotlib: seconds at any size) and the cells' files are made by a
     # worker on another core while the tables and the other files are made here. It is

@@ -19,6 +19,7 @@ from hpcai.launcher.report.tables import Table, TCell, fmt
 
 OBJECTIVES = ("energy", "cost", "co2", "edp")
 NEEDS = {"cost": "price_per_kwh", "co2": "carbon_g_per_kwh"}
+REPORT_TIME = "--energy-price, --pue, --carbon-intensity, --currency, or --prices's [energy] with --mix"
 
 
 def override_facility(runs: list, override: dict) -> str:
@@ -32,11 +33,10 @@ def override_facility(runs: list, override: dict) -> str:
     merged: dict[int, dict] = {}  # runs of one site share their facility dict: so do the merged ones
     for run in runs:
         run.facility = merged.setdefault(id(run.facility), {**run.facility, **override})
-    given = ", ".join(f"{ENERGY[key][0] if key in ENERGY else '--currency'} {_shown(value)}"
-                      for key, value in override.items())
+    given = ", ".join(f"{key} {_shown(value)}" for key, value in override.items())
     had = "; ".join(f"{key} {' / '.join(values) or 'none'}" for key, values in recorded.items())
-    return (f"Facility figures given with this report ({given}) replace what the results' "
-            f"site config recorded ({had}) in the facility table and --objective.")
+    return (f"Facility figures given with this report ({given}: {REPORT_TIME}) replace what the "
+            f"results' site config recorded ({had}) in the facility table and --objective.")
 
 
 def _shown(value) -> str:
