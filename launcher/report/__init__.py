@@ -132,7 +132,6 @@ def _made_in_worker(paths: list, opts: ReportOptions) -> dict:
 def make_report(paths: list, opts: ReportOptions, keep: list | None = None) -> dict:
     """The report of the results under paths, written under opts.output; keep: a list
     the report's parts are added to, for a process that ends without freeing them."""
-    from hpcai.launcher.planner.inputs import facility_override
     from hpcai.launcher.report import plan_screen
     from hpcai.launcher.report.facility import override_facility
     from hpcai.launcher.report.forked import Claim, ForkedCall, Inbox
@@ -141,11 +140,7 @@ def make_report(paths: list, opts: ReportOptions, keep: list | None = None) -> d
 
     import gc
 
-    # Given at report time: checked before anything is read or written.
-    override = facility_override(opts.energy_price, opts.pue, opts.carbon_intensity, opts.currency)
-    planned = plan_screen.checked(opts, override)
-    if planned:  # the plan's prices file's energy figures apply to the report too
-        override = planned[1][1].facility()
+    override, planned = plan_screen.given_at_report_time(opts)  # checked before anything is written
 
     # The figures (matplotlib: seconds at any size) and the cells' files are made by a
     # worker on another core while the tables and the other files are made here. It is
@@ -174,8 +169,7 @@ def make_report(paths: list, opts: ReportOptions, keep: list | None = None) -> d
         gc.freeze()
         parts.facility_note = override_facility(parts.runs, override)
         _analyse(parts, opts)
-        if planned:
-            parts.plan = plan_screen.write(parts, planned, paths)
+        parts.plan = plan_screen.write(parts, planned, paths)  # {} without --mix
         cells_given.send(_cell_inputs(parts))
         _studies(parts, opts.power_run)
         studies_given.send(_study_inputs(parts))

@@ -1,5 +1,7 @@
-"""`report --mix MIX [--prices P]`: the planner's plan for the mix, from the report's
-own cells, written beside the report (plan/plan.html, plan.md, plan.json,
+"""What the report is given at report time: prices (`--energy-price`, `--pue`,
+`--carbon-intensity`, `--currency`, checked by the planner's rule) and
+`--mix MIX [--prices P]`: the planner's plan for the mix, from the report's own
+cells, written beside the report (plan/plan.html, plan.md, plan.json,
 policy.toml), and its answer (what to buy, which cap to set) on the report's
 first screen. The computation is the planner's (launcher/planner plan_from);
 this module only checks the options and places the files and lines."""
@@ -8,6 +10,17 @@ from __future__ import annotations
 from hpcai.errors import UsageError
 
 PLAN_FOLDER = "plan"
+
+
+def given_at_report_time(opts) -> tuple[dict, tuple | None]:
+    """The facility figures that replace the results' recorded ones (the prices file's
+    [energy] under the options, with --mix) and the checked plan inputs (None without
+    --mix): every option checked before anything is read or written."""
+    from hpcai.launcher.planner.inputs import facility_override
+
+    override = facility_override(opts.energy_price, opts.pue, opts.carbon_intensity, opts.currency)
+    planned = checked(opts, override)
+    return (planned[1][1].facility() if planned else override), planned
 
 
 def checked(opts, facility: dict):
@@ -30,10 +43,12 @@ def checked(opts, facility: dict):
 
 def write(parts, planned, paths: list) -> dict:
     """The plan under the report's plan/ folder (never through a link); its paths and
-    headline (two lines: what to buy, which cap)."""
+    headline (two lines: what to buy, which cap). {} where no mix was given."""
     from hpcai.launcher.planner import plan_from
     from hpcai.safe_files import Folder
 
+    if planned is None:
+        return {}
     plan_opts, inputs = planned
     with Folder.open(parts.out) as report_folder:
         report_folder.folder(PLAN_FOLDER).close()
