@@ -86,10 +86,13 @@ def test_the_options_and_the_prices_file_share_one_rule(tmp_path):
     (("--currency", "euro"), "--currency is 'euro'"),
     (("--prices", "p.toml"), "--prices is the plan's prices file and needs --mix"),
     (("--mix", "mix.toml", "--objective", "edp"), "not edp"),
+    (("--mix", "nosuch.toml"), "cannot read mix file"),
+    (("--mix", "mix.toml", "--prices", "negative.toml"), "energy.price_per_kwh is -1.0"),
 ])
 def test_bad_report_time_prices_are_one_line_and_exit_2(tmp_path, args, fragment):
     folder = crafted(tmp_path)
     (tmp_path / "mix.toml").write_text('[[class]]\nname = "cv"\nworkload = "resnet50"\nshare = 1.0\n')
+    (tmp_path / "negative.toml").write_text("[energy]\nprice_per_kwh = -1.0\n")
     args = [str(tmp_path / a) if a.endswith(".toml") else a for a in args]
     done = subprocess.run([*LAUNCHER, "report", str(folder), *args, "-o", str(tmp_path / "out")],
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
