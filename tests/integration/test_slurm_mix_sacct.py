@@ -10,6 +10,7 @@ Run under `flock /tmp/hpcai-services.lock` (fixed ports).
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import shutil
 import subprocess
@@ -111,6 +112,15 @@ def test_the_mix_from_sacct_on_a_real_slurm_with_accounting(accounting_cluster, 
         assert abs(by_name[name]["share"] - hours[jobs[name]] / classified) <= 1e-4, (name, hours, text)
     assert abs(sum(c["share"] for c in doc["class"]) - 1) < 1e-9
     assert f"no class (matched no rule; left out): 1 job(s), {hours[jobs[None]]:.2f} GPU-hours" in text
+
+    # The plan straight from sacct: the same mix, written beside the plan for the user to edit.
+    (tmp_path / "results").mkdir()
+    planned = hpcai_launch(cluster, "plan", "results", "--mix-from-sacct", "--since", since, "--partition", "ci",
+                           "--site", str(tmp_path / "site.toml"), "--reference", "-o", "plan", cwd=tmp_path)
+    assert planned.returncode == 0, planned.stderr
+    assert (tmp_path / "plan" / "mix.toml").read_text() == text
+    plan = json.loads((tmp_path / "plan" / "plan.json").read_text())
+    assert {c["name"]: c["share"] for c in plan["inputs"]["mix"]} == {n: by_name[n]["share"] for n in by_name}
 
 
 def test_without_accounting_the_mix_is_one_line(slurm_cluster, tmp_path):
