@@ -67,6 +67,17 @@ setup-system:
 	  else \
 	    echo "make: sbatch is missing: install Debian's slurm-wlm and munge packages as root (apt-get install slurm-wlm munge); the Slurm tests need them" >&2; exit 1; \
 	  fi; }
+	@# Job accounting for sacct (tools/slurm-ci/accounting.sh): slurmdbd and its MariaDB.
+	@{ test -x /usr/sbin/slurmdbd && test -x /usr/sbin/mariadbd; } || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    if [ ! -e /usr/sbin/policy-rc.d ]; then \
+	      printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && \
+	      trap 'rm -f /usr/sbin/policy-rc.d' EXIT; \
+	    fi; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends slurmdbd mariadb-server; \
+	  else \
+	    echo "make: slurmdbd or mariadbd is missing: install Debian's slurmdbd and mariadb-server packages as root; the sacct test needs them" >&2; exit 1; \
+	  fi; }
 	@{ command -v ipmi_sim >/dev/null 2>&1 && { command -v ipmi-sensors || test -x /usr/sbin/ipmi-sensors; } >/dev/null 2>&1; } || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    if [ ! -e /usr/sbin/policy-rc.d ]; then \

@@ -548,8 +548,18 @@ def power_restore(site, power_method, journal, force):
               show_default=True, help="what picks the recommended cap: least energy, facility cost "
                                       "or CO2 (site [facility]) within --max-slowdown, or least "
                                       "energy x time")
+@click.option("--energy-price", type=float, help="price per kWh, over what each result's site "
+              "recorded (price_per_kwh); prices are given at report time, never by measuring again")
+@click.option("--pue", type=float, help="the facility's PUE (>= 1), over what the results recorded")
+@click.option("--carbon-intensity", type=float, help="g CO2e per kWh, over what the results recorded")
+@click.option("--currency", help="the price's ISO 4217 code (e.g. EUR), over what the results recorded")
+@click.option("--mix", type=click.Path(dir_okay=False), help="a job mix (as `plan --mix`): the plan "
+              "for it is written under plan/ and what to buy and which cap to set head the report")
+@click.option("--prices", type=click.Path(dir_okay=False),
+              help="with --mix: the plan's prices file (as `plan --prices`); --energy-price etc. override it")
 def report(results, output, node_overhead_w, max_slowdown, work, noisy_cv, reference,
-           reference_file, power_run, title, combine_runs, objective):
+           reference_file, power_run, title, combine_runs, objective, energy_price, pue,
+           carbon_intensity, currency, mix, prices):
     """Tables, efficiency, the best cap and plots from result files or folders.
 
     RESULTS are result.json files, run folders, sweep folders or results
@@ -564,7 +574,9 @@ def report(results, output, node_overhead_w, max_slowdown, work, noisy_cv, refer
                          max_slowdown=max_slowdown, work=work, noisy_cv=noisy_cv,
                          reference=reference or reference_file is not None,
                          reference_file=reference_file, power_run=power_run, title=title,
-                         combine_runs=combine_runs, objective=objective)
+                         combine_runs=combine_runs, objective=objective,
+                         energy_price=energy_price, pue=pue, carbon_intensity=carbon_intensity,
+                         currency=currency, mix=mix, prices=prices)
     _run_guarded(build_report, list(results), opts)
 
 
@@ -668,6 +680,9 @@ main.add_command(plan_command)
 from hpcai.launcher.metrics.cli import metrics as _metrics_group  # noqa: E402 (issue 44: live metrics)
 
 main.add_command(_metrics_group)
+from hpcai.launcher.slurm.cli import slurm as _slurm_group  # noqa: E402 (issue 42: the mix from sacct)
+
+main.add_command(_slurm_group)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@
 # boot. Leave them disabled at boot (the install itself starts none: the Makefile sets a policy-rc.d).
 # Safe to rerun; a daemon running now is left running.
 # Usage: disable-test-services.sh [--root DIR]   (DIR: another root, as systemctl --root)
-SERVICES="docker-registry munge slurmctld slurmd openipmi prometheus"
+SERVICES="docker-registry munge slurmctld slurmd slurmdbd mariadb openipmi prometheus"
 ROOT_OPT=""
 if [ "${1:-}" = "--root" ] && [ -n "${2:-}" ]; then
   ROOT_OPT="--root=$2"

@@ -1,7 +1,7 @@
 """`hpcai-launch plan`: from measured results, a job mix and prices to what to buy
 and which cap each partition runs (issue 42 §1).
 
-inputs (mix, prices) -> the report's loading and cells (report/__init__.py _load,
+inputs (mix, prices) -> the report's loading and cells (report/__init__.py load_results,
 report/stats.py aggregate, report/efficiency.py analyse) -> curves (per class and
 GPU model) -> partitions and procurement (build.compute) -> sensitivity ->
 plan.json, plan.md, plan.html and policy.toml (write.py).
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from hpcai.errors import UsageError
 
-__all__ = ["PlanOptions", "make_plan"]
+__all__ = ["PlanOptions", "make_plan", "plan_from"]
 
 
 @dataclass
@@ -28,6 +28,8 @@ class PlanOptions:
     max_slowdown: float = 0.10
     objective: str = "energy"  # energy | cost | co2
     reference: bool = False
+    # `report --energy-price` etc. (inputs.facility_override): over the prices file's [energy]
+    facility: dict = field(default_factory=dict)
 
 
 def checked_inputs(opts: PlanOptions):
@@ -37,10 +39,10 @@ def checked_inputs(opts: PlanOptions):
     from hpcai.workloads.catalog import WORKLOADS
 
     classes = read_mix(opts.mix, WORKLOADS)
-    prices = read_prices(opts.prices) if opts.prices else Prices()
+    prices = (read_prices(opts.prices) if opts.prices else Prices()).overridden(opts.facility)
     if opts.objective not in ("energy", "cost", "co2"):
         raise UsageError(f"unknown objective {opts.objective!r}", "choose energy, cost or co2")
-    if opts.objective != "energy" and not opts.prices:
+    if opts.objective != "energy" and not prices.given:
         raise UsageError(f"--objective {opts.objective} needs --prices",
                          "give a prices file (docs/how-to/choosing-gpus-and-caps.md) or use --objective energy")
     for value, flag in ((opts.budget_kw, "--budget-kw"), (opts.max_slowdown, "--max-slowdown")):
@@ -70,25 +72,33 @@ def _target(text: str, classes: list) -> tuple[str, float]:
 
 def make_plan(paths: list, opts: PlanOptions) -> dict:
     """Read, decide and write the plan; what was written, for the CLI to say."""
+    inputs = checked_inputs(opts)
+    parts = _measured(paths, opts)
+    return plan_from(parts, inputs, opts, paths, parts.out)
+
+
+def plan_from(parts, inputs: tuple, opts: PlanOptions, paths: list, out) -> dict:
+    """The plan from results already loaded and analysed (parts: the report's
+    load_results with cells and analyses) and checked_inputs, written into out (a
+    folder that exists); what was written and the headline (what to buy, which cap)."""
     from hpcai.launcher.planner.build import compute, sensitivity
     from hpcai.launcher.planner.write import write_plan
 
-    classes, prices, knobs = checked_inputs(opts)
-    parts = _measured(paths, opts)
+    classes, prices, knobs = inputs
     curves, left_out, gpus = _curves(parts, classes, opts)
     plan = compute(classes, curves, gpus, knobs, prices)
     plan["sensitivity"] = sensitivity(classes, curves, gpus, knobs, prices, plan)
     plan["left_out"] = left_out
-    return write_plan(parts.out, plan, classes, prices, knobs, opts, paths)
+    return write_plan(out, plan, classes, prices, knobs, opts, paths)
 
 
 def _measured(paths: list, opts: PlanOptions):
     """The report's own loading and cells: folders, the store, verified bundles."""
-    from hpcai.launcher.report import ReportOptions, _load
+    from hpcai.launcher.report import ReportOptions, load_results
     from hpcai.launcher.report.efficiency import analyse
     from hpcai.launcher.report.stats import aggregate
 
-    parts = _load(paths, ReportOptions(output=opts.output, reference=opts.reference,
+    parts = load_results(paths, ReportOptions(output=opts.output, reference=opts.reference,
                                        max_slowdown=opts.max_slowdown))
     parts.cells = aggregate(parts.runs, None, 0.05)
     parts.analyses = analyse(parts.cells, opts.max_slowdown)

@@ -3,11 +3,15 @@
 Both are checked whole before anything is read or written: a bad value is one
 line naming the file, the entry and what to do (ConfigError, exit 2). The mix's
 format is shared with `--mix-from-sacct` and receipts (docs/how-to/choosing-gpus-and-caps.md).
+The energy figures (price, PUE, carbon intensity, currency) are checked by one rule
+(ENERGY, energy_figure) for a prices file and for `report --energy-price` etc.
+(facility_override): they mean the same in both.
 """
 from __future__ import annotations
 
 import math
 import re
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,9 +20,16 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from hpcai.errors import ConfigError
+from hpcai.errors import ConfigError, UsageError
 
 NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+CURRENCY = re.compile(r"^[A-Z]{3}$")  # ISO 4217, as the site file's [facility] currency
+# A prices file's [energy] key -> (the report's option for it, its least value, its default)
+# The site [facility] keys -> Prices' fields
+FACILITY_FIELDS = {"price_per_kwh": "energy_per_kwh", "pue": "pue",
+                   "carbon_g_per_kwh": "carbon_g_per_kwh", "currency": "currency"}
+ENERGY = {"price_per_kwh": ("--energy-price", 0.0, 0.0), "pue": ("--pue", 1.0, 1.0),
+          "carbon_g_per_kwh": ("--carbon-intensity", 0.0, 0.0)}
 SHARE_TOLERANCE = 1e-6
 DEFAULT_PARTITION = "default"
 
@@ -51,9 +62,22 @@ class Prices:
     currency: str = ""
     gpus: dict = field(default_factory=dict)  # short name -> GpuPrice
     given: bool = False  # False: no --prices (energy and CO2 only, PUE 1)
+    stated: tuple = ()  # the facility keys (ENERGY's, currency) given, not defaulted
 
     def gpu(self, short: str) -> GpuPrice | None:
         return self.gpus.get(short.upper())
+
+    def overridden(self, facility: dict) -> Prices:
+        """These prices with the report's facility_override (the same keys' meaning)."""
+        if not facility:
+            return self
+        stated = tuple(dict.fromkeys((*self.stated, *facility)))
+        return dataclasses.replace(self, given=True, stated=stated,
+                                   **{FACILITY_FIELDS[k]: v for k, v in facility.items()})
+
+    def facility(self) -> dict:
+        """The site [facility] keys these prices state (for the report to apply)."""
+        return {key: getattr(self, FACILITY_FIELDS[key]) for key in self.stated}
 
 
 def read_toml(path: str | Path, what: str) -> dict:
@@ -77,6 +101,32 @@ def number(value, where: str, *, low: float = 0.0, low_open: bool = False,
             f" and {'<' if high_open else '<='} {high:g}" if high is not None else "")
         raise ConfigError(f"{where} is {value!r}", f"give a finite number {bounds}")
     return float(value)
+
+
+def energy_figure(key: str, value, where: str) -> float:
+    """An [energy] figure (ENERGY's key) checked against its one bound."""
+    return number(value, where, low=ENERGY[key][1])
+
+
+def currency(value, where: str) -> str:
+    if not isinstance(value, str) or not CURRENCY.match(value):
+        raise ConfigError(f"{where} is {value!r}", "give a three-letter ISO 4217 code such as EUR")
+    return value
+
+
+def facility_override(price_per_kwh=None, pue=None, carbon_g_per_kwh=None, currency_code=None) -> dict:
+    """`report --energy-price/--pue/--carbon-intensity/--currency` as the site [facility]
+    keys they replace in every result, checked as a prices file's [energy] is; only those
+    given (an empty dict: the results' own)."""
+    given = {"price_per_kwh": price_per_kwh, "pue": pue, "carbon_g_per_kwh": carbon_g_per_kwh}
+    try:
+        out = {key: energy_figure(key, value, ENERGY[key][0]) for key, value in given.items()
+               if value is not None}
+        if currency_code is not None:
+            out["currency"] = currency(currency_code, "--currency")
+    except ConfigError as exc:  # an option, not a file: a usage error (exit 2)
+        raise UsageError(exc.message, exc.hint) from None
+    return out
 
 
 def _text(value, where: str, pattern: re.Pattern | None = NAME) -> str:
@@ -155,14 +205,15 @@ def read_prices(path: str | Path) -> Prices:
     gpus = doc.get("gpu", {})
     if not isinstance(gpus, dict):
         raise ConfigError(f"{where}: gpu is not a table", "write [gpu.H100] tables")
+    figures = {key: energy_figure(key, energy.get(key, default), f"{where}: energy.{key}")
+               for key, (_, _, default) in ENERGY.items()}
     return Prices(
-        energy_per_kwh=number(energy.get("price_per_kwh", 0.0), f"{where}: energy.price_per_kwh"),
-        pue=number(energy.get("pue", 1.0), f"{where}: energy.pue", low=1.0),
-        carbon_g_per_kwh=number(energy.get("carbon_g_per_kwh", 0.0), f"{where}: energy.carbon_g_per_kwh"),
+        energy_per_kwh=figures["price_per_kwh"], pue=figures["pue"],
+        carbon_g_per_kwh=figures["carbon_g_per_kwh"],
         lifetime_years=number(doc.get("lifetime_years", 5.0), f"{where}: lifetime_years", low_open=True),
-        currency=_text(doc.get("currency", ""), f"{where}: currency", None),
+        currency=currency(doc["currency"], f"{where}: currency") if "currency" in doc else "",
         gpus={name.upper(): _gpu_price(name, table, where) for name, table in gpus.items()},
-        given=True)
+        given=True, stated=tuple(key for key in FACILITY_FIELDS if key in energy or key in doc))
 
 
 def _gpu_price(name: str, table, where: str) -> GpuPrice:

@@ -21,7 +21,7 @@ from pathlib import Path
 from hpcai.timestamps import now_iso
 from hpcai.errors import ResultError, UsageError
 
-__all__ = ["ReportOptions", "build_report", "make_report"]
+__all__ = ["ReportOptions", "build_report", "load_results", "make_report"]
 
 
 @dataclass
@@ -37,6 +37,13 @@ class ReportOptions:
     title: str = "hpcai report"
     combine_runs: bool = False  # independent runs of one configuration as repeats
     objective: str = "energy"  # energy | cost | co2 | edp: what picks the recommended cap
+    # Given at report time over each result's recorded site [facility] (facility.override_facility)
+    energy_price: float | None = None  # price_per_kwh
+    pue: float | None = None
+    carbon_intensity: float | None = None  # carbon_g_per_kwh
+    currency: str | None = None
+    mix: str | Path | None = None  # the plan for this job mix under plan/ (report/plan_screen.py)
+    prices: str | Path | None = None  # the plan's prices file (with mix)
 
 
 def build_report(paths: list, opts: ReportOptions) -> int:
@@ -58,6 +65,8 @@ def build_report(paths: list, opts: ReportOptions) -> int:
     for name in ("markdown", "html", "json"):
         print(f"  {shown_path(written[name])}")
     print(f"  {len(written['csv'])} CSV file(s), {len(written['plots'])} plot(s) in {out}/plots")
+    if written.get("plan"):
+        print(f"  plan for the mix: {shown_path(written['plan']['paths']['html'])}")
     for line in written["skipped_plots"]:
         print(f"  no plot: {line}")
     shown = 20  # thousands of broken files or copies: the first, then the count
@@ -87,6 +96,8 @@ class _Parts:
     work: dict = field(default_factory=dict)
     overhead: str = ""
     objective_note: str = ""
+    facility_note: str = ""  # --energy-price etc. over what the results recorded
+    plan: dict = field(default_factory=dict)  # --mix: the plan written (paths, headline)
     named: dict = field(default_factory=dict)  # the tables by role
     all_tables: list = field(default_factory=list)
     plots: list = field(default_factory=list)
@@ -121,11 +132,15 @@ def _made_in_worker(paths: list, opts: ReportOptions) -> dict:
 def make_report(paths: list, opts: ReportOptions, keep: list | None = None) -> dict:
     """The report of the results under paths, written under opts.output; keep: a list
     the report's parts are added to, for a process that ends without freeing them."""
+    from hpcai.launcher.report import plan_screen
+    from hpcai.launcher.report.facility import override_facility
     from hpcai.launcher.report.forked import Claim, ForkedCall, Inbox
     from hpcai.launcher.report.load import shown_path
     from hpcai.launcher.report.tables import status_reason
 
     import gc
+
+    override, planned = plan_screen.given_at_report_time(opts)  # checked before anything is written
 
     # The figures (matplotlib: seconds at any size) and the cells' files are made by a
     # worker on another core while the tables and the other files are made here. It is
@@ -150,9 +165,11 @@ def make_report(paths: list, opts: ReportOptions, keep: list | None = None) -> d
     collecting = gc.isenabled()
     gc.disable()
     try:
-        parts = _load(paths, opts)
+        parts = load_results(paths, opts)
         gc.freeze()
+        parts.facility_note = override_facility(parts.runs, override)
         _analyse(parts, opts)
+        parts.plan = plan_screen.write(parts, planned, paths)  # {} without --mix
         cells_given.send(_cell_inputs(parts))
         _studies(parts, opts.power_run)
         studies_given.send(_study_inputs(parts))
@@ -190,13 +207,17 @@ def make_report(paths: list, opts: ReportOptions, keep: list | None = None) -> d
         keep.append(parts)
     return {"markdown": md_path, "html": html_path, "json": json_path, "csv": csv_paths,
             "plots": parts.plots, "skipped_plots": parts.skipped, "runs": len(runs),
-            "usable": parts.usable,
+            "usable": parts.usable, "plan": parts.plan,
             "excluded": [f"{shown_path(r.path)} ({r.status}): "
                          f"{'; '.join(r.problems) or status_reason(r)}"
                          for r in runs if not r.usable]}
 
 
-def _load(paths: list, opts: ReportOptions) -> _Parts:
+def load_results(paths: list, opts: ReportOptions) -> _Parts:
+    """The results under paths as the report reads them (folders, the results store,
+    bundles pulled and verified, the paper's rows with opts.reference), their origins
+    marked, and opts.output made (never through a link): the parts a report, or the
+    planner (launcher/planner), makes cells and analyses of. Nothing is analysed yet."""
     from hpcai.launcher.report import origins
     from hpcai.launcher.report.load import load_indexed, load_reference
 
@@ -455,6 +476,12 @@ def _meta(parts: _Parts, opts: ReportOptions) -> list[str]:
              f"{parts.objective_note} Noisy: coefficient of variation above {opts.noisy_cv:.0%}."),
             "Devices: " + "; ".join(sorted({f"{r.device} = {r.device_full}" for r in runs
                                             if r.usable})) if usable else "No usable runs."]
+    if parts.plan:  # the answer first: what to buy, which cap (report/plan_screen.py)
+        from hpcai.launcher.report.plan_screen import first_screen
+
+        meta[:0] = first_screen(parts.plan)
+    if parts.facility_note:
+        meta.append(parts.facility_note)
     unchecked = sum(1 for r in runs if r.usable and r.validity_verdict is None)
     if unchecked:
         meta.append(f"{unchecked} included result(s) predate validity checks (no `validity` "
@@ -516,7 +543,8 @@ def _write_pages(out: Path, title: str, meta: list[str], sections: list) -> tupl
 
     sections = for_pages(sections)  # long tables: the first rows, the rest in the CSV
     # Names from results (workloads, sites, devices) are text, never markup: escaped.
-    md = [f"# {md_text(title)}", "", *[f"{md_text(m)}  " for m in meta], ""]
+    md = [f"# {md_text(title)}", "", *[f"{m.markdown() if isinstance(m, html.Linked) else md_text(m)}  "
+                                       for m in meta], ""]
     for heading, items in sections:
         if not items:
             continue
@@ -560,7 +588,15 @@ def _write_json(parts: _Parts, opts: ReportOptions, paths: list) -> Path:
         "title": opts.title, "inputs": [shown_path(p) for p in paths],
         "options": {"node_overhead_w": opts.node_overhead_w, "max_slowdown": opts.max_slowdown,
                     "work": work, "noisy_cv": opts.noisy_cv, "reference": opts.reference,
-                    "combine_runs": opts.combine_runs, "objective": opts.objective},
+                    "combine_runs": opts.combine_runs, "objective": opts.objective,
+                    "facility": {"energy_price": opts.energy_price, "pue": opts.pue,
+                                 "carbon_intensity": opts.carbon_intensity, "currency": opts.currency},
+                    "mix": None if opts.mix is None else str(opts.mix),
+                    "prices": None if opts.prices is None else str(opts.prices)},
+        "facility_note": parts.facility_note,
+        "plan": ({"headline": parts.plan["headline"],
+                  **{k: str(p.relative_to(out)) for k, p in parts.plan["paths"].items()}}
+                 if parts.plan else None),
         "node_overhead": parts.overhead,
         "cells": parts.json_parts["cells"],
         "best_caps": parts.json_parts["best_caps"],

@@ -452,3 +452,20 @@ def test_a_paper_preset_run_that_overrode_it_is_not_ranked_with_one_that_did_not
     assert [m["gpu"] for m in doc["procurement"]] == ["H100"]
     (line,) = doc["left_out"]
     assert line.startswith("cv: H200 (") and "--batch-size 64 overrides the paper's 256" in line
+
+
+@pytest.mark.parametrize("args, says", [
+    ([], "plan needs a job mix"),
+    (["--mix", "m.toml", "--mix-from-sacct", "--since", "2026-01-01", "--partition", "gpu"],
+     "--mix and --mix-from-sacct both name a mix"),
+    (["--mix-from-sacct", "--partition", "gpu"], "--mix-from-sacct needs --since and --partition"),
+])
+def test_the_mix_is_given_once_and_sacct_needs_its_window(tmp_path, args, says):
+    from click.testing import CliRunner
+
+    from hpcai.launcher.cli import main
+
+    done = CliRunner().invoke(main, ["plan", str(tmp_path), *args, "-o", str(tmp_path / "out")])
+    assert done.exit_code == 2, done.output
+    assert says in done.output and len(done.output.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
