@@ -191,6 +191,7 @@ def check_site(selector: str | None) -> None:
         if library is not None:
             library.close()
     _check_node_power(site, report)
+    _check_tier(site, report)
     _check_binds(site, report)
     _check_images(site, report)
     _check_apptainer(site, report)
@@ -226,6 +227,19 @@ def _check_node_power(site: dict, report) -> None:
     for entry in status:
         level = {"ok": OK, "absent": OK, "unavailable": FAIL}[entry["status"]]
         report(level, f"node_power.{entry['source']}", f"{entry['status']}: {entry['detail']}")
+
+
+def _check_tier(site: dict, report) -> None:
+    """This node's measurement tier (docs/concepts/tiers.md): a node meter that was
+    never calibrated, or not lately, is a warning."""
+    from hpcai.launcher.tier import current_tier
+
+    tier = current_tier(site)
+    found = tier["agreement_within_frac"]
+    text = tier["tier"] + (f", agreement within {found:.1%}" if found is not None else "")
+    text += f" ({tier['reason']})" if tier["reason"] else ""
+    meter = bool(site["node_power"].get("sources"))
+    report(WARN if meter and tier["tier"] == "counter" else OK, "measurement tier", text)
 
 
 def _check_gpus(site: dict, report):

@@ -26,6 +26,7 @@ from hpcai.launcher import tier as LT
 from hpcai.measure import tier as T
 
 from fakes import fake_gpu_state as fgs  # noqa: E402 (tests/ is on sys.path via conftest)
+from test_sites import clean_env, no_gpu  # noqa: F401 (fixtures)
 
 TESTS = Path(__file__).resolve().parents[1]
 OFFSET_W = 150.0  # the node's non-GPU part
@@ -287,3 +288,19 @@ def test_a_multi_node_aggregate_stands_on_its_weakest_nodes_tier(tmp_path):
     write(node_dir(job.folder, run_id, 1) / "result.json", result(80.0))  # no tier: before 1.1
     power = aggregate.aggregate(job, 0)["power"]
     assert power["tier"] == "unstated" and power["tiers"] == ["unstated", "node-meter"]
+
+
+@pytest.mark.usefixtures("clean_env", "no_gpu")
+def test_site_check_says_the_nodes_tier_and_warns_of_an_uncalibrated_meter(tmp_path):
+    from test_node_power import pm_tree
+    from test_sites import check_lines, invoke
+
+    pm = pm_tree(tmp_path / "pm", accels=1)
+    site = write_site(tmp_path, pm)
+    done = invoke("site", "check", "--site", str(site))
+    assert check_lines(done)["measurement tier"] == "warn"
+    assert "counter (no calibration at" in done.stdout
+    LT.store_calibration(sites.load(str(site)), _calibration(agreement=0.02))
+    done = invoke("site", "check", "--site", str(site))
+    assert check_lines(done)["measurement tier"] == "ok"
+    assert "node-meter, agreement within 2.0%" in done.stdout
