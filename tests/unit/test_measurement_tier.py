@@ -57,11 +57,13 @@ def node(tmp_path, monkeypatch):
     fgs.install(monkeypatch, state, fgs.make_devices(1, "nvidia", power_draw_w=IDLE_W))
     monkeypatch.chdir(tmp_path)
 
-    def run(skew: float = 0.0, extra: str = "") -> tuple[dict, list]:
+    def run(skew: float = 0.0, extra: str = "", stale: bool = False) -> tuple[dict, list]:
         fgs.update_device(state, 0, power_draw_w=IDLE_W)
         meter = tmp_path / f"pm-{skew}"
         meter.mkdir()
         (meter / "power").write_text(f"{node_w(IDLE_W, skew):.1f} W 1700000000000000 us\n")
+        if stale:  # a controller that stopped: freshness stands still
+            (meter / "freshness").write_text("1000\n")
         monkeypatch.setattr(load_mod, "_CHILD", LOAD_CHILD.format(
             tests=str(TESTS), loaded=LOADED_W, meter=str(meter / "power"), node_w=node_w(LOADED_W, skew)))
         site = write_site(tmp_path, meter, extra)
@@ -114,6 +116,13 @@ def test_a_meter_that_disagrees_keeps_the_tier_at_counter_and_says_by_how_much(n
     assert "tier counter (counters and meter differed by" in _row(rows, "calibration")["value"]
     tier = LT.current_tier(site)
     assert tier["tier"] == "counter" and "more than the stated 5.0%" in tier["reason"]
+
+
+def test_a_meter_that_stops_updating_fails_the_check_with_the_reason_and_stores_nothing(node):
+    site, rows = node(stale=True)
+    meter = _row(rows, "node meter")
+    assert meter["status"] == "FAIL" and "freshness did not advance" in meter["value"]
+    assert not LT.read_calibration(site)[0] and LT.current_tier(site)["tier"] == "counter"
 
 
 def test_the_stated_agreement_comes_from_the_site(node):
