@@ -94,7 +94,7 @@ def plan_from(parts, inputs: tuple, opts: PlanOptions, paths: list, out) -> dict
 
 def _measured(paths: list, opts: PlanOptions):
     """The report's own loading and cells: folders, the store, verified bundles."""
-    from hpcai.launcher.report import ReportOptions, load_results
+    from hpcai.launcher.report.parts import ReportOptions, load_results
     from hpcai.launcher.report.efficiency import analyse
     from hpcai.launcher.report.stats import aggregate
 

@@ -15,35 +15,16 @@ and data files are made here.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from hpcai.timestamps import now_iso
-from hpcai.errors import ResultError, UsageError
+from hpcai.errors import ResultError
+
+# The options, the parts and the loading live in report/parts.py, which the planner
+# imports without this module (which imports the planner for --mix: no cycle).
+from hpcai.launcher.report.parts import ReportOptions, _Parts, load_results  # noqa: F401
 
 __all__ = ["ReportOptions", "build_report", "load_results", "make_report"]
-
-
-@dataclass
-class ReportOptions:
-    output: str | Path = "report"
-    node_overhead_w: float | None = None  # None: each result's stated overhead
-    max_slowdown: float = 0.10
-    work: float | None = None  # None: DEFAULT_WORK per unit
-    noisy_cv: float = 0.05
-    reference: bool = False
-    reference_file: str | Path | None = None
-    power_run: str | None = None
-    title: str = "hpcai report"
-    combine_runs: bool = False  # independent runs of one configuration as repeats
-    objective: str = "energy"  # energy | cost | co2 | edp: what picks the recommended cap
-    # Given at report time over each result's recorded site [facility] (facility.override_facility)
-    energy_price: float | None = None  # price_per_kwh
-    pue: float | None = None
-    carbon_intensity: float | None = None  # carbon_g_per_kwh
-    currency: str | None = None
-    mix: str | Path | None = None  # the plan for this job mix under plan/ (report/plan_screen.py)
-    prices: str | Path | None = None  # the plan's prices file (with mix)
 
 
 def build_report(paths: list, opts: ReportOptions) -> int:
@@ -81,40 +62,6 @@ def build_report(paths: list, opts: ReportOptions) -> int:
         raise ResultError(f"no complete, valid result among the {written['runs']} file(s) read",
                           f"see why under \"Runs not included\" in {shown_path(written['html'])}")
     return 0
-
-
-@dataclass
-class _Parts:
-    """What one report is made of, gathered step by step by make_report."""
-
-    runs: list
-    sweeps: list
-    reference: object
-    out: Path
-    cells: list = field(default_factory=list)
-    analyses: list = field(default_factory=list)
-    work: dict = field(default_factory=dict)
-    overhead: str = ""
-    objective_note: str = ""
-    facility_note: str = ""  # --energy-price etc. over what the results recorded
-    plan: dict = field(default_factory=dict)  # --mix: the plan written (paths, headline)
-    named: dict = field(default_factory=dict)  # the tables by role
-    all_tables: list = field(default_factory=list)
-    plots: list = field(default_factory=list)
-    skipped: list = field(default_factory=list)
-    roof: tuple = ((), (), (), ())  # tables, plots, skipped, notes
-    roof_points: list = field(default_factory=list)  # what the roofline plots draw
-    study: tuple = ({}, {}, {})  # tables, plots, notes by section key
-    study_drawing: tuple = ()  # what the studies' plots draw (scaling.draw)
-    power_run: object = None  # the run whose power samples are drawn
-    generated: str = ""
-    usable: int = 0
-    cells_csv: Path | None = None  # written by the figures' worker, as the JSON parts
-    json_parts: dict = field(default_factory=dict)  # report.json's key -> json_stream.Part
-    # CELL_TABLES made by the figures' worker: table key -> CSV path, and table key ->
-    # its rows' json_stream.Part.
-    worker_csvs: dict = field(default_factory=dict)
-    rows_parts: dict = field(default_factory=dict)
 
 
 _KEPT: list = []  # in build_report's worker: the report's parts, never freed (it ends with os._exit)
@@ -211,38 +158,6 @@ def make_report(paths: list, opts: ReportOptions, keep: list | None = None) -> d
             "excluded": [f"{shown_path(r.path)} ({r.status}): "
                          f"{'; '.join(r.problems) or status_reason(r)}"
                          for r in runs if not r.usable]}
-
-
-def load_results(paths: list, opts: ReportOptions) -> _Parts:
-    """The results under paths as the report reads them (folders, the results store,
-    bundles pulled and verified, the paper's rows with opts.reference), their origins
-    marked, and opts.output made (never through a link): the parts a report, or the
-    planner (launcher/planner), makes cells and analyses of. Nothing is analysed yet."""
-    from hpcai.launcher.report import origins
-    from hpcai.launcher.report.load import load_indexed, load_reference
-
-    if origins.pulled(paths):  # bundles pulled or unpacked, and verified, first
-        paths, where = origins.pull_and_verify(paths)
-        indexed = load_indexed(paths, allow_empty=opts.reference)
-    else:  # local folders walked once: for their results and their bundles
-        indexed = load_indexed(paths, allow_empty=opts.reference)
-        where = origins.verified(indexed.found.envelopes)
-    runs, sweeps = indexed.runs, indexed.sweeps
-    origins.mark(runs, where)
-    reference = load_reference(opts.reference_file) if opts.reference else None
-    if opts.power_run and all(r.run_id != opts.power_run for r in runs):
-        raise UsageError(f"--power-run {opts.power_run!r} is not among the results read",
-                         "give a run id from the report's runs table")
-    out = Path(opts.output)
-    try:
-        from hpcai.safe_files import Folder
-
-        Folder.open(out, create=True).close()  # never a link: nothing is written through one
-    except OSError as exc:
-        raise UsageError(f"cannot create report folder {out} ({exc.strerror}"
-                         f"{'; it is a symbolic link' if out.is_symlink() else ''})",
-                         "choose another with --output (give the real folder, not a link)") from None
-    return _Parts(runs, sweeps, reference, out)
 
 
 def _analyse(parts: _Parts, opts: ReportOptions) -> None:
