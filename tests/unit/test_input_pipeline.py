@@ -89,3 +89,24 @@ def test_the_result_says_where_jpegs_were_decoded_and_what_travelled(tmp_path):
     assert doc["wait_timing"] == "host clock" and doc["device_prefetch"] is None
     x, _ = pipe.next()
     assert x.dtype.is_floating_point
+
+
+def test_the_gpu_decode_path_gives_the_batch_the_workers_decode(tmp_path, monkeypatch):
+    """The path nvJPEG takes (workers pass the files' bytes, the batch is decoded and
+    augmented where the batch goes), run on the CPU: torchvision's decode_jpeg takes
+    the same list with device="cpu". Same seed, same crops and flips, same pixels."""
+    import torch
+
+    from hpcai.workloads import input_pipeline
+
+    datasets.make("resnet50", "jpeg", {"image_size": 48}, 4, tmp_path / "d", classes=2)
+    workers = InputPipeline(spec("resnet50", tmp_path / "d"), CPU, 4, image_size=32, num_classes=10)
+    monkeypatch.setattr(input_pipeline, "gpu_decode_refused", lambda ctx, dataset: None)
+    on_device = InputPipeline(spec("resnet50", tmp_path / "d"), CPU, 4, image_size=32, num_classes=10)
+    assert on_device.decode == "cuda" and on_device.loader.dataset.raw
+    torch.manual_seed(5)
+    x_workers, y_workers = workers.next()
+    torch.manual_seed(5)
+    x_device, y_device = on_device.next()
+    assert torch.equal(y_workers, y_device) and torch.equal(x_workers, x_device)
+    assert on_device.bytes == workers.bytes > 0
