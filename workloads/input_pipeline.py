@@ -176,9 +176,8 @@ class InputPipeline:
         x, y, nbytes = batch
         device, non_blocking = self.ctx.device, self.pin
         if self.decode == "cuda":
-            from torchvision.io import ImageReadMode, decode_jpeg
-
             import torch
+            from torchvision.io import ImageReadMode, decode_jpeg
 
             decoded = decode_jpeg(x, mode=ImageReadMode.RGB, device=device)
             augment = self.loader.dataset.augment
