@@ -30,6 +30,11 @@ class LlmServeParams(WorkloadParams):
                                     help="seconds to wait for the server to be ready")
     server_args: str | None = param(flag="--server-args", help="more arguments for sglang.launch_server, "
                                     "e.g. '--mem-fraction-static 0.85'")
+    concurrency_ramp: str | None = param(
+        flag="--concurrency-ramp",
+        help="requests in flight to probe before the measured load, e.g. 64,128,256 (one short "
+             "wave each); the load runs at the smallest within 3% of the best output tokens/s. "
+             "'off': none. Skipped when --batch-size or --request-rate is given")
     warmup_requests: int | None = None  # None: the concurrency, else 64
     server_stop_grace_s: float = 20.0
     port: int | None = None  # None: a free one
@@ -90,8 +95,11 @@ WORKLOAD = Workload(
         "fast": Preset(
             "fast",
             "hpcai's serving check: Llama-3-8B, dummy weights, one replica per GPU (--dp), "
-            "1024 tokens in, 1024 out, 64 requests in flight, 640 requests measured",
-            params={"model": "Llama-3-8B", "batch_size": 64, "input_len": 1024,
+            "1024 tokens in, 1024 out; the requests in flight measured, not fixed: a short wave "
+            "at each of 64, 128 and 256, the smallest within 3% of the best output tokens/s kept "
+            "(--batch-size N skips the ramp and keeps N), 640 requests measured",
+            params={"model": "Llama-3-8B", "batch_size": 64, "concurrency_ramp": "64,128,256",
+                    "input_len": 1024,
                     "output_len": 1024, "server_timeout_s": 1200, "server_stop_grace_s": 20},
             protocol={"warmup_epochs": 1, "epochs": 1, "steps_per_epoch": 640},
             kind="fast", sources={"all": _FAST_SOURCE},
