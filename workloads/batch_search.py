@@ -362,11 +362,11 @@ def find_for_torch(trainer, ctx, start: int) -> dict:
 
     from hpcai.workloads import distributed
 
-    cache = torch_batch_cache(trainer, ctx)
+    fastest = trainer.spec.get("preset_kind") != "paper"  # the paper's rule: the largest
+    cache = torch_batch_cache(trainer, ctx, fastest)
     record = find(torch_step_runner(trainer, ctx), ctx.device_type == "cuda", start,
                   gather=lambda value: distributed.gather(ctx, value),
-                  local_processes=ctx.local_world_size,
-                  fastest=trainer.spec.get("preset_kind") != "paper", cache=cache)
+                  local_processes=ctx.local_world_size, fastest=fastest, cache=cache)
     if ctx.device_type == "cuda" and cache is None:
         record["cache"] = {"used": False, "note": f"{batch_cache.ENV}=off"}
     trainer.set_batch_size(None)
@@ -379,7 +379,7 @@ def find_for_torch(trainer, ctx, start: int) -> dict:
     return record
 
 
-def torch_batch_cache(trainer, ctx):
+def torch_batch_cache(trainer, ctx, fastest: bool):
     """The cache entry for this GPU model, workload and settings; None on a CPU
     (the memory model is not cached) or when HPCAI_BATCH_CACHE=off."""
     if ctx.device_type != "cuda" or not batch_cache.enabled():
@@ -389,7 +389,8 @@ def torch_batch_cache(trainer, ctx):
     from hpcai.workloads import distributed
 
     memory = int(torch.cuda.get_device_properties(ctx.device).total_memory)
-    params = {**trainer.spec["params"], "ddp": bool(ctx.distributed)}
+    # The pick (fastest or largest) and DDP's buckets count too.
+    params = {**trainer.spec["params"], "ddp": bool(ctx.distributed), "pick": "fastest" if fastest else "largest"}
     description = batch_cache.describe_key(distributed.device_name(ctx), memory, trainer.spec["workload"],
                                            f"torch {torch.__version__}", params)
     return batch_cache.BatchCache(description, writer=ctx.local_rank == 0)

@@ -210,3 +210,27 @@ def test_only_the_writer_writes(tmp_path):
     cache.writer = False
     assert "another process" in cache.store(64, "trial")
     assert not (tmp_path / "batch-cache").exists()
+
+
+def test_a_pytorch_run_keys_its_gpu_its_workload_and_its_pick(monkeypatch):
+    """torch_batch_cache on a stand-in CUDA context: torch.cuda's device properties
+    are the vendor boundary (total_memory, as torch.cuda.get_device_properties gives it)."""
+    import types
+
+    import torch
+
+    from hpcai.workloads import distributed
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda device: types.SimpleNamespace(total_memory=85 * 2**30))
+    monkeypatch.setattr(distributed, "device_name", lambda ctx: "NVIDIA H100 80GB HBM3")
+    trainer = types.SimpleNamespace(spec={"workload": "vit-l16", "params": {"image_size": 224, "lr": 1e-4}})
+    ctx = types.SimpleNamespace(device_type="cuda", device=0, distributed=False, local_rank=0)
+    fastest = bs.torch_batch_cache(trainer, ctx, fastest=True)
+    assert fastest.description["memory_bytes"] == 85 * 2**30 and fastest.writer
+    assert fastest.description["settings"] == {"ddp": False, "image_size": 224, "pick": "fastest"}
+    assert bs.torch_batch_cache(trainer, ctx, fastest=False).key != fastest.key
+    monkeypatch.setenv("HPCAI_BATCH_CACHE", "off")
+    assert bs.torch_batch_cache(trainer, ctx, fastest=True) is None
+    monkeypatch.delenv("HPCAI_BATCH_CACHE")
+    assert bs.torch_batch_cache(trainer, types.SimpleNamespace(device_type="cpu"), fastest=True) is None
