@@ -5,6 +5,7 @@ clock by the time its throughput model says, so no test depends on this
 machine's speed."""
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -234,3 +235,16 @@ def test_a_pytorch_run_keys_its_gpu_its_workload_and_its_pick(monkeypatch):
     assert bs.torch_batch_cache(trainer, ctx, fastest=True) is None
     monkeypatch.delenv("HPCAI_BATCH_CACHE")
     assert bs.torch_batch_cache(trainer, types.SimpleNamespace(device_type="cpu"), fastest=True) is None
+
+
+def test_the_records_fit_the_result_schema(tmp_path):
+    import jsonschema
+
+    schema = json.loads((Path(__file__).resolve().parents[2] / "hpcai" / "schema" / "result-v1.schema.json").read_text())
+    search_schema = schema["properties"]["config"]["properties"]["batch_size_search"]
+    fresh = search(FakeGpu(300, saturating), cache=cache_for(tmp_path))
+    cached = search(FakeGpu(300, saturating), cache=cache_for(tmp_path))
+    for record in (fresh, cached, search(FakeGpu(300, saturating), fastest=False)):
+        jsonschema.validate(json.loads(json.dumps(record)), search_schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(dict(cached, method="guessed"), search_schema)
