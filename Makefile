@@ -143,6 +143,8 @@ test-fast: setup
 # one run per cap (bench/inrun_sweep.py), each reported as ratios from one run.
 # The report's scaling (bench/report_scaling.py): 1k, 10k and 100k synthetic results,
 # cold and warm index, seconds, peak memory and seconds per result (REPORT_SCALING_ARGS=--sizes 1000).
+# `--batch-size auto`'s start-up on the GPU's path (bench/batch_search.py): eager largest-fit,
+# the throughput search and a cached start, as ratios from one run on the CPU.
 bench: setup
 	$(BIN)/python bench/observer_effect.py $(ARGS)
 	$(BIN)/python bench/input_pipeline.py
@@ -150,6 +152,7 @@ bench: setup
 	$(BIN)/python bench/fleet_stats.py
 	$(BIN)/python bench/report_scaling.py $(REPORT_SCALING_ARGS)
 	$(BIN)/python bench/metrics_exporter.py
+	$(BIN)/python bench/batch_search.py
 
 lint: setup
 	$(BIN)/python -m pip install --quiet ruff==0.17.6

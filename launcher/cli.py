@@ -289,7 +289,8 @@ def _run_options() -> list:
     click.option("--gpus", type=int, help="number of GPUs (default: all)"),
     click.option("--nproc", type=int, help="CPU runs: processes (default: 2)"),
     click.option("--batch-size", type=BatchSize(),
-                 help="per process; 'auto' finds the largest that fits"),
+                 help="per process; 'auto' searches: on GPUs the fastest of the largest that fits, half "
+                      "and a quarter (the largest for paper presets), cached per GPU model"),
     click.option("--epochs", type=click.IntRange(min=1), help="measured epochs"),
     click.option("--warmup-epochs", type=click.IntRange(min=0), help="discarded epochs"),
     click.option("--steps-per-epoch", type=click.IntRange(min=1),

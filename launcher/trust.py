@@ -15,20 +15,11 @@ import os
 import stat
 from pathlib import Path
 
-_OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
+from hpcai.ownership import OTHERS_WRITE as _OTHERS_WRITE
+from hpcai.ownership import owner_ok as _owner_ok
+from hpcai.ownership import written_by_us  # noqa: F401 (imported from here by the launcher)
 
-
-def _owner_ok(uid: int) -> bool:
-    return uid in (os.geteuid(), 0)
-
-
-def written_by_us(st: os.stat_result, folder: bool = False) -> bool:
-    """The rule above for one file's (or, folder: a folder's) stat, read from a
-    descriptor: owned by this user or root, and writable by no one else (a folder
-    may let others add entries under the sticky bit)."""
-    if not _owner_ok(st.st_uid):
-        return False
-    return not st.st_mode & _OTHERS_WRITE or (folder and bool(st.st_mode & stat.S_ISVTX))
+# The rule itself lives in hpcai/ownership.py: the workloads' batch cache uses it too.
 
 
 def untrusted(result: Path) -> str | None:

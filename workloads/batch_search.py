@@ -25,6 +25,17 @@ CPU_MAX_BATCH, because a CPU's throughput stops growing long before that and
 a tiny model would otherwise get batches of thousands. The size found is not
 tried first; the warm-up epoch is its first use.
 
+On a GPU the largest is not the fastest: a preset other than `paper` (whose
+rule is the seed paper's "highest batch that remains stable") then times the
+largest, half and a quarter of it (multiples of 8) and keeps the smallest whose
+throughput is within TOLERANCE of the best: it leaves memory headroom for the
+compiled graph. The candidates are timed eagerly, as the search runs before
+torch.compile (compiling each would cost minutes); the result says so.
+
+A GPU's choice is cached per GPU model, workload and memory settings
+(hpcai/batch_cache.py); a cached batch is used after one step shows it still
+fits. The CPU's memory model is not cached: its budget is the memory free now.
+
 The processes of one run agree. On GPUs a probe fits only if it fitted on
 every process. On CPUs they take the smallest batch any of them found.
 Everything the search did is returned for the result (config.batch_size_search).
@@ -39,6 +50,7 @@ import gc
 import time
 from pathlib import Path
 
+from hpcai import batch_cache
 from hpcai.errors import WorkloadError
 
 GPU_MAX_BATCH = 4096
@@ -57,6 +69,13 @@ FALLBACK_RULE = ("CPU: peak resident memory cannot be measured here (/proc/self/
 UNUSABLE_RULE = ("CPU: the per-image memory measured was not positive in two passes (the "
                  "allocator reused resident memory), so the estimate is unusable and the "
                  "preset's batch size is kept")
+TIMED_STEPS = 3
+TOLERANCE = 0.02
+THROUGHPUT_RULE = (f"then the largest, half and a quarter of it (multiples of {MULTIPLE}) timed eagerly, "
+                   f"one warm-up and {TIMED_STEPS} timed steps each, the slowest process's time counting; "
+                   f"the smallest within {TOLERANCE:.0%} of the best throughput is kept")
+CACHED_RULE = ("the batch this GPU model, workload and memory settings chose before "
+               "(hpcai/batch_cache.py), used after one step showed it still fits")
 PROBE_SIZES = (1, 2, 4)
 PASSES = 2
 
@@ -151,60 +170,145 @@ def _alone(value):
     return [value]
 
 
-def find(run_step, on_gpu: bool, start: int, gather=_alone, local_processes: int = 1) -> dict:
+def candidates(largest: int, multiple: int = MULTIPLE) -> list[int]:
+    """The largest, half and a quarter of it, rounded down to multiples (below
+    one multiple: the largest alone)."""
+    sizes = [largest]
+    for n in (largest // 2, largest // 4):
+        n -= n % multiple
+        if n >= multiple and n not in sizes:
+            sizes.append(n)
+    return sizes
+
+
+def pick_fastest(timings: list[dict], tolerance: float = TOLERANCE) -> int:
+    """The smallest batch whose throughput is within tolerance of the best."""
+    ran = [t for t in timings if t["fits"]]
+    if not ran:
+        raise WorkloadError("no candidate batch size ran its timed steps",
+                            "give --batch-size explicitly")
+    best = max(t["units_per_s"] for t in ran)
+    return min(t["batch_size"] for t in ran if t["units_per_s"] >= (1 - tolerance) * best)
+
+
+def measure_throughput(run_step, sizes: list[int], gather=_alone, clock=time.perf_counter) -> list[dict]:
+    """One warm-up step (allocation, autotuning) then TIMED_STEPS timed steps per
+    size; every process takes each decision, so the gathers stay in step."""
+    timings = []
+    for n in sizes:
+        ok = all(gather(bool(run_step(n))))
+        if not ok:
+            timings.append({"batch_size": n, "fits": False})
+            continue
+        began = clock()
+        for _ in range(TIMED_STEPS):
+            ok = bool(run_step(n)) and ok
+        seconds = max(gather(clock() - began))  # the slowest process sets the pace
+        ok = all(gather(ok))
+        timing = {"batch_size": n, "fits": ok, "seconds": seconds, "steps": TIMED_STEPS}
+        if ok:
+            timing["units_per_s"] = n * TIMED_STEPS / seconds if seconds > 0 else float("inf")
+        timings.append(timing)
+    return timings
+
+
+def find(run_step, on_gpu: bool, start: int, gather=_alone, local_processes: int = 1, *,
+         fastest: bool = False, cache=None, clock=time.perf_counter) -> dict:
     """Search with run_step(n) -> bool (one full step at batch n; False when it
     ran out of memory, with the memory already freed). gather(value) returns
-    every process's value, so all processes take the same decisions."""
-    began = time.perf_counter()
+    every process's value, so all processes take the same decisions. On a GPU,
+    fastest: pick by measured throughput; cache: a hpcai.batch_cache.BatchCache."""
+    began = clock()
     probes: list[dict] = []
     record = {"requested": "auto", "start": int(start), "multiple": MULTIPLE}
     if on_gpu:
-        def fits(n: int) -> bool:
-            t = time.perf_counter()
-            ok = all(gather(bool(run_step(n))))
-            probes.append({"batch_size": n, "fits": ok, "seconds": time.perf_counter() - t})
-            return ok
-
-        found = search_by_trial(fits, start)
-        record.update(method="trial", rule=TRIAL_RULE, maximum=GPU_MAX_BATCH)
+        found = _find_on_gpu(run_step, start, gather, probes, record, fastest, cache, clock)
     elif not reset_peak_rss():
         found = int(start)
         record.update(method="fallback", rule=FALLBACK_RULE, maximum=None,
                       reason="/proc/self/clear_refs is not writable")
     else:
-        def step_peak_bytes(n: int) -> int:
-            reset_peak_rss()
-            t = time.perf_counter()
-            if not run_step(n):
-                raise WorkloadError(f"a probe step at batch {n} failed on the CPU",
-                                    "give --batch-size explicitly")
-            peak = peak_rss_bytes()
-            probes.append({"batch_size": n, "fits": True, "seconds": time.perf_counter() - t,
-                           "peak_rss_bytes": peak})
-            return peak
-
-        budget = (current_rss_bytes()
-                  + int(CPU_MEMORY_FRACTION * available_memory_bytes() / max(1, local_processes)))
-        error, model = None, {"found": 0, "usable": True}
-        try:
-            model = search_by_memory_model(step_peak_bytes, budget)
-        except WorkloadError as exc:
-            error = exc
-        # Every process gets here, even one that failed; they decide together.
-        if any(gather(error is not None)):
-            raise error or WorkloadError("another process found no batch size that fits",
-                                         "see its error above")
-        usable = all(gather(bool(model["usable"])))
-        found = min(gather(int(model.get("found", start))))
-        if usable:
-            record.update(model, method="memory-model", rule=MODEL_RULE, maximum=CPU_MAX_BATCH)
-        else:
-            found = int(start)
-            reason = model.get("reason") or "another process measured no per-image memory"
-            record.update(model, method="fallback", rule=UNUSABLE_RULE, maximum=None,
-                          reason=reason, usable=False)
-    record.update(found=found, probes=probes, seconds=time.perf_counter() - began)
+        found = _find_on_cpu(run_step, start, gather, probes, record, local_processes)
+    record.update(found=found, probes=probes, seconds=clock() - began)
     return record
+
+
+def _find_on_gpu(run_step, start, gather, probes, record, fastest, cache, clock) -> int:
+    def fits(n: int) -> bool:
+        t = clock()
+        ok = all(gather(bool(run_step(n))))
+        probes.append({"batch_size": n, "fits": ok, "seconds": clock() - t})
+        return ok
+
+    cached = _cached_batch(cache, gather, fits, record)
+    if cached:
+        return cached
+    found = largest = search_by_trial(fits, start)
+    record.update(method="trial", rule=TRIAL_RULE, maximum=GPU_MAX_BATCH, largest=largest)
+    if fastest:
+        timings = measure_throughput(run_step, candidates(largest), gather, clock)
+        found = pick_fastest(timings)
+        record.update(method="trial+throughput", rule=f"{TRIAL_RULE}; {THROUGHPUT_RULE}",
+                      timings=timings, timed="eager")
+    if cache is not None:
+        not_stored = cache.store(found, record["method"])
+        record["cache"].update(stored=not_stored is None)
+        if not_stored:
+            record["cache"]["not_stored"] = not_stored
+    return found
+
+
+def _cached_batch(cache, gather, fits, record) -> int:
+    """The cached batch once one step showed it still fits on every process, else 0."""
+    if cache is None:
+        return 0
+    entry, why = cache.lookup()
+    size = int(entry["batch_size"]) if entry else 0
+    info = record["cache"] = {"key": cache.key, "used": False}
+    if not size or any(other != size for other in gather(size)):
+        info["note"] = why or "the processes' cached batch sizes differ"
+        return 0
+    if not fits(size):
+        info["note"] = f"the cached batch {size} no longer fits: searched afresh"
+        return 0
+    info.update(used=True, found_at=entry.get("found_at"), found_by=entry.get("method"))
+    record.update(method="cached", rule=CACHED_RULE, maximum=GPU_MAX_BATCH)
+    return size
+
+
+def _find_on_cpu(run_step, start, gather, probes, record, local_processes) -> int:
+    """The memory model, every process deciding together."""
+    def step_peak_bytes(n: int) -> int:
+        reset_peak_rss()
+        t = time.perf_counter()
+        if not run_step(n):
+            raise WorkloadError(f"a probe step at batch {n} failed on the CPU",
+                                "give --batch-size explicitly")
+        peak = peak_rss_bytes()
+        probes.append({"batch_size": n, "fits": True, "seconds": time.perf_counter() - t,
+                       "peak_rss_bytes": peak})
+        return peak
+
+    budget = (current_rss_bytes()
+              + int(CPU_MEMORY_FRACTION * available_memory_bytes() / max(1, local_processes)))
+    error, model = None, {"found": 0, "usable": True}
+    try:
+        model = search_by_memory_model(step_peak_bytes, budget)
+    except WorkloadError as exc:
+        error = exc
+    # Every process gets here, even one that failed; they decide together.
+    if any(gather(error is not None)):
+        raise error or WorkloadError("another process found no batch size that fits",
+                                     "see its error above")
+    usable = all(gather(bool(model["usable"])))
+    found = min(gather(int(model.get("found", start))))
+    if usable:
+        record.update(model, method="memory-model", rule=MODEL_RULE, maximum=CPU_MAX_BATCH)
+        return found
+    reason = model.get("reason") or "another process measured no per-image memory"
+    record.update(model, method="fallback", rule=UNUSABLE_RULE, maximum=None,
+                  reason=reason, usable=False)
+    return int(start)
 
 
 # ---- PyTorch --------------------------------------------------------------------
@@ -229,7 +333,9 @@ def torch_step_runner(trainer, ctx):
     def run_step(n: int) -> bool:
         ok = True
         try:
-            trainer.set_batch_size(n)
+            # A GPU's timed steps reuse the inputs; the CPU's memory model counts making them.
+            if trainer.batch_size != n or ctx.device_type != "cuda":
+                trainer.set_batch_size(n)
             with trainer.no_sync():
                 trainer.step()
             trainer.latest_loss()  # waits for the device: late errors surface here
@@ -256,9 +362,13 @@ def find_for_torch(trainer, ctx, start: int) -> dict:
 
     from hpcai.workloads import distributed
 
+    fastest = trainer.spec.get("preset_kind") != "paper"  # the paper's rule: the largest
+    cache = torch_batch_cache(trainer, ctx, fastest)
     record = find(torch_step_runner(trainer, ctx), ctx.device_type == "cuda", start,
                   gather=lambda value: distributed.gather(ctx, value),
-                  local_processes=ctx.local_world_size)
+                  local_processes=ctx.local_world_size, fastest=fastest, cache=cache)
+    if ctx.device_type == "cuda" and cache is None:
+        record["cache"] = {"used": False, "note": f"{batch_cache.ENV}=off"}
     trainer.set_batch_size(None)
     trainer.reset_training_state()
     gc.collect()
@@ -267,6 +377,23 @@ def find_for_torch(trainer, ctx, start: int) -> dict:
         torch.cuda.reset_peak_memory_stats(ctx.device)
     trainer.set_batch_size(record["found"])
     return record
+
+
+def torch_batch_cache(trainer, ctx, fastest: bool):
+    """The cache entry for this GPU model, workload and settings; None on a CPU
+    (the memory model is not cached) or when HPCAI_BATCH_CACHE=off."""
+    if ctx.device_type != "cuda" or not batch_cache.enabled():
+        return None
+    import torch
+
+    from hpcai.workloads import distributed
+
+    memory = int(torch.cuda.get_device_properties(ctx.device).total_memory)
+    # The pick (fastest or largest) and DDP's buckets count too.
+    params = {**trainer.spec["params"], "ddp": bool(ctx.distributed), "pick": "fastest" if fastest else "largest"}
+    description = batch_cache.describe_key(distributed.device_name(ctx), memory, trainer.spec["workload"],
+                                           f"torch {torch.__version__}", params)
+    return batch_cache.BatchCache(description, writer=ctx.local_rank == 0)
 
 
 def no_sync(model):

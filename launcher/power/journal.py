@@ -22,14 +22,10 @@ STATE_DIR_HINT = "set HPCAI_STATE_DIR to a writable directory on this node"
 
 def default_journal_path(hostname: str | None = None) -> Path:
     """$HPCAI_STATE_DIR, else $XDG_STATE_HOME/hpcai, else ~/.local/state/hpcai."""
+    from hpcai.state_dir import state_dir
+
     hostname = hostname or socket.gethostname()
-    base = os.environ.get("HPCAI_STATE_DIR")
-    if base:
-        directory = Path(base)
-    else:
-        xdg = os.environ.get("XDG_STATE_HOME")
-        directory = Path(xdg) / "hpcai" if xdg else Path.home() / ".local" / "state" / "hpcai"
-    return directory / f"power-journal-{hostname}.json"
+    return state_dir() / f"power-journal-{hostname}.json"
 
 
 def write_journal(path, method: str, snapshot: dict[int, dict]) -> dict:
