@@ -162,14 +162,14 @@ def _processes(opts: Options, workload, preset: str, device: str,
 def _complete_spec(spec: RunSpec, site: dict, opts: Options, picked: list | None) -> RunSpec:
     """What build_spec leaves to the launcher: windows, node power, clocks, GPU ids."""
     spec = spec.with_protocol(_window_protocol(spec))
-    if opts.power_profile is not None:  # launcher/power/profiles.py requests and restores it
-        spec = spec.with_profile(opts.power_profile).placed(
-            run_id=f"{spec.run_id}-profile-{opts.power_profile}")
     clocks = clock_request(opts)
     if clocks:  # clock caps, MHz per GPU (launcher/power/clocks.py sets and restores them)
         spec = spec.with_clocks(clocks).placed(run_id=spec.run_id + "".join(
             f"-{name}{clocks[key]}MHz" for name, key in (("sm", "sm_mhz"), ("mem", "mem_mhz"))
             if clocks[key] is not None))
+    if opts.power_profile is not None:  # launcher/power/profiles.py requests and restores it
+        spec = spec.with_profile(opts.power_profile).placed(
+            run_id=f"{spec.run_id}-profile-{opts.power_profile}")
     # Node sources the workload's sampler reads; PUE, carbon and price, for the report.
     spec = spec.at_site(site["node_power"], site["facility"])
     # GPUs by identity: the workload is handed these ids, its sampler keeps these UUIDs.
