@@ -84,3 +84,41 @@ def test_a_profile_sweep_gives_each_profile_its_own_row_in_the_report(tmp_path):
         assert "resnet50 (tiny), power profile compute" in md
     finally:
         node.stop_everything()
+
+
+def test_a_killed_launcher_leaves_the_profile_to_power_restore(tmp_path):
+    import time
+
+    from hpcai.launcher.power import workload_procs
+
+    node = _profiled(tmp_path, requested_profiles=[COMPUTE])
+    try:
+        shown = node.launch("power", "profiles")
+        assert shown.returncode == 0, shown.stderr
+        assert "GPU 0: offered max-p, max-q, compute; requested compute; enforced compute" in shown.stdout
+        proc = node.popen(*TINY, "--power-profile", "max-q", "--epochs", "500", "-o", str(node.results))
+        deadline = time.time() + 120
+
+        def journal():
+            found = [p for p in node.journal_files() if p.name.endswith(".profiles.json")]
+            return found[0] if found and "workload" in json.loads(found[0].read_text()) else None
+
+        while journal() is None:
+            assert proc.poll() is None and time.time() < deadline, proc.stdout.read() if proc.poll() else ""
+            time.sleep(0.2)
+        assert [d["requested_profiles"] for d in node.devices()] == [[MAX_Q]] * 2
+        workload = json.loads(journal().read_text())["workload"]
+        proc.kill()  # SIGKILL: no handler runs
+        proc.wait(timeout=30)
+        while workload_procs.find(workload):  # the lifeline stops it
+            assert time.time() < deadline + 60, "the workload outlived its launcher"
+            time.sleep(0.2)
+        refused = node.launch(*TINY, "-o", str(node.results))  # no run while the journal exists
+        one_line_error(refused, "power profile journal", "power restore")
+        done = node.launch("power", "restore")
+        assert done.returncode == 0, done.stderr
+        assert "GPU 0: power profiles back to compute" in done.stdout
+        assert [d["requested_profiles"] for d in node.devices()] == [[COMPUTE]] * 2
+        assert node.journal_files() == []
+    finally:
+        node.stop_everything()
