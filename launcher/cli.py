@@ -41,7 +41,7 @@ class Clocks(click.ParamType):
         except HpcaiError as exc:
             self.fail(exc.one_line(), param, ctx)
 class PowerProfiles(click.ParamType):
-    """NVML workload power profile names, comma-separated: one run per profile."""
+    """Power profile names (NVML's, or AMD's determinism-MHZ), comma-separated: one run per profile."""
 
     name = "NAME[,NAME...]"
 
@@ -245,10 +245,10 @@ def _sweep_options(workload) -> list:
     click.option("--mem-clock", "mem_clocks", type=Clocks("--mem-clock"),
                  help="highest memory clock per GPU in MHz, as --sm-clock"),
     click.option("--power-profile", "power_profiles", type=PowerProfiles(),
-                 help="NVML workload power profile(s) to request on every GPU (max-p, max-q, "
-                      "compute, memory-bound, ...; root), restored after each run; a list "
-                      "runs one per profile, with --cap/--sm-clock a grid (hpcai-launch "
-                      "power profiles lists what each GPU offers)"),
+                 help="workload power profile(s) for every GPU, restored after each run (root): "
+                      "NVIDIA's NVML profiles (max-p, max-q, compute, memory-bound, ...), AMD's "
+                      "performance determinism as determinism-MHZ; a list runs one per profile, "
+                      "with --cap/--sm-clock a grid (hpcai-launch power profiles lists them)"),
     click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
                  help="runs per cap (a sweep when above 1)"),
     click.option("--vary", multiple=True, metavar="PARAM=V1,V2,...",

@@ -24,12 +24,25 @@ hpcai runs with exactly one profile requested: the snapshot is the requested
 mask before the run, setting clears the others and requests ours, restoring
 clears ours and requests the old mask again, then reads it back.
 
-AMD: amdsmi's performance determinism (``amdsmi_set_gpu_perf_determinism_mode``)
-is not driven yet: a profile on an AMD GPU is refused (see profile_control).
+AMD (amdsmi 7.0.2, amdsmi_interface.py, ``amdsmi_get_gpu_perf_level`` /
+``amdsmi_set_gpu_perf_determinism_mode`` / ``amdsmi_set_gpu_perf_level``):
+performance determinism, "determinism-MHZ" here, pins the GFX clock's soft
+maximum at MHZ so that every GPU runs at the same clock
+(``amdsmi_set_gpu_perf_determinism_mode(h, clkvalue)``, clkvalue an int in MHz).
+The perf level in force is readable (``amdsmi_get_gpu_perf_level`` returns a
+name, "AMDSMI_DEV_PERF_LEVEL_AUTO", ..., "..._DETERMINISM"): the snapshot is
+that level, the read-back that the level is DETERMINISM, and restoring sets the
+old level back (``amdsmi_set_gpu_perf_level(h, AmdSmiDevPerfLevel.X)``) and reads
+it back. A GPU already in determinism mode is refused: its soft maximum cannot
+be read, so it could not be put back. MHZ must lie within the GFX clock's DPM
+levels (``amdsmi_get_clk_freq``). amdsmi cannot say whether a board supports
+determinism without trying: a board that refuses the set (NOT_SUPPORTED) is
+rolled back and reported in one line.
 """
 from __future__ import annotations
 
 import ctypes
+import re
 
 from hpcai.errors import PowerError, PowerPermissionError, UsageError
 
@@ -43,6 +56,8 @@ PROFILE_IDS = {
     "low-priority-background": 24,
 }
 PROFILE_NAMES = {v: k for k, v in PROFILE_IDS.items()}
+DETERMINISM = re.compile(r"^determinism-([0-9]{1,5})$")  # AMD: determinism-MHZ
+PERF_LEVEL_PREFIX = "AMDSMI_DEV_PERF_LEVEL_"
 ROOT_HINT = "run as root (requesting a power profile needs it)"
 DROP_HINT = "drop --power-profile on this GPU"
 
@@ -51,9 +66,10 @@ def profile_name(text: str) -> str:
     """A profile's hpcai name from what a user typed (any case, '-' or '_');
     UsageError, in one line with the names, for an unknown one."""
     name = str(text).strip().lower().replace("_", "-")
-    if name not in PROFILE_IDS:
-        raise UsageError(f"--power-profile {text!r} is not an NVML workload power profile",
-                         f"choose from: {', '.join(PROFILE_IDS)}")
+    if name not in PROFILE_IDS and not DETERMINISM.match(name):
+        raise UsageError(f"--power-profile {text!r} is not an NVML workload power profile "
+                         "nor AMD's determinism-MHZ",
+                         f"choose from: {', '.join(PROFILE_IDS)}; on AMD: determinism-MHZ")
     return name
 
 
@@ -107,6 +123,19 @@ class NvmlProfiles:
             raise self._error(exc, what) from exc
         return arg
 
+    def problem(self, name: str) -> str | None:
+        """Why this GPU cannot take the profile (None: it can)."""
+        offered = self.available()
+        if name in offered:
+            return None
+        return (f"--power-profile {name} is not offered by GPU {self.index}: it offers "
+                f"{', '.join(offered) or 'none'} (`hpcai-launch power profiles` lists them)")
+
+    @staticmethod
+    def in_force(name: str, now: dict) -> tuple[bool, bool]:
+        """(exactly it is requested, the driver enforces it)."""
+        return now["requested"] == [name], name in now["enforced"]
+
     def available(self) -> list[str]:
         info = self._call("nvmlDeviceWorkloadPowerProfileGetProfilesInfo",
                           "c_nvmlWorkloadPowerProfileProfilesInfo_v1_t", "read the power profiles")
@@ -151,15 +180,98 @@ class NvmlProfiles:
                              f"after restoring {record.get('requested') or 'none'}")
 
 
-def profile_control(device) -> NvmlProfiles:
-    """The profile control of a device of hpcai.gpu.nvidia; AMD is refused in one line."""
+class AmdDeterminism:
+    """Read, set and restore the performance determinism of one AMD GPU."""
+
+    vendor = "amd"
+
+    def __init__(self, device):
+        self.device, self.index = device, device.index
+        self._amdsmi, self._handle = device._amdsmi, device._handle
+
+    def _call(self, name: str, *args, what: str):
+        from hpcai.gpu.amd import _call, _error_code, _status
+
+        amdsmi = self._amdsmi
+        fn = getattr(amdsmi, name, None)
+        if fn is None:
+            raise PowerError(f"this amdsmi has no {name}", "use the amdsmi of ROCm 6.1 or newer")
+        try:
+            return _call(fn, self._handle, *args)
+        except amdsmi.AmdSmiLibraryException as exc:
+            code = _error_code(exc)
+            if code == _status(amdsmi, "NO_PERM"):
+                raise PowerPermissionError(f"no permission to {what} of GPU {self.index}", ROOT_HINT) from exc
+            if code in (_status(amdsmi, "NOT_SUPPORTED"), _status(amdsmi, "NOT_YET_IMPLEMENTED")):
+                raise PowerError(f"GPU {self.index} or its driver has no performance determinism "
+                                 f"(amdsmi: {exc})", DROP_HINT) from exc
+            raise PowerError(f"amdsmi could not {what} of GPU {self.index}: {exc}") from exc
+        except amdsmi.AmdSmiException as exc:
+            raise PowerError(f"amdsmi could not {what} of GPU {self.index}: {exc}") from exc
+
+    def level(self) -> str:
+        """The perf level in force, as "auto", "determinism", ..."""
+        name = str(self._call("amdsmi_get_gpu_perf_level", what="read the performance level"))
+        return name.removeprefix(PERF_LEVEL_PREFIX).lower()
+
+    def _gfx_range(self) -> tuple[int | None, int | None]:
+        from hpcai.gpu.clocks import AmdSmiClocks
+
+        supported = AmdSmiClocks(self.device).supported("sm")
+        return supported.lo, supported.hi
+
+    def available(self) -> list[str]:
+        lo, hi = self._gfx_range()
+        self.level()  # a board whose perf level cannot be read has no determinism here
+        return [f"determinism-{lo}..{hi}"] if lo is not None else []
+
+    def problem(self, name: str) -> str | None:
+        match = DETERMINISM.match(name)
+        if not match:
+            return (f"--power-profile {name} is an NVML profile and GPU {self.index} is AMD: "
+                    "use determinism-MHZ (performance determinism) on AMD")
+        level, (lo, hi) = self.level(), self._gfx_range()
+        if level == "determinism":
+            return (f"GPU {self.index} is already in performance determinism mode, whose clock "
+                    "cannot be read to be put back: set it to auto first (amd-smi set --perf-level AUTO)")
+        mhz = int(match.group(1))
+        if lo is None or not lo <= mhz <= hi:
+            return f"--power-profile {name}: {mhz} MHz is outside GPU {self.index}'s GFX clock range {lo}-{hi} MHz"
+        return None
+
+    @staticmethod
+    def in_force(name: str, now: dict) -> tuple[bool, bool]:
+        return now["requested"] == ["determinism"], now["enforced"] == ["determinism"]
+
+    def current(self) -> dict:
+        level = self.level()
+        return {"requested": [level], "enforced": [level]}
+
+    def snapshot(self) -> dict:
+        return {"restore": "perf_level", "requested": [self.level()]}
+
+    def apply(self, name: str) -> None:
+        mhz = int(DETERMINISM.match(name).group(1))
+        self._call("amdsmi_set_gpu_perf_determinism_mode", mhz, what="set performance determinism")
+
+    def restore(self, record: dict) -> None:
+        old = record["requested"][0]
+        level = getattr(self._amdsmi.AmdSmiDevPerfLevel, old.upper(), None)
+        if level is None:
+            raise PowerError(f"GPU {self.index}: this amdsmi has no performance level {old!r}")
+        self._call("amdsmi_set_gpu_perf_level", level, what="restore the performance level")
+        got = self.level()
+        if got != old:
+            raise PowerError(f"GPU {self.index} reads performance level {got} after restoring {old}")
+
+
+def profile_control(device) -> NvmlProfiles | AmdDeterminism:
+    """The profile control of a device of hpcai.gpu.nvidia or hpcai.gpu.amd."""
     from hpcai.gpu.amd import AmdDevice
     from hpcai.gpu.nvidia import NvidiaDevice
 
     if isinstance(device, NvidiaDevice):
         return NvmlProfiles(device)
     if isinstance(device, AmdDevice):
-        raise UsageError(f"--power-profile sets NVML workload power profiles; GPU {device.index} is "
-                         "AMD, whose performance determinism hpcai does not drive yet",
-                         "drop --power-profile on AMD GPUs (use --cap or --sm-clock)")
-    raise PowerError(f"GPU {getattr(device, 'index', '?')}: power profiles are set only through NVML")
+        return AmdDeterminism(device)
+    raise PowerError(f"GPU {getattr(device, 'index', '?')}: power profiles are set only through NVML or amdsmi")

@@ -46,11 +46,15 @@ def load_profile_journal(path) -> dict | None:
         record = json.loads(text)
         for gpu in record["gpus"]:
             int(gpu["index"])
-            if not all(n in PROFILE_IDS for n in gpu["snapshot"]["requested"]):
-                raise ValueError(f"unknown profile in {gpu['snapshot']}")
+            snapshot = gpu["snapshot"]
+            known = (all(n in PROFILE_IDS for n in snapshot["requested"]) if snapshot["restore"] == "requested"
+                     else snapshot["restore"] == "perf_level" and len(snapshot["requested"]) == 1)
+            if not known:
+                raise ValueError(f"unknown snapshot {snapshot}")
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ConfigError(f"the power profile journal {path} is unreadable ({exc})",
-                          "clear the profiles by hand (nvidia-smi power-profiles), then delete the file") from exc
+                          "clear the profiles by hand (nvidia-smi power-profiles, amd-smi set "
+                          "--perf-level AUTO), then delete the file") from exc
     return record
 
 
@@ -84,29 +88,29 @@ def refuse_stale_profile_journal(power_journal) -> None:
 
 # ---- checks --------------------------------------------------------------------------
 def profile_controls(backend, indices: list[int], restoring: bool = False) -> dict:
-    """Index -> NvmlProfiles, through the backend's NVML (as clocks.controls_for)."""
-    usable = getattr(backend, "name", None) == "nvml" or (
+    """Index -> NvmlProfiles / AmdDeterminism, through the backend's vendor library
+    (as clocks.controls_for)."""
+    usable = getattr(backend, "name", None) in ("nvml", "amdsmi") or (
         restoring and getattr(backend, "library", None) is not None)
     if not usable:
-        raise UsageError(f"--power-profile is set through NVML, not the power method "
-                         f"{getattr(backend, 'name', None)!r}", "use --power-method nvml, as root")
+        raise UsageError(f"--power-profile is set through NVML or amdsmi, not the power method "
+                         f"{getattr(backend, 'name', None)!r}",
+                         "use --power-method nvml (NVIDIA) or amdsmi (AMD), as root")
     return {i: profile_control(backend._device(i)) for i in indices}
 
 
 def check_profile(controls: dict, name: str) -> None:
-    """UsageError, in one line, unless every GPU offers the profile; a GPU or
+    """UsageError, in one line, unless every GPU takes the profile; a GPU or
     driver without profiles is refused here, before anything changes."""
-    for index, control in controls.items():
+    for control in controls.values():
         try:
-            offered = control.available()
+            problem = control.problem(name)
         except PowerError as exc:
             if exc.__class__ is PowerError:  # NOT_SUPPORTED / no symbol: a usage problem here
                 raise UsageError(f"--power-profile {name}: {exc.message}", exc.hint) from exc
             raise
-        if name not in offered:
-            raise UsageError(f"--power-profile {name} is not offered by GPU {index}",
-                             f"it offers: {', '.join(offered) or 'none'} "
-                             "(`hpcai-launch power profiles` lists them)")
+        if problem:
+            raise UsageError(problem)
 
 
 # ---- the session ------------------------------------------------------------------------
@@ -177,9 +181,10 @@ class ProfileSession(RestoringSession):
             now = control.current()
             self.gpus[i]["read_back_requested"] = now["requested"]
             self.gpus[i]["read_back_enforced"] = now["enforced"]
-            if now["requested"] != [self.name]:
+            requested, enforced = control.in_force(self.name, now)
+            if not requested:
                 refused.append(f"GPU {i} requests {', '.join(now['requested']) or 'no profile'}")
-            elif self.name not in now["enforced"]:
+            elif not enforced:
                 lagging.append(f"GPU {i} enforces {', '.join(now['enforced']) or 'no profile'} "
                                f"after {SETTLE_S:g} s")
         return refused, lagging

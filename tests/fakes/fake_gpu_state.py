@@ -64,6 +64,11 @@ State file schema (format 1)::
         "profile_conflicts": {id: [int]},    # enforced: requested minus those a lower id conflicts with
         "ignore_profile_set": false,         # requests succeed but nothing is enforced
         "profile_log": [{"action": "set"|"clear", "ids": [int], "result": str}]
+        # AMD performance determinism (hpcai.gpu.profiles.AmdDeterminism).
+        "perf_level": "AUTO",                # AmdSmiDevPerfLevel name in force
+        "determinism_mhz": int | null,       # the GFX soft maximum in DETERMINISM
+        "ignore_perf_set": false,            # level sets succeed but change nothing
+        "perf_log": [{"level": str, "mhz": int | null, "result": str}]
       } ]
     }
 
@@ -89,6 +94,7 @@ Feature names for ``not_supported``: "power_instant", "power_average",
 "constraints", "current_limit", "set_limit", "cuda_version", "power_cap_info",
 "field_values", "mig", "violation", "gpu_metrics", "supported_clocks",
 "clock_lock" (setting or resetting clocks), "power_profiles" (every profile call),
+"perf_level" (AMD: reading or setting the perf level), "perf_determinism" (AMD: setting it),
 "serial" (NVML: nvmlDeviceGetSerial
 raises NotSupported, as on GeForce parts; amdsmi: asic_serial is "N/A").
 

@@ -122,3 +122,23 @@ def test_a_killed_launcher_leaves_the_profile_to_power_restore(tmp_path):
         assert node.journal_files() == []
     finally:
         node.stop_everything()
+
+
+def test_an_amd_run_sets_determinism_and_puts_the_old_level_back(tmp_path, result_schema):
+    node = FakeNode(tmp_path, fgs.make_devices(2, "amd"))
+    try:
+        done = node.launch(*TINY, *SHORT, "--power-profile", "determinism-1400", "-o", str(node.results))
+        assert done.returncode == 0, done.stderr
+        for dev in node.devices():
+            assert [(e["level"], e["mhz"]) for e in dev["perf_log"]] == [("DETERMINISM", 1400), ("AUTO", None)]
+        doc = node.only_result()
+        assert_valid_result(doc, result_schema)
+        assert doc["run_id"].endswith("-profile-determinism-1400")
+        gpu = doc["power"]["profile"]["gpus"][0]
+        assert gpu["before"] == ["auto"] and gpu["read_back_enforced"] == ["determinism"]
+        assert gpu["restored"] is True and node.journal_files() == []
+        nvml_name = node.launch(*TINY, "--power-profile", "max-q", "-o", str(node.results))
+        one_line_error(nvml_name, "max-q is an NVML profile and GPU 0 is AMD")
+        assert nvml_name.returncode == 2
+    finally:
+        node.stop_everything()

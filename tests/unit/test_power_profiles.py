@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hpcai.errors import CapNotAppliedError, Interrupted, PowerError, StaleJournalError, UsageError
-from hpcai.gpu.profiles import PROFILE_IDS, profile_control, profile_name
+from hpcai.gpu.profiles import PROFILE_IDS, profile_name
 from hpcai.launcher.power.backends import make_backend
 from hpcai.launcher.power.profiles import (
     ProfileSession,
@@ -140,15 +140,58 @@ def test_a_profile_the_gpu_does_not_offer_is_refused_before_anything_changes(nod
     assert n.log() == [] and not profile_journal_path(n.journal).exists()
 
 
-def test_amd_gpus_are_refused_in_one_line(node, backend_of):
+def test_amd_takes_determinism_and_refuses_nvml_names_in_one_line(node, backend_of):
     n = node("amd")
     backend = backend_of("amdsmi")
     with pytest.raises(UsageError) as err:
-        profile_control(backend._device(0))
-    assert "AMD, whose performance determinism hpcai does not drive yet" in err.value.one_line()
-    with pytest.raises(UsageError, match="not the power method 'amdsmi'"):
-        with ProfileSession(backend, "max-q", [0], n.journal):
+        with ProfileSession(backend, "max-q", [0, 1], n.journal):
             pass
+    assert "max-q is an NVML profile and GPU 0 is AMD: use determinism-MHZ" in err.value.one_line()
+    with pytest.raises(UsageError, match="2500 MHz is outside GPU 0's GFX clock range 500-2100 MHz"):
+        with ProfileSession(backend, "determinism-2500", [0, 1], n.journal):
+            pass
+    assert all("perf_log" not in d for d in n.devices()) and not profile_journal_path(n.journal).exists()
+    assert profile_name("Determinism-1400") == "determinism-1400"
+
+
+def test_amd_determinism_is_set_read_back_and_the_old_level_restored(node, backend_of):
+    n = node("amd", perf_level="STABLE_STD")  # a site's own level
+    with ProfileSession(backend_of("amdsmi"), "determinism-1400", [0, 1], n.journal) as session:
+        assert [(d["perf_level"], d["determinism_mhz"]) for d in n.devices()] == [("DETERMINISM", 1400)] * 2
+        record = load_profile_journal(profile_journal_path(n.journal))
+        assert record["gpus"][0]["snapshot"] == {"restore": "perf_level", "requested": ["stable_std"]}
+    assert [d["perf_level"] for d in n.devices()] == ["STABLE_STD"] * 2
+    assert [(e["level"], e["mhz"]) for e in n.devices()[0]["perf_log"]] == [
+        ("DETERMINISM", 1400), ("STABLE_STD", None)]
+    doc = profile_record(session)
+    assert doc["method"] == "amdsmi" and doc["gpus"][1]["before"] == ["stable_std"]
+    assert doc["gpus"][1]["read_back_enforced"] == ["determinism"] and doc["gpus"][1]["restored"]
+    _validate(doc)
+
+
+def test_amd_refusals_before_anything_changes(node, backend_of):
+    n = node("amd", perf_level="DETERMINISM")  # its soft maximum cannot be read back
+    with pytest.raises(UsageError, match="already in performance determinism mode"):
+        with ProfileSession(backend_of("amdsmi"), "determinism-1400", [0, 1], n.journal):
+            pass
+    n = node("amd", not_supported=["perf_level"])
+    with pytest.raises(UsageError) as err:
+        with ProfileSession(backend_of("amdsmi"), "determinism-1400", [0, 1], n.journal):
+            pass
+    assert "GPU 0 or its driver has no performance determinism" in err.value.one_line()
+    assert all("perf_log" not in d for d in n.devices()) and not profile_journal_path(n.journal).exists()
+
+
+def test_an_amd_board_that_refuses_the_set_is_rolled_back_in_one_line(node, backend_of):
+    n = node("amd")
+    n.update(1, not_supported=["perf_determinism"])  # amdsmi cannot tell before trying
+    with pytest.raises(PowerError) as err:
+        with ProfileSession(backend_of("amdsmi"), "determinism-1400", [0, 1], n.journal):
+            pass
+    assert "GPU 1 or its driver has no performance determinism" in err.value.one_line()
+    assert [d.get("perf_level", "AUTO") for d in n.devices()] == ["AUTO", "AUTO"]
+    assert [e["level"] for e in n.devices()[0]["perf_log"]] == ["DETERMINISM", "AUTO"]
+    assert not profile_journal_path(n.journal).exists()
 
 
 # ---- ProfileSession ---------------------------------------------------------------------
