@@ -21,7 +21,7 @@ from pathlib import Path
 from hpcai.errors import CapNotAppliedError, ConfigError, HpcaiError, PowerError, StaleJournalError, UsageError
 from hpcai.gpu.profiles import PROFILE_IDS, profile_control
 from hpcai.launcher.power.restoring import SETTLE_S, RestoringSession, describe, read_back_settled
-from hpcai.launcher.power.stale import pid_alive, stop_or_refuse
+from hpcai.launcher.power.stale import check_restorable, pid_alive
 
 FORMAT = 1
 KIND = "hpcai.profile-journal"
@@ -210,14 +210,7 @@ def restore_profiles_from_journal(backend, power_journal, force: bool = False) -
     record = load_profile_journal(path)
     if record is None:
         return {"journal": str(path), "found": False, "gpus": []}
-    host = socket.gethostname()
-    if record.get("hostname") not in (None, host):
-        raise PowerError(f"the power profile journal {path} was written on {record['hostname']}, "
-                         f"not on this host ({host})", "run `hpcai-launch power restore` on that node")
-    if not force and pid_alive(record.get("pid")):
-        raise PowerError(f"the run that wrote {path} (pid {record['pid']}) is still running",
-                         "stop it first (it restores the profiles when it exits), or pass --force")
-    stop_or_refuse(record.get("workload"), path, force)
+    check_restorable(record, path, force, "power profile journal")
     by_uuid = {g.uuid: g.index for g in backend.gpus()}
     results, failures = [], []
     for entry in record["gpus"]:
