@@ -140,6 +140,7 @@ class Power(_Part):
     cap_tolerance_frac: float = UNSET
     node_overhead_w: float
     clocks: Clocks = UNSET
+    profile: str | None = UNSET  # --power-profile: an NVML workload power profile
     extra: Mapping = field(default_factory=_empty)
     PARTS: ClassVar[dict[str, type]] = {"clocks": Clocks}
 
@@ -279,6 +280,10 @@ class RunSpec(_Part):
         """Clock caps, MHz per GPU (the launcher sets and restores them)."""
         clocks = clocks if isinstance(clocks, Clocks) else Clocks.from_json(clocks, "power.clocks.")
         return self.replace(power=self.power.replace(clocks=clocks))
+
+    def with_profile(self, profile: str | None) -> RunSpec:
+        """A workload power profile (the launcher requests and restores it)."""
+        return self.replace(power=self.power.replace(profile=profile))
 
     def with_protocol(self, protocol: Protocol | Mapping) -> RunSpec:
         """The protocol as planned (adaptive windows filled in and checked)."""

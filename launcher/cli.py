@@ -40,6 +40,25 @@ class Clocks(click.ParamType):
             return parse_clocks(value, self.flag)
         except HpcaiError as exc:
             self.fail(exc.one_line(), param, ctx)
+class PowerProfiles(click.ParamType):
+    """Power profile names (NVML's, or AMD's determinism-MHZ), comma-separated: one run per profile."""
+
+    name = "NAME[,NAME...]"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, list):
+            return value
+        from hpcai.gpu.profiles import profile_name
+
+        try:
+            names = [profile_name(n) for n in str(value).split(",")]
+        except HpcaiError as exc:
+            self.fail(exc.one_line(), param, ctx)
+        if len(set(names)) != len(names):
+            self.fail(f"{value!r} names a profile twice: give each once", param, ctx)
+        return names
+
+
 class CiTarget(click.ParamType):
     """A relative 95% confidence half-width strictly between 0 and 1, or "off"."""
 
@@ -226,6 +245,11 @@ def _sweep_options(workload) -> list:
                       "supported clocks (hpcai-launch power clocks)"),
     click.option("--mem-clock", "mem_clocks", type=Clocks("--mem-clock"),
                  help="highest memory clock per GPU in MHz, as --sm-clock"),
+    click.option("--power-profile", "power_profiles", type=PowerProfiles(),
+                 help="workload power profile(s) for every GPU, restored after each run (root): "
+                      "NVIDIA's NVML profiles (max-p, max-q, compute, memory-bound, ...), AMD's "
+                      "performance determinism as determinism-MHZ; a list runs one per profile, "
+                      "with --cap/--sm-clock a grid (hpcai-launch power profiles lists them)"),
     click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
                  help="runs per cap (a sweep when above 1)"),
     click.option("--vary", multiple=True, metavar="PARAM=V1,V2,...",
@@ -343,10 +367,10 @@ def _slurm_decorators() -> list:
     ]
 
 
-def _sweep_of(repeat, axes, caps, sm_clocks, mem_clocks) -> bool:
-    """One cap (and clock) and one repeat is a plain run, exactly as without sweeps."""
+def _sweep_of(repeat, axes, caps, sm_clocks, mem_clocks, profiles=None) -> bool:
+    """One cap (clock, profile) and one repeat is a plain run, exactly as without sweeps."""
     return repeat > 1 or bool(axes) or any(v is not None and len(v) > 1
-                                           for v in (caps, sm_clocks, mem_clocks))
+                                           for v in (caps, sm_clocks, mem_clocks, profiles))
 
 
 def _check_combinations(v: dict, batch) -> None:
@@ -354,6 +378,9 @@ def _check_combinations(v: dict, batch) -> None:
     if batch is not None and any(c is not None and len(c) > 1 for c in (v["sm_clocks"], v["mem_clocks"])):
         raise click.UsageError("clock sweeps are not submitted to Slurm yet: give one "
                                "--sm-clock/--mem-clock per job")
+    if batch is not None and v["power_profiles"] is not None and len(v["power_profiles"]) > 1:
+        raise click.UsageError("power profile sweeps are not submitted to Slurm yet: give one "
+                               "--power-profile per job")
     low, high = v["min_window_s"], v["max_window_s"]
     if low is not None and high is not None and high < low:
         raise click.UsageError(f"--max-window-s {high:g} is shorter than "
@@ -364,7 +391,7 @@ def _check_combinations(v: dict, batch) -> None:
 # The command's own options, by parameter name; every other value is the
 # workload's (its params fields' options, --data).
 _COMMAND_PARAMS = (
-    "preset", "impl", "caps", "sm_clocks", "mem_clocks", "repeat", "seed", "order", "idle_s",
+    "preset", "impl", "caps", "sm_clocks", "mem_clocks", "power_profiles", "repeat", "seed", "order", "idle_s",
     "power_method", "site", "device", "gpus", "nproc", "batch_size", "epochs", "warmup_epochs",
     "steps_per_epoch", "precision", "channels_last", "compile_", "sample_interval_ms",
     "no_telemetry", "output", "journal", "runtime", "image", "dry_run", "slurm", "nodes",
@@ -377,7 +404,8 @@ def _run_options_of(workload, v: dict, extra: dict, axes, batch):
     from hpcai.launcher.options import Options
 
     caps, sm_clocks, mem_clocks = v["caps"], v["sm_clocks"], v["mem_clocks"]
-    sweep = _sweep_of(v["repeat"], axes, caps, sm_clocks, mem_clocks)
+    profiles = v["power_profiles"]
+    sweep = _sweep_of(v["repeat"], axes, caps, sm_clocks, mem_clocks, profiles)
     interval_ms = v["sample_interval_ms"]
     return Options(
         workload=workload.name, impl=v["impl"], preset=v["preset"],
@@ -391,6 +419,8 @@ def _run_options_of(workload, v: dict, extra: dict, axes, batch):
         sm_clock_mhz=sm_clocks[0] if sm_clocks and len(sm_clocks) == 1 else None,
         mem_clock_mhz=mem_clocks[0] if mem_clocks and len(mem_clocks) == 1 else None,
         sm_clocks=sm_clocks if sweep else None, mem_clocks=mem_clocks if sweep else None,
+        power_profile=profiles[0] if profiles and not sweep else None,
+        power_profiles=profiles if sweep and profiles else None,
         in_run=v["in_run"], wait_for_gpus_s=v["wait_for_gpus"],
         params={"batch_size": v["batch_size"], "precision": v["precision"],
                 "channels_last": v["channels_last"], "compile": v["compile_"], **extra},
@@ -502,6 +532,16 @@ def power_clocks(site, power_method):
     from hpcai.launcher.info import show_clocks
 
     _run_guarded(show_clocks, site, power_method)
+
+
+@power.command(name="profiles")
+@click.option("--site", help="site name or .toml path")
+@click.option("--power-method", type=click.Choice(POWER_METHODS))
+def power_profiles(site, power_method):
+    """Each GPU's workload power profiles: offered, requested, enforced (--power-profile)."""
+    from hpcai.launcher.info import show_profiles
+
+    _run_guarded(show_profiles, site, power_method)
 
 
 @power.command(name="restore")

@@ -131,8 +131,10 @@ def show_power(site_selector: str | None, method: str | None) -> None:
                        f"{_w(lim.max_w):>6}")
     path = journal_path(site, None)
     from hpcai.launcher.power.clocks import clock_journal_path
+    from hpcai.launcher.power.profiles import profile_journal_path
 
-    for journal, what in ((path, "power"), (clock_journal_path(path), "clock")):
+    for journal, what in ((path, "power"), (clock_journal_path(path), "clock"),
+                          (profile_journal_path(path), "power profile")):
         if journal.exists():
             click.echo(f"note: a {what} journal exists at {journal}: "
                        "run `hpcai-launch power restore` if no run is active")
@@ -155,10 +157,11 @@ def restore_power(site_selector: str | None, method: str | None, journal: str | 
     node = Node.detect(site["gpu"]["vendor"])
     path = journal_path(site, journal)
     clock_path = clock_journal_path(path)
-    if not os.path.lexists(path) and not os.path.lexists(clock_path):
+    if not any(os.path.lexists(p) for p in (path, clock_path, _profile_path(path))):
         _restore_originals(site, method, node.vendor, path)
         return
     with _backend(site, method, node.vendor) as backend:
+        _restore_profiles(backend, path, force)  # first: the run requested it last
         if clock_path.exists():  # clocks first: the run capped them last
             done = restore_clocks_from_journal(backend, path, force=force)
             for gpu in done["gpus"]:
@@ -174,6 +177,23 @@ def restore_power(site_selector: str | None, method: str | None, journal: str | 
         click.echo(f"GPU {gpu['index']}: restored to {gpu['limit_w']:g} W "
                    f"(reads {gpu['read_back_w']:g} W)")
     click.echo(f"journal {path} removed")
+
+
+def _profile_path(path):
+    from hpcai.launcher.power.profiles import profile_journal_path
+
+    return profile_journal_path(path)
+
+
+def _restore_profiles(backend, path, force: bool) -> None:
+    from hpcai.launcher.power.profiles import restore_profiles_from_journal
+
+    if not os.path.lexists(_profile_path(path)):
+        return
+    done = restore_profiles_from_journal(backend, path, force=force)
+    for gpu in done["gpus"]:
+        click.echo(f"GPU {gpu['index']}: power profiles back to {', '.join(gpu['requested']) or 'none requested'}")
+    click.echo(f"power profile journal {_profile_path(path)} removed")
 
 
 def _restore_originals(site: dict, method: str | None, vendor, path) -> None:
@@ -192,6 +212,28 @@ def _restore_originals(site: dict, method: str | None, vendor, path) -> None:
     for gpu in done:
         click.echo(f"GPU {gpu['index']}: restored to {gpu['limit_w']:g} W from the node's record "
                    f"(no journal; reads {gpu['read_back_w']:g} W)")
+
+
+def show_profiles(site_selector: str | None, method: str | None) -> None:
+    """`hpcai-launch power profiles`: each GPU's power profiles, or why it has none."""
+    from hpcai.errors import HpcaiError
+    from hpcai.gpu.profiles import profile_control
+
+    site = sites.load(site_selector)
+    node = Node.detect(site["gpu"]["vendor"])
+    if not node.gpus:
+        click.echo("no GPU found: there are no power profiles to show")
+        return
+    with _backend(site, method, node.vendor) as backend:
+        for g in backend.gpus():
+            try:
+                control = profile_control(backend._device(g.index))
+                offered, now = control.available(), control.current()
+            except HpcaiError as exc:  # no profiles on this board or driver, or an AMD GPU
+                click.echo(f"GPU {g.index}: no power profiles ({exc.message})")
+                continue
+            click.echo(f"GPU {g.index}: offered {', '.join(offered) or 'none'}; requested "
+                       f"{', '.join(now['requested']) or 'none'}; enforced {', '.join(now['enforced']) or 'none'}")
 
 
 def show_clocks(site_selector: str | None, method: str | None) -> None:

@@ -38,6 +38,9 @@ class Options:
     mem_clock_mhz: int | None = None
     sm_clocks: list | None = None
     mem_clocks: list | None = None
+    # --power-profile: one NVML workload power profile per run; the list makes a sweep.
+    power_profile: str | None = None
+    power_profiles: list | None = None
     # --vary: [(param, [values])], a grid sweep (launcher/grid.py); --scaling with nodes.
     vary: list | None = None
     scaling: str | None = None

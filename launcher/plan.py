@@ -129,6 +129,8 @@ def _refuse_limits_without_gpus(opts: Options, gpu_indices, why: str, cap_fix: s
     clocks = clock_request(opts)
     if clocks:
         raise UsageError(f"{_clock_flags(clocks)} GPUs, and {why}", clock_fix)
+    if opts.power_profile is not None:
+        raise UsageError(f"--power-profile needs GPUs, and {why}", clock_fix)
 
 
 def _processes(opts: Options, workload, preset: str, device: str,
@@ -165,6 +167,9 @@ def _complete_spec(spec: RunSpec, site: dict, opts: Options, picked: list | None
         spec = spec.with_clocks(clocks).placed(run_id=spec.run_id + "".join(
             f"-{name}{clocks[key]}MHz" for name, key in (("sm", "sm_mhz"), ("mem", "mem_mhz"))
             if clocks[key] is not None))
+    if opts.power_profile is not None:  # launcher/power/profiles.py requests and restores it
+        spec = spec.with_profile(opts.power_profile).placed(
+            run_id=f"{spec.run_id}-profile-{opts.power_profile}")
     # Node sources the workload's sampler reads; PUE, carbon and price, for the report.
     spec = spec.at_site(site["node_power"], site["facility"])
     # GPUs by identity: the workload is handed these ids, its sampler keeps these UUIDs.
@@ -264,20 +269,21 @@ def outside_site_range(cap_w: float, site: dict) -> str | None:
 
 
 def check_limits(run: RunPlan, caps: list, clocks: list[tuple] = (),
-                 indices: list[int] | None = None) -> None:
-    """Every cap (W) and (SM, memory) clock pair the run will set, against the site's
-    range and each GPU's; the sessions check again before setting. Without GPUs
-    (a dry run on a login node) the plan is shown with a note instead."""
+                 indices: list[int] | None = None, profiles: list = ()) -> None:
+    """Every cap (W), (SM, memory) clock pair and power profile the run will set,
+    against the site's range and each GPU's; the sessions check again before
+    setting. Without GPUs (a dry run on a login node) the plan is shown with a note instead."""
     caps = [c for c in caps if c is not None]
     clocks = [(sm, mem) for sm, mem in clocks if sm is not None or mem is not None]
+    profiles = [p for p in profiles if p is not None]
     if not run.node.gpus:
         if caps:
             log(caps_unchecked_note(run.spec))
-        if clocks:
-            log("note: no GPU is visible here, so the clock caps were not checked; they are "
-                "checked against each GPU's supported clocks where the run happens")
+        if clocks or profiles:
+            log("note: no GPU is visible here, so the clock caps and power profiles were not "
+                "checked; they are checked against each GPU where the run happens")
         return
-    if not caps and not clocks:
+    if not caps and not clocks and not profiles:
         return
     indices = run.indices if indices is None else indices
     with run.backend() as backend:
@@ -285,6 +291,8 @@ def check_limits(run: RunPlan, caps: list, clocks: list[tuple] = (),
             _check_cap(backend, cap, indices, run.site)
         for sm, mem in clocks:
             _check_clocks(backend, indices, sm, mem)
+        for name in profiles:
+            _check_profile(backend, indices, name)
 
 
 def _check_cap(backend, cap_w: float, indices: list[int], site: dict) -> None:
@@ -309,6 +317,16 @@ def _check_clocks(backend, indices: list[int], sm_mhz: int | None, mem_mhz: int 
         raise UsageError(f"clocks cannot be capped on a MIG slice: GPU {mig[0]} is in MIG mode",
                          "the clocks are the whole GPU's; drop --sm-clock/--mem-clock")
     check_clocks(controls_for(backend, indices), sm_mhz, mem_mhz)
+
+
+def _check_profile(backend, indices: list[int], name: str) -> None:
+    from hpcai.launcher.power.profiles import check_profile, profile_controls
+
+    mig = [g.index for g in backend.gpus() if g.index in indices and g.mig_enabled]
+    if mig:
+        raise UsageError(f"a power profile cannot be set on a MIG slice: GPU {mig[0]} is in MIG mode",
+                         "the profile is the whole GPU's; drop --power-profile")
+    check_profile(profile_controls(backend, indices), name)
 
 
 def caps_unchecked_note(spec: RunSpec) -> str:

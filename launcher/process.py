@@ -50,7 +50,7 @@ class WorkloadProcess:
         self.cap_note = cap_note
         self.env = runtime.environment(plan.spec, plan.site)
         self.signals = ChildSignals(plan.spec)
-        self.backend = self.session = self.clock_session = None
+        self.backend = self.session = self.clock_session = self.profile_session = None
         self.follower: LogFollower | None = None
         self.child: subprocess.Popen | None = None
         self.interrupted: Interrupted | None = None
@@ -78,12 +78,13 @@ class WorkloadProcess:
 
         cap_w = self.spec.power.cap_w
         clocks = self.spec.power.clocks.to_json() if self.spec.power.clocks else {}
+        profile = self.spec.power.profile or None
         self.backend = self.plan.backend()
         self._stack.callback(self.backend.close)
         # Entered last, so it exits first: limits come back before anything else.
         self.session = self._stack.enter_context(
             CapSession(self.backend, cap_w, self.indices, self.plan.journal,
-                       run_id=self.spec.run_id, hold=bool(clocks),
+                       run_id=self.spec.run_id, hold=bool(clocks) or profile is not None,
                        wait_s=self.plan.wait_for_gpus_s, on_wait=log))
         gpus = ", ".join(map(str, self.indices))
         if cap_w is not None:
@@ -94,6 +95,12 @@ class WorkloadProcess:
                 self.plan.journal))
             log(f"clocks capped ({clock_label(clocks.get('sm_mhz'), clocks.get('mem_mhz'))}) "
                 f"on GPU(s) {gpus}; restored when the run ends")
+        if profile is not None:  # entered last, so restored first
+            from hpcai.launcher.power.profiles import ProfileSession
+
+            self.profile_session = self._stack.enter_context(ProfileSession(
+                self.backend, profile, self.indices, self.plan.journal))
+            log(f"power profile {profile} requested on GPU(s) {gpus}; restored when the run ends")
 
     def __exit__(self, *exc_info) -> bool:
         suppressed = self._stack.__exit__(*exc_info)
@@ -102,6 +109,8 @@ class WorkloadProcess:
                 log("power limits restored")
             if self.clock_session is not None:
                 log("clocks restored")
+            if self.profile_session is not None:
+                log("power profiles restored")
         return suppressed
 
     @property
@@ -195,6 +204,10 @@ class WorkloadProcess:
             from hpcai.launcher.power.clocks import record_clock_workload
 
             record_clock_workload(self.plan.journal, self.child.pid, self.spec.run_id)
+        if self.profile_session is not None:
+            from hpcai.launcher.power.profiles import record_profile_workload
+
+            record_profile_workload(self.plan.journal, self.child.pid, self.spec.run_id)
 
     def stop(self, signum: int, already_sent: bool | None = None) -> None:
         self.signals.stop(signum, already_sent)
@@ -315,7 +328,7 @@ def result_is_final(path: Path) -> bool:
 # ---- the result ---------------------------------------------------------------------
 def finish_result(doc: dict, run_dir: Path, spec: RunSpec, code: int | None, limits: dict,
                   end_limits: dict | None = None, interrupted: Interrupted | None = None,
-                  clock_session=None) -> dict:
+                  clock_session=None, profile_session=None) -> dict:
     """The workload's result completed by the launcher, for a single run and an
     in-run segment alike: a `running` one marked interrupted or crashed, the limits
     set and in force, the clocks, the idle baseline, validity again; cleaned."""
@@ -332,6 +345,10 @@ def finish_result(doc: dict, run_dir: Path, spec: RunSpec, code: int | None, lim
         from hpcai.launcher.power.clocks import clocks_record
 
         doc["power"]["clocks"] = clocks_record(clock_session, measured_clocks(doc))
+    if profile_session is not None:
+        from hpcai.launcher.power.profiles import profile_record
+
+        doc["power"]["profile"] = profile_record(profile_session)
     doc["launcher"] = {"command_exit_code": code,
                        "gpu_limits": results.limits_record(limits, end_limits or {})}
     idle = results.sweep_idle_baseline(run_dir, bool(spec.sweep))

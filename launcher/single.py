@@ -25,7 +25,8 @@ def run_single(opts: Options, placement: dict | None = None, run_id: str | None 
         log(f"note: {spec.workload} measures the preset's fixed protocol (serving: one "
             "load of --steps-per-epoch requests); --ci-target applies to the training workloads")
     clocks = clock_request(opts)
-    check_limits(run, [opts.cap_w], [(clocks["sm_mhz"], clocks["mem_mhz"])] if clocks else [])
+    check_limits(run, [opts.cap_w], [(clocks["sm_mhz"], clocks["mem_mhz"])] if clocks else [],
+                 profiles=[opts.power_profile])
     if opts.dry_run:
         print(json.dumps(spec.to_json(), indent=2))
         print("command: " + shlex.join(run.command))
@@ -79,7 +80,7 @@ def write_result(run_dir: Path, spec: RunSpec, proc: WorkloadProcess, end_limits
 
         mark_stalled(doc, proc.stalled)
     doc = finish_result(doc, run_dir, spec, proc.code, proc.limits, end_limits,
-                        proc.interrupted, proc.clock_session)
+                        proc.interrupted, proc.clock_session, proc.profile_session)
     try:
         write_json_atomic(path, doc)
     except OSError as exc:

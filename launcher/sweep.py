@@ -130,12 +130,14 @@ class Slot:
     sm_clock_mhz: int | None = None
     mem_clock_mhz: int | None = None
     point: tuple = ()  # --vary: ((param, value), ...) (launcher/grid.py); () without
+    profile: str | None = None  # --power-profile; None: the GPU's own
 
     def describe(self) -> str:
         cap = "uncapped" if self.cap_w is None else f"cap {self.cap_w:g} W"
         where = "".join(f"{name} {value}, " for name, value in self.point)
         clocks = clock_label(self.sm_clock_mhz, self.mem_clock_mhz)
-        return f"{where}{cap}{', ' + clocks if clocks else ''}, repeat {self.repeat + 1}"
+        profile = f", profile {self.profile}" if self.profile else ""
+        return f"{where}{cap}{', ' + clocks if clocks else ''}{profile}, repeat {self.repeat + 1}"
 
 
 def point_of(sweep: dict) -> tuple:
@@ -150,7 +152,8 @@ def _point_key(point):
 def schedule(caps: list[float | None], repeats: int, order: str, seed: int,
              sm_clocks: list[int | None] | None = None,
              mem_clocks: list[int | None] | None = None,
-             points: list[tuple] | None = None) -> list[Slot]:
+             points: list[tuple] | None = None,
+             profiles: list[str | None] | None = None) -> list[Slot]:
     """Every cap (x SM clock x memory clock, at every --vary grid point) once per
     round, rounds one after another.
 
@@ -163,8 +166,8 @@ def schedule(caps: list[float | None], repeats: int, order: str, seed: int,
         raise UsageError(f"unknown order {order!r}", f"choose one of: {', '.join(ORDERS)}")
     if repeats < 1:
         raise UsageError("--repeat must be at least 1", f"got {repeats}")
-    settings = [(c, s, m) for c in caps for s in (sm_clocks or [None])
-                for m in (mem_clocks or [None])]
+    settings = [(c, s, m, p) for c in caps for s in (sm_clocks or [None])
+                for m in (mem_clocks or [None]) for p in (profiles or [None])]
     # Grid points outermost, so that a plain cap sweep's order is unchanged.
     combos = [(p, setting) for p in (points or [()])
               for setting in sorted(settings, key=_point_key)]
@@ -180,7 +183,7 @@ def schedule(caps: list[float | None], repeats: int, order: str, seed: int,
                 round_points.reverse()
         else:
             round_points = list(combos)
-        slots.extend(Slot(c, r, s, m, point=p) for p, (c, s, m) in round_points)
+        slots.extend(Slot(c, r, s, m, point=p, profile=pr) for p, (c, s, m, pr) in round_points)
     if len(slots) > MAX_SLOTS:
         raise UsageError(f"the sweep has {len(slots)} runs", f"use at most {MAX_SLOTS}")
     return slots
@@ -233,13 +236,13 @@ def doc_slot(spec: dict, repeat) -> Slot:
     """The slot a run's spec fills: its cap, clock caps (spec.power.clocks), repeat and grid point."""
     clocks = spec["power"].get("clocks") or {}
     return Slot(spec["power"]["cap_w"], int(repeat), clocks.get("sm_mhz"), clocks.get("mem_mhz"),
-                point=point_of(spec.get("sweep") or {}))
+                point=point_of(spec.get("sweep") or {}), profile=spec["power"].get("profile"))
 
 
 def run_slot(run: dict) -> Slot:
     """The slot of a sweep.json run entry (entries without clocks: none were capped)."""
     return Slot(run["cap_w"], run["repeat"], run.get("sm_clock_mhz"), run.get("mem_clock_mhz"),
-                point=tuple((run.get("point") or {}).items()))
+                point=tuple((run.get("point") or {}).items()), profile=run.get("power_profile"))
 
 
 def completed_slots(sweep_dir: Path, digest: str) -> dict[Slot, str]:
@@ -458,6 +461,7 @@ class _Sweep:
     sm_clocks: list
     mem_clocks: list
     points: list
+    profiles: list
     device: str | None  # a --vary grid's device (a CPU run's `gpus` are processes)
     in_run: bool
     plan: object = None  # RunPlan of the first slot
@@ -543,20 +547,22 @@ def _plan_sweep(opts) -> _Sweep:
     device = None
     if opts.vary:  # a CPU run's `gpus` are its processes: the device decides
         device = make_plan(dataclasses.replace(opts, cap_w=None, caps=None, sm_clocks=None,
-                                               mem_clocks=None)).spec.devices.type
+                                               mem_clocks=None, power_profiles=None)).spec.devices.type
     sweep = _Sweep(opts, caps, list(opts.sm_clocks) if opts.sm_clocks else [None],
                    list(opts.mem_clocks) if opts.mem_clocks else [None],
-                   grid.points(opts.vary or []), device, in_run)
+                   grid.points(opts.vary or []),
+                   list(opts.power_profiles) if opts.power_profiles else [opts.power_profile],
+                   device, in_run)
     sweep.plan = sweep.slot_plan(sweep.points[0], _first_slot(sweep))
-    # Every cap and clock checked before the first one is set.
+    # Every cap, clock and profile checked before the first one is set.
     check_limits(sweep.plan, caps, [(sm, mem) for sm in sweep.sm_clocks
-                                    for mem in sweep.mem_clocks])
+                                    for mem in sweep.mem_clocks], profiles=sweep.profiles)
     _find_folder(sweep)
     return sweep
 
 
 def _first_slot(sweep: _Sweep) -> Slot:
-    return Slot(sweep.caps[0], 0, sweep.sm_clocks[0], sweep.mem_clocks[0])
+    return Slot(sweep.caps[0], 0, sweep.sm_clocks[0], sweep.mem_clocks[0], profile=sweep.profiles[0])
 
 
 def _find_folder(sweep: _Sweep) -> None:
@@ -578,7 +584,7 @@ def _find_folder(sweep: _Sweep) -> None:
     sweep.seed = opts.seed if opts.seed is not None else (
         sweep.previous.doc.get("seed") if sweep.previous else new_seed())
     sweep.slots = schedule(sweep.caps, opts.repeat, opts.order, sweep.seed, sweep.sm_clocks,
-                           sweep.mem_clocks, sweep.points)
+                           sweep.mem_clocks, sweep.points, sweep.profiles)
     sweep.done = completed_slots(sweep.folder, sweep.digest) if sweep.folder.exists() else {}
 
 
@@ -617,6 +623,7 @@ def _new_summary(sweep: _Sweep) -> Summary:
         "key": sweep.digest, "measurement": sweep.key, "workload": spec.workload,
         "preset": spec.preset, "caps_w": sweep.caps,
         **_clock_axes(sweep.sm_clocks, sweep.mem_clocks),
+        **({"power_profiles": sweep.profiles} if sweep.profiles != [None] else {}),
         "repeat": opts.repeat, "order": opts.order, "in_run": sweep.in_run,
         **({"vary": [[name, values] for name, values in opts.vary]} if opts.vary else {}),
         "seed": sweep.seed, "created": previous.doc.get("created") if previous else now_iso(),
@@ -695,13 +702,15 @@ def _slot_options(opts, slot: Slot):
     """The options of one plain run: this slot's cap and clocks, no sweep lists."""
     return dataclasses.replace(opts, cap_w=slot.cap_w, caps=None,
                                sm_clock_mhz=slot.sm_clock_mhz, mem_clock_mhz=slot.mem_clock_mhz,
-                               sm_clocks=None, mem_clocks=None)
+                               sm_clocks=None, mem_clocks=None,
+                               power_profile=slot.profile, power_profiles=None)
 
 
 def _clock_fields(slot: Slot) -> dict:
-    """A run entry's clock caps; none without them (summaries stay as they were)."""
+    """A run entry's clock caps and power profile; none without them (summaries stay as they were)."""
     return {k: v for k, v in (("sm_clock_mhz", slot.sm_clock_mhz),
-                              ("mem_clock_mhz", slot.mem_clock_mhz)) if v is not None}
+                              ("mem_clock_mhz", slot.mem_clock_mhz),
+                              ("power_profile", slot.profile)) if v is not None}
 
 
 def _clock_axes(sm_clocks: list, mem_clocks: list) -> dict:
@@ -716,6 +725,8 @@ def _other_axes(opts) -> str | None:
         return "a --vary grid"
     if opts.sm_clocks or opts.mem_clocks or opts.sm_clock_mhz or opts.mem_clock_mhz:
         return "clock caps"
+    if opts.power_profiles or opts.power_profile:
+        return "power profiles"
     return None
 
 
@@ -752,6 +763,8 @@ def _finish(summary: Summary) -> int:
     for r in runs:
         cap = "uncapped" if r["cap_w"] is None else f"{r['cap_w']:g} W"
         clocks = clock_label(r.get("sm_clock_mhz"), r.get("mem_clock_mhz"))
+        if r.get("power_profile"):
+            clocks = ", ".join(c for c in (clocks, f"profile {r['power_profile']}") if c)
         note = " (already complete, skipped)" if r.get("skipped") else ""
         where = "".join(f"{n} {v}  " for n, v in (r.get("point") or {}).items())
         print(f"  {where}{cap:>8}  {clocks + '  ' if clocks else ''}repeat {r['repeat'] + 1}  "

@@ -14,7 +14,7 @@ from hpcai.measure.node_power import energy_with_node, node_section
 from hpcai.measure.stats import throughput_stats
 from hpcai.measure.telemetry import integrate_power_j, window_stats
 
-RESULT_SCHEMA_VERSION = "1.1"  # 1.1: power.tier (issue 44)
+RESULT_SCHEMA_VERSION = "1.1"  # 1.1: power.tier (issue 44); power.profile, spec.power.profile (--power-profile)
 # Counter and integrated energy further apart than this: trust neither blindly.
 ENERGY_AGREEMENT_FRAC = 0.25
 # NVML's power sensor covers only part of each period on A100/H100 ("only 25%

@@ -31,7 +31,7 @@ from hpcai.errors import (
 )
 from hpcai.gpu.clocks import DOMAIN_NAMES, DOMAINS, clock_control
 from hpcai.launcher.power.restoring import SETTLE_S, RestoringSession, describe, read_back_settled
-from hpcai.launcher.power.stale import pid_alive, stop_or_refuse
+from hpcai.launcher.power.stale import check_restorable, pid_alive
 
 log = logging.getLogger(__name__)
 
@@ -276,14 +276,7 @@ def restore_clocks_from_journal(backend, power_journal, force: bool = False) -> 
     record = load_clock_journal(path)
     if record is None:
         return {"journal": str(path), "found": False, "gpus": []}
-    host = socket.gethostname()
-    if record.get("hostname") not in (None, host):
-        raise PowerError(f"the clock journal {path} was written on {record['hostname']}, "
-                         f"not on this host ({host})", "run `hpcai-launch power restore` on that node")
-    if not force and pid_alive(record.get("pid")):
-        raise PowerError(f"the run that wrote {path} (pid {record['pid']}) is still running",
-                         "stop it first (it restores the clocks when it exits), or pass --force")
-    stop_or_refuse(record.get("workload"), path, force)
+    check_restorable(record, path, force, "clock journal")
     by_uuid = {g.uuid: g.index for g in backend.gpus()}
     results, failures = [], []
     for entry in record["gpus"]:

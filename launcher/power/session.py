@@ -44,8 +44,10 @@ def refuse_stale_journal(path) -> None:
     """StaleJournalError while a journal exists: its GPUs may still be capped
     (or their clocks: the clock journal beside it, launcher/power/clocks.py)."""
     from hpcai.launcher.power.clocks import refuse_stale_clock_journal
+    from hpcai.launcher.power.profiles import refuse_stale_profile_journal
 
     refuse_stale_clock_journal(path)
+    refuse_stale_profile_journal(path)
     path = Path(path)
     if not path.exists():
         return

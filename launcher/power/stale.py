@@ -1,6 +1,6 @@
 """What a dead run may have left behind: its launcher's pid, its workload's
-processes. Shared by the cap and the clock sessions (session.py, clocks.py),
-which each keep a journal of their own."""
+processes. Shared by the cap, clock and profile sessions (session.py,
+clocks.py, profiles.py), which each keep a journal of their own."""
 from __future__ import annotations
 
 import logging
@@ -25,6 +25,21 @@ def pid_alive(pid) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
         return True
+
+
+def check_restorable(record: dict, path: Path, force: bool, what: str) -> None:
+    """A journal (`what`: "clock journal", ...) is replayed only on the host that
+    wrote it, once its run has ended, and never under a workload still running."""
+    import socket
+
+    host = socket.gethostname()
+    if record.get("hostname") not in (None, host):
+        raise PowerError(f"the {what} {path} was written on {record['hostname']}, not on this host "
+                         f"({host})", "run `hpcai-launch power restore` on that node")
+    if not force and pid_alive(record.get("pid")):
+        raise PowerError(f"the run that wrote {path} (pid {record['pid']}) is still running",
+                         "stop it first (it restores what it set when it exits), or pass --force")
+    stop_or_refuse(record.get("workload"), path, force)
 
 
 def stop_or_refuse(workload: dict | None, path: Path, force: bool) -> None:

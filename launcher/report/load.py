@@ -73,6 +73,7 @@ class Run:
     # Clock caps the run asked for (--sm-clock/--mem-clock, spec.power.clocks), MHz.
     sm_clock_cap_mhz: int | None = None
     mem_clock_cap_mhz: int | None = None
+    power_profile: str | None = None  # --power-profile (spec.power.profile, schema 1.1)
     samples_path: str | None = None  # the samples file's path, as text (as path above)
     measured_start: float | None = None
     measured_end: float | None = None
@@ -286,6 +287,7 @@ def _fill_limits(run: Run, doc: dict, spec: dict, used: list) -> None:
     run.cap_read = True
     clocks = spec["power"].get("clocks") or {}
     run.sm_clock_cap_mhz, run.mem_clock_cap_mhz = clocks.get("sm_mhz"), clocks.get("mem_mhz")
+    run.power_profile = spec["power"].get("profile")
     cap = (doc.get("power") or {}).get("cap") or {}
     run.enforced = cap.get("enforced") if run.cap_w is not None else None
     defaults = [(g.get("limits") or {}).get("default_w") for g in used]

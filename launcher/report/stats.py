@@ -77,6 +77,8 @@ def group_of(run: Run) -> Group:
         if run.point else ""
     if run.input:  # data from storage (--data) is another measurement than preloaded inputs
         point = ", ".join(x for x in (point, "data from storage") if x)
+    if run.power_profile:  # a setting, as a clock cap: its own row, named in the label
+        point = ", ".join(x for x in (point, f"power profile {run.power_profile}") if x)
     return _group((run.workload, run.preset, run.device, run.device_full, run.device_type,
                    run.site, run.processes, run.unit, run.nodes, run.sm_clock_cap_mhz,
                    run.mem_clock_cap_mhz, point))

@@ -78,6 +78,21 @@ class AmdSmiClkType(IntEnum):
     MEM = 4
 
 
+class AmdSmiDevPerfLevel(IntEnum):
+    # amdsmi_interface.py (7.0.2) maps these to amdsmi_wrapper.AMDSMI_DEV_PERF_LEVEL_*
+    # (amdsmi.h: AUTO = 0 ... DETERMINISM, UNKNOWN = 0x100).
+    AUTO = 0
+    LOW = 1
+    HIGH = 2
+    MANUAL = 3
+    STABLE_STD = 4
+    STABLE_PEAK = 5
+    STABLE_MIN_MCLK = 6
+    STABLE_MIN_SCLK = 7
+    DETERMINISM = 8
+    UNKNOWN = 0x100
+
+
 class AmdSmiTemperatureType(IntEnum):
     EDGE = 0
     HOTSPOT = 1
@@ -495,3 +510,57 @@ def amdsmi_set_power_cap(handle, sensor_ind, cap):
     status = _fgs.modify(_path(), apply)
     if status != amdsmi_wrapper.AMDSMI_STATUS_SUCCESS:
         raise AmdSmiLibraryException(status)
+
+
+# --- performance level and determinism (amdsmi_interface.py, 7.0.2) ------------------
+# amdsmi_get_gpu_perf_level returns the level's name ("AMDSMI_DEV_PERF_LEVEL_AUTO");
+# amdsmi_set_gpu_perf_level takes an AmdSmiDevPerfLevel, else AmdSmiParameterException;
+# amdsmi_set_gpu_perf_determinism_mode(handle, clkvalue) takes an int (MHz), else
+# AmdSmiParameterException, and puts the GPU in DETERMINISM with that GFX soft
+# maximum. Writing the level needs root (NO_PERM, "deny_set"); a board without it:
+# feature "perf_determinism" (set) or "perf_level" (get and set) -> NOT_SUPPORTED.
+@_exclusive
+def amdsmi_get_gpu_perf_level(handle):
+    return "AMDSMI_DEV_PERF_LEVEL_" + _dev(handle, "perf_level").get("perf_level", "AUTO")
+
+
+def _set_level(handle, feature: str, level: str, mhz: int | None):
+    _dev(handle, feature)
+    position = handle.position
+
+    def apply(state):
+        dev = _amd(state)[position]
+        entry = {"level": level, "mhz": mhz, "t": time.time()}
+        dev.setdefault("perf_log", []).append(entry)
+        if dev.get("deny_set"):
+            entry["result"] = "denied"
+            return amdsmi_wrapper.AMDSMI_STATUS_NO_PERM
+        if mhz is not None and not min(_levels(dev, "sm")) <= mhz <= max(_levels(dev, "sm")):
+            entry["result"] = "invalid"
+            return amdsmi_wrapper.AMDSMI_STATUS_INVAL
+        if dev.get("ignore_perf_set"):
+            entry["result"] = "ignored"
+            return amdsmi_wrapper.AMDSMI_STATUS_SUCCESS
+        dev["perf_level"], dev["determinism_mhz"] = level, mhz
+        entry["result"] = "ok"
+        return amdsmi_wrapper.AMDSMI_STATUS_SUCCESS
+
+    status = _fgs.modify(_path(), apply)
+    if status != amdsmi_wrapper.AMDSMI_STATUS_SUCCESS:
+        raise AmdSmiLibraryException(status)
+
+
+@_exclusive
+def amdsmi_set_gpu_perf_level(handle, perf_level):
+    if not isinstance(perf_level, AmdSmiDevPerfLevel):
+        raise AmdSmiParameterException(f"perf_level must be AmdSmiDevPerfLevel, got {perf_level!r}")
+    _dev(handle, "perf_level")
+    _set_level(handle, "perf_level", perf_level.name, None)
+
+
+@_exclusive
+def amdsmi_set_gpu_perf_determinism_mode(handle, clkvalue):
+    if not isinstance(clkvalue, int):
+        raise AmdSmiParameterException(f"clkvalue must be int, got {type(clkvalue).__name__}")
+    _dev(handle, "perf_level")
+    _set_level(handle, "perf_determinism", "DETERMINISM", clkvalue)

@@ -57,6 +57,18 @@ State file schema (format 1)::
         "clock_limits": {"sm": [lo, hi] | null, "mem": [lo, hi] | null},  # locked / soft range
         "ignore_clock_set": false,           # a clock set "succeeds" but changes nothing
         "clock_log": [{"domain": str, "action": "lock"|"reset"|"max", "mhz": .., "result": str}]
+        # Workload power profiles (NVIDIA; hpcai.gpu.profiles), NVML_POWER_PROFILE_* ids.
+        # Absent "power_profiles": the board has none (NOT_SUPPORTED).
+        "power_profiles": [int],             # offered: ...GetProfilesInfo's perfProfilesMask
+        "requested_profiles": [int],         # requested now (Set adds, Clear removes)
+        "profile_conflicts": {id: [int]},    # enforced: requested minus those a lower id conflicts with
+        "ignore_profile_set": false,         # requests succeed but nothing is enforced
+        "profile_log": [{"action": "set"|"clear", "ids": [int], "result": str}]
+        # AMD performance determinism (hpcai.gpu.profiles.AmdDeterminism).
+        "perf_level": "AUTO",                # AmdSmiDevPerfLevel name in force
+        "determinism_mhz": int | null,       # the GFX soft maximum in DETERMINISM
+        "ignore_perf_set": false,            # level sets succeed but change nothing
+        "perf_log": [{"level": str, "mhz": int | null, "result": str}]
       } ]
     }
 
@@ -81,7 +93,9 @@ Feature names for ``not_supported``: "power_instant", "power_average",
 "utilization", "memory_used", "throttle", "enforced_limit", "default_limit",
 "constraints", "current_limit", "set_limit", "cuda_version", "power_cap_info",
 "field_values", "mig", "violation", "gpu_metrics", "supported_clocks",
-"clock_lock" (setting or resetting clocks), "serial" (NVML: nvmlDeviceGetSerial
+"clock_lock" (setting or resetting clocks), "power_profiles" (every profile call),
+"perf_level" (AMD: reading or setting the perf level), "perf_determinism" (AMD: setting it),
+"serial" (NVML: nvmlDeviceGetSerial
 raises NotSupported, as on GeForce parts; amdsmi: asic_serial is "N/A").
 
 Top-level keys: "removed_functions" (NVML symbols the driver lacks: calls raise

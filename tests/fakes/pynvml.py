@@ -11,6 +11,7 @@ object with ``monkeypatch.setitem(sys.modules, "pynvml", ...)`` (in-process).
 """
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import os
 import random
@@ -435,6 +436,149 @@ def nvmlDeviceSetMemoryLockedClocks(handle, minMemClockMHz, maxMemClockMHz):
 
 def nvmlDeviceResetMemoryLockedClocks(handle):
     _lock(handle, "mem", None, None)
+
+
+# --- workload power profiles (nvidia-ml-py 13.615.71 pynvml.py:7479-7597) ---------
+# NVML API reference, "Power Profile Information" (group__nvmlPowerProfiles): the
+# structs below have the binding's layout and version words; the calls take a
+# pointer (ctypes.byref) to one, check its version (a wrong one:
+# NVML_ERROR_ARGUMENT_VERSION_MISMATCH), and answer NVML_ERROR_NOT_SUPPORTED on
+# boards without profiles (feature "power_profiles"); a driver older than the
+# calls lacks the symbols (state "removed_functions": FUNCTION_NOT_FOUND). Set adds
+# the mask's profiles to those requested, Clear removes them (Device Commands:
+# NO_PERMISSION without root, "deny_set"). The enforced mask is the requested one
+# minus profiles that conflict with a requested one of higher priority; here a
+# device's "profile_conflicts" ({id: [ids]}) names them, the lower id winning.
+class c_nvmlMask255_t(ctypes.Structure):
+    _fields_ = [("mask", ctypes.c_uint * 8)]
+
+
+NVML_WORKLOAD_POWER_MAX_PROFILES = 255
+NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25
+
+
+class c_nvmlWorkloadPowerProfileInfo_v1_t(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint), ("profileId", ctypes.c_uint),
+                ("priority", ctypes.c_uint), ("conflictingmask", c_nvmlMask255_t)]
+
+
+class c_nvmlWorkloadPowerProfileProfilesInfo_v1_t(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint), ("perfProfilesMask", c_nvmlMask255_t),
+                ("perfProfile", c_nvmlWorkloadPowerProfileInfo_v1_t * NVML_WORKLOAD_POWER_MAX_PROFILES)]
+
+    def __init__(self):
+        super().__init__(version=nvmlWorkloadPowerProfileProfilesInfo_v1)
+
+
+class c_nvmlWorkloadPowerProfileCurrentProfiles_v1_t(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint), ("perfProfilesMask", c_nvmlMask255_t),
+                ("requestedProfilesMask", c_nvmlMask255_t), ("enforcedProfilesMask", c_nvmlMask255_t)]
+
+    def __init__(self):
+        super().__init__(version=nvmlWorkloadPowerProfileCurrentProfiles_v1)
+
+
+class c_nvmlWorkloadPowerProfileRequestedProfiles_v1_t(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint), ("requestedProfilesMask", c_nvmlMask255_t)]
+
+    def __init__(self):
+        super().__init__(version=nvmlWorkloadPowerProfileRequestedProfiles_v1)
+
+
+# Version words as in pynvml.py (NVML_STRUCT_VERSION: size | version << 24).
+nvmlWorkloadPowerProfileInfo_v1 = 0x100002c
+nvmlWorkloadPowerProfileProfilesInfo_v1 = 0x1002bf8
+nvmlWorkloadPowerProfileCurrentProfiles_v1 = 0x1000064
+nvmlWorkloadPowerProfileRequestedProfiles_v1 = 0x1000024
+
+
+def _struct(ref, kind, version: int):
+    """The struct a byref() points at; INVALID_ARGUMENT / VERSION_MISMATCH as NVML."""
+    obj = getattr(ref, "_obj", ref)
+    if not isinstance(obj, kind):
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    if obj.version != version:
+        raise NVMLError(NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+    return obj
+
+
+def _set_mask(mask, ids) -> None:
+    for i in ids:
+        mask.mask[int(i) // 32] |= 1 << (int(i) % 32)
+
+
+def _mask_ids(mask) -> list[int]:
+    return [w * 32 + b for w in range(8) for b in range(32) if mask.mask[w] >> b & 1]
+
+
+def _profiles_dev(name: str, handle) -> dict:
+    """A board without a "power_profiles" list has none: NOT_SUPPORTED."""
+    _present(name)
+    dev = _dev(handle, "power_profiles")
+    if "power_profiles" not in dev:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    return dev
+
+
+def _enforced(dev: dict) -> list[int]:
+    requested = sorted(dev.get("requested_profiles", []))
+    conflicts = {int(k): v for k, v in (dev.get("profile_conflicts") or {}).items()}
+    return [i for i in requested if not any(j < i and i in conflicts.get(j, []) for j in requested)]
+
+
+def nvmlDeviceWorkloadPowerProfileGetProfilesInfo(device, profilesInfo):
+    info = _struct(profilesInfo, c_nvmlWorkloadPowerProfileProfilesInfo_v1_t,
+                   nvmlWorkloadPowerProfileProfilesInfo_v1)
+    dev = _profiles_dev("nvmlDeviceWorkloadPowerProfileGetProfilesInfo", device)
+    for n, pid in enumerate(dev.get("power_profiles", [])):
+        _set_mask(info.perfProfilesMask, [pid])
+        info.perfProfile[n].version, info.perfProfile[n].profileId = nvmlWorkloadPowerProfileInfo_v1, pid
+    return NVML_SUCCESS
+
+
+def nvmlDeviceWorkloadPowerProfileGetCurrentProfiles(device, currentProfiles):
+    now = _struct(currentProfiles, c_nvmlWorkloadPowerProfileCurrentProfiles_v1_t,
+                  nvmlWorkloadPowerProfileCurrentProfiles_v1)
+    dev = _profiles_dev("nvmlDeviceWorkloadPowerProfileGetCurrentProfiles", device)
+    _set_mask(now.perfProfilesMask, dev.get("power_profiles", []))
+    _set_mask(now.requestedProfilesMask, dev.get("requested_profiles", []))
+    _set_mask(now.enforcedProfilesMask, [] if dev.get("ignore_profile_set") else _enforced(dev))
+    return NVML_SUCCESS
+
+
+def _request_profiles(name: str, device, requestedProfiles, add: bool):
+    req = _struct(requestedProfiles, c_nvmlWorkloadPowerProfileRequestedProfiles_v1_t,
+                  nvmlWorkloadPowerProfileRequestedProfiles_v1)
+    _profiles_dev(name, device)
+    ids, index = _mask_ids(req.requestedProfilesMask), device.index
+
+    def apply(state):
+        dev = _nvidia(state)[index]
+        entry = {"action": "set" if add else "clear", "ids": ids, "t": time.time()}
+        dev.setdefault("profile_log", []).append(entry)
+        if dev.get("deny_set"):
+            entry["result"] = "denied"
+            return NVML_ERROR_NO_PERMISSION
+        if any(i not in dev.get("power_profiles", []) for i in ids):
+            entry["result"] = "invalid"
+            return NVML_ERROR_INVALID_ARGUMENT
+        now = set(dev.get("requested_profiles", []))
+        dev["requested_profiles"] = sorted(now | set(ids) if add else now - set(ids))
+        entry["result"] = "ok"
+        return NVML_SUCCESS
+
+    _modify(apply)
+    return NVML_SUCCESS
+
+
+def nvmlDeviceWorkloadPowerProfileSetRequestedProfiles(device, requestedProfiles):
+    return _request_profiles("nvmlDeviceWorkloadPowerProfileSetRequestedProfiles", device,
+                             requestedProfiles, add=True)
+
+
+def nvmlDeviceWorkloadPowerProfileClearRequestedProfiles(device, requestedProfiles):
+    return _request_profiles("nvmlDeviceWorkloadPowerProfileClearRequestedProfiles", device,
+                             requestedProfiles, add=False)
 
 
 def nvmlDeviceGetTemperature(handle, sensor):

@@ -1,0 +1,247 @@
+"""ProfileSession: one workload power profile requested for a `with` block, always undone.
+
+The discipline of ClockSession (clocks.py): the profile is checked against
+every GPU's offered profiles, the requested profiles snapshotted and written
+to a journal (atomically, fsynced) before the first change, set, read back;
+rolled back on any failure; restored on every exit (normal, exception,
+SIGINT, SIGTERM/SIGHUP through hpcai.signals). The journal is a sibling of
+the power journal (``<power-journal>.profiles.json``), so `hpcai-launch power
+restore` finds it after a SIGKILL and a run refuses to start while it exists.
+The node's GPU lock (authority.py) is held around it by the CapSession it runs
+inside (hold=True), as for clocks. The vendor calls are in hpcai/gpu/profiles.py.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+from hpcai.errors import CapNotAppliedError, ConfigError, HpcaiError, PowerError, StaleJournalError, UsageError
+from hpcai.gpu.profiles import PROFILE_IDS, profile_control
+from hpcai.launcher.power.restoring import SETTLE_S, RestoringSession, describe, read_back_settled
+from hpcai.launcher.power.stale import check_restorable, pid_alive
+
+FORMAT = 1
+KIND = "hpcai.profile-journal"
+RESTORE_HINT = "run `hpcai-launch power restore` (as root)"
+
+
+# ---- the journal ------------------------------------------------------------------
+def profile_journal_path(power_journal) -> Path:
+    """The profile journal beside a power journal: power-journal-HOST.profiles.json."""
+    path = Path(power_journal)
+    return path.with_name(f"{path.stem}.profiles{path.suffix or '.json'}")
+
+
+def load_profile_journal(path) -> dict | None:
+    from hpcai.launcher.power.journal import read_record_text
+
+    path = Path(path)
+    text = read_record_text(path, "power profile journal")
+    if text is None:
+        return None
+    try:
+        record = json.loads(text)
+        for gpu in record["gpus"]:
+            int(gpu["index"])
+            snapshot = gpu["snapshot"]
+            known = (all(n in PROFILE_IDS for n in snapshot["requested"]) if snapshot["restore"] == "requested"
+                     else snapshot["restore"] == "perf_level" and len(snapshot["requested"]) == 1)
+            if not known:
+                raise ValueError(f"unknown snapshot {snapshot}")
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ConfigError(f"the power profile journal {path} is unreadable ({exc})",
+                          "clear the profiles by hand (nvidia-smi power-profiles, amd-smi set "
+                          "--perf-level AUTO), then delete the file") from exc
+    return record
+
+
+def record_profile_workload(power_journal, pgid: int, tag: str) -> None:
+    """As journal.record_workload: `power restore` must not change a profile
+    under a workload that still runs."""
+    from hpcai.launcher.power.journal import _write_record
+
+    path = profile_journal_path(power_journal)
+    record = load_profile_journal(path)
+    if record is None:
+        return
+    record["workload"] = {"pgid": int(pgid), "tag": tag}
+    _write_record(path, record)
+
+
+def refuse_stale_profile_journal(power_journal) -> None:
+    path = profile_journal_path(power_journal)
+    if not os.path.lexists(path):
+        return
+    try:
+        record = load_profile_journal(path) or {}
+    except (ConfigError, PowerError):
+        record = {}
+    pid = record.get("pid", "unknown")
+    running = ", still running" if pid_alive(record.get("pid")) else ""
+    raise StaleJournalError(
+        f"a power profile journal from an earlier run exists at {path} (pid {pid}{running}): "
+        "its GPUs may still run that profile", "run `hpcai-launch power restore` first")
+
+
+# ---- checks --------------------------------------------------------------------------
+def profile_controls(backend, indices: list[int], restoring: bool = False) -> dict:
+    """Index -> NvmlProfiles / AmdDeterminism, through the backend's vendor library
+    (as clocks.controls_for)."""
+    usable = getattr(backend, "name", None) in ("nvml", "amdsmi") or (
+        restoring and getattr(backend, "library", None) is not None)
+    if not usable:
+        raise UsageError(f"--power-profile is set through NVML or amdsmi, not the power method "
+                         f"{getattr(backend, 'name', None)!r}",
+                         "use --power-method nvml (NVIDIA) or amdsmi (AMD), as root")
+    return {i: profile_control(backend._device(i)) for i in indices}
+
+
+def check_profile(controls: dict, name: str) -> None:
+    """UsageError, in one line, unless every GPU takes the profile; a GPU or
+    driver without profiles is refused here, before anything changes."""
+    for control in controls.values():
+        try:
+            problem = control.problem(name)
+        except PowerError as exc:
+            if exc.__class__ is PowerError:  # NOT_SUPPORTED / no symbol: a usage problem here
+                raise UsageError(f"--power-profile {name}: {exc.message}", exc.hint) from exc
+            raise
+        if problem:
+            raise UsageError(problem)
+
+
+# ---- the session ------------------------------------------------------------------------
+class ProfileSession(RestoringSession):
+    """Context manager holding one power profile on some GPUs; name None: nothing."""
+
+    restoring_what, setting_what, restore_hint = "power profiles", "the power profile", RESTORE_HINT
+
+    def __init__(self, backend, name: str | None, gpu_indices: list[int], power_journal):
+        self.backend, self.name = backend, name
+        self.indices = list(dict.fromkeys(gpu_indices or []))
+        self.journal_path = profile_journal_path(power_journal)
+        self.power_journal = Path(power_journal)
+        self.gpus: dict[int, dict] = {}
+        self._controls: dict = {}
+        self._snapshot: dict[int, dict] = {}
+        self._changed: set[int] = set()  # GPUs a request may have changed: restored
+        self._received: list[int] = []
+        self._active = False
+
+    def __enter__(self) -> ProfileSession:
+        if self.name is None:
+            return self
+        if not self.indices:
+            raise UsageError("a power profile was requested but no GPU is visible",
+                             "drop --power-profile, or run on a GPU node")
+        refuse_stale_profile_journal(self.power_journal)
+        self._controls = profile_controls(self.backend, self.indices)
+        check_profile(self._controls, self.name)
+        infos = {g.index: g for g in self.backend.gpus()}
+        for i, control in self._controls.items():
+            self._snapshot[i] = control.snapshot()
+            self.gpus[i] = {"uuid": infos[i].uuid, "requested": self.name,
+                            "before": self._snapshot[i]["requested"],
+                            "read_back_requested": None, "read_back_enforced": None, "restored": None}
+        self._write_journal()
+        try:
+            for i, control in self._controls.items():
+                self._changed.add(i)  # before: a signal may land just after
+                control.apply(self.name)
+            self._read_back()
+            self._active = True
+        except BaseException as exc:
+            self._roll_back(exc)
+            raise
+        return self
+
+    def _write_journal(self) -> None:
+        from hpcai.launcher.power.journal import write_new_record
+
+        write_new_record(self.journal_path, {
+            "format": FORMAT, "kind": KIND, "hostname": socket.gethostname(), "pid": os.getpid(),
+            "method": self.backend.name, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "created_unix": time.time(), "profile": self.name,
+            "gpus": [{"index": i, "uuid": self.gpus[i]["uuid"], "snapshot": self._snapshot[i]}
+                     for i in self.indices]}, "power profile journal")
+
+    def _read_back(self) -> None:
+        wrong = read_back_settled(self._off_profile)
+        if wrong:
+            raise CapNotAppliedError(f"the power profile did not take effect: {'; '.join(wrong)}",
+                                     "the driver or a site agent overrides it; ask the site admins")
+
+    def _off_profile(self) -> tuple[list[str], list[str]]:
+        """One read: (GPUs whose requested profiles differ, GPUs not yet enforcing it)."""
+        refused, lagging = [], []
+        for i, control in self._controls.items():
+            now = control.current()
+            self.gpus[i]["read_back_requested"] = now["requested"]
+            self.gpus[i]["read_back_enforced"] = now["enforced"]
+            requested, enforced = control.in_force(self.name, now)
+            if not requested:
+                refused.append(f"GPU {i} requests {', '.join(now['requested']) or 'no profile'}")
+            elif not enforced:
+                lagging.append(f"GPU {i} enforces {', '.join(now['enforced']) or 'no profile'} "
+                               f"after {SETTLE_S:g} s")
+        return refused, lagging
+
+    def _restore_each(self) -> list[str]:
+        failures = []
+        for i in sorted(self._changed):
+            try:
+                self._controls[i].restore(self._snapshot[i])
+                self.gpus[i]["restored"] = True
+            except Exception as exc:
+                self.gpus[i]["restored"] = False
+                failures.append(f"GPU {i} power profile: {describe(exc)}")
+        return failures
+
+
+def restore_profiles_from_journal(backend, power_journal, force: bool = False) -> dict:
+    """Put back the profiles a killed run left requested; remove the journal when all are.
+    Returns {"journal", "found", "gpus": [{"index", "uuid", "requested", "ok", "error"}]}."""
+    from hpcai.launcher.power.journal import remove_journal
+
+    path = profile_journal_path(power_journal)
+    record = load_profile_journal(path)
+    if record is None:
+        return {"journal": str(path), "found": False, "gpus": []}
+    check_restorable(record, path, force, "power profile journal")
+    by_uuid = {g.uuid: g.index for g in backend.gpus()}
+    results, failures = [], []
+    for entry in record["gpus"]:
+        uuid = entry.get("uuid")
+        index = by_uuid.get(uuid) if uuid else int(entry["index"])
+        result = {"index": index, "uuid": uuid, "requested": entry["snapshot"]["requested"],
+                  "ok": False, "error": None}
+        results.append(result)
+        try:
+            if index is None:
+                raise PowerError(f"no visible GPU has UUID {uuid}")
+            profile_controls(backend, [index], restoring=True)[index].restore(entry["snapshot"])
+            result["ok"] = True
+        except HpcaiError as exc:
+            result["error"] = exc.one_line()
+            failures.append(f"GPU {entry['index']} power profile: {exc.one_line()}")
+    summary = {"journal": str(path), "found": True, "gpus": results}
+    if failures:
+        error = PowerError(f"could not restore power profiles from {path}: {'; '.join(failures)}",
+                           RESTORE_HINT)
+        error.result = summary
+        raise error
+    remove_journal(path)
+    return summary
+
+
+# ---- the result --------------------------------------------------------------------------
+def profile_record(session: ProfileSession | None) -> dict | None:
+    """power.profile of a result: the profile requested, and per GPU what it
+    requested before, what was read back (requested, enforced) and whether it was restored."""
+    if session is None or session.name is None:
+        return None
+    return {"method": session.backend.name, "requested": session.name,
+            "gpus": [{"index": i, **gpu} for i, gpu in sorted(session.gpus.items())]}
