@@ -6,10 +6,9 @@ The report's cells (report/stats.py: mean per-GPU throughput of the repeats, its
 plan's only measurements; this module picks, per class and GPU model, the cells
 of one workload configuration and turns them into Settings.
 
-A Setting is one way to run the GPU: a power cap (`cap_w`) or an SM-clock lock
-(`sm_clock_mhz`). KINDS lists them in the order the plan prefers them; a third
-kind (`power_profile`, once results carry it in their spec) is one more entry
-here and in _setting_kind.
+A Setting is one way to run the GPU: a power cap (`cap_w`), an SM-clock lock
+(`sm_clock_mhz`) or a workload power profile (`power_profile`, NVML's or AMD's
+determinism: --power-profile). KINDS lists them in the order the plan prefers them.
 """
 from __future__ import annotations
 
@@ -18,7 +17,9 @@ from dataclasses import dataclass
 from hpcai.launcher.report.binding import cell_binds
 from hpcai.launcher.report.points import workload_key
 
-KINDS = ("cap_w", "sm_clock_mhz")
+KINDS = ("cap_w", "sm_clock_mhz", "power_profile")
+# The knobs besides the cap, in words: "the SM clock lock at 1410 MHz", "the power profile max-q".
+KNOB_TEXT = {"sm_clock_mhz": "the SM clock lock at {:g} MHz", "power_profile": "the power profile {}"}
 # The seed paper's own assumption for its rows (hpcai/reference/seed-paper-throughput.csv's
 # header: 100 W per node; seed-paper-devices.csv: 4 GPUs used per node).
 PAPER_NODE_OVERHEAD_W = 100.0
@@ -77,7 +78,7 @@ def change(now: Est, base: Est) -> Est:
 @dataclass(frozen=True)
 class Setting:
     kind: str  # one of KINDS
-    value: float
+    value: float | str  # W, MHz, or a profile's name
     throughput: Est  # per GPU, the workload's unit per second
     efficiency: Est  # units per joule, node overhead included (per GPU's share = per node)
     processes: int  # GPUs per measured node
@@ -91,7 +92,7 @@ class Setting:
 
     @property
     def label(self) -> str:
-        return f"{self.value:g} W" if self.kind == "cap_w" else f"SM {self.value:g} MHz"
+        return setting_text(self.kind, self.value)
 
 
 @dataclass
@@ -109,8 +110,22 @@ class Curve:
         return next((s for s in self.caps if abs(s.value - cap_w) < 0.5), None)
 
 
-def _setting_kind(cell) -> tuple[str, float]:
-    sm = cell.group.sm_clock_cap_mhz
+def setting_text(kind: str, value) -> str:
+    """A setting as the plan and its policy's readers see it: 450 W, SM 1410 MHz, profile max-q."""
+    return {"cap_w": lambda: f"{value:g} W", "sm_clock_mhz": lambda: f"SM {value:g} MHz",
+            "power_profile": lambda: f"profile {value}"}[kind]()
+
+
+def setting_kind(setting: dict) -> str:
+    """Which of KINDS a plan entry (an override) sets."""
+    return next(kind for kind in KINDS if kind in setting)
+
+
+def _setting_kind(cell) -> tuple[str, float | str]:
+    group = cell.group
+    if group.power_profile:
+        return "power_profile", group.power_profile
+    sm = group.sm_clock_cap_mhz
     return ("cap_w", cell.cap_w) if sm is None else ("sm_clock_mhz", float(sm))
 
 
@@ -145,7 +160,8 @@ def class_curves(analyses: list, cls) -> tuple[dict, list[str]]:
     key = workload_key(cls.workload)
     ours = [a for a in analyses if workload_key(a.group.workload) == key
             and (cls.preset is None or a.group.preset == cls.preset)]
-    capped = [a for a in ours if a.group.sm_clock_cap_mhz is None and a.candidates]
+    capped = [a for a in ours if a.group.sm_clock_cap_mhz is None and not a.group.power_profile
+              and a.candidates]
     left = [f"{cls.name}: {a.group.workload_label()} on {a.group.device}: preset "
             f"{a.group.preset!r}, the class asks for {cls.preset!r}"
             for a in analyses if workload_key(a.group.workload) == key and a not in ours]
@@ -159,7 +175,7 @@ def class_curves(analyses: list, cls) -> tuple[dict, list[str]]:
             left.append(f"{cls.name}: {a.group.device} ({config}): another configuration than "
                         f"the one ranked ({chosen})")
             continue
-        clocks = [setting_of(c) for b in ours if _same_but_clock(b.group, a.group)
+        clocks = [setting_of(c) for b in ours if _same_but_knob(b.group, a.group)
                   for c in b.candidates]
         curves[a.group.device] = Curve(a.group.device, [setting_of(c) for c in a.candidates],
                                        clocks, setting_of(a.fastest), config, a.group.unit)
@@ -175,8 +191,10 @@ def _ranked_config(analyses: list) -> str:
                                               "not as the paper ran it" not in k))
 
 
-def _same_but_clock(clocked, group) -> bool:
-    return (clocked.sm_clock_cap_mhz is not None and clocked.workload == group.workload
+def _same_but_knob(clocked, group) -> bool:
+    """A clock-locked or profiled row of the same configuration as the capped row."""
+    knob = clocked.sm_clock_cap_mhz is not None or bool(clocked.power_profile)
+    return (knob and clocked.workload == group.workload
             and clocked.preset == group.preset and clocked.device == group.device
             and clocked.processes == group.processes and clocked.point == group.point)
 

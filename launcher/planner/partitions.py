@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from hpcai.launcher.planner.curves import change
+from hpcai.launcher.planner.curves import KNOB_TEXT, change
 from hpcai.launcher.planner.decide import (Knobs, allowed, ceil_est, common_caps, gpus_per_node,
                                            members_of, mix_totals, nodes_for, per_unit, pick_default,
                                            slowdown_of)
@@ -78,8 +78,8 @@ def override(cls, curve, default_cap: float, knobs: Knobs, gpu_price, prices) ->
            "default_per_unit": score(default).record(),
            "throughput_per_gpu": chosen.throughput.record(), "source": chosen.source}
     if clock is not None:
-        out["why"] = (f"the class's best cap ({best.label}) does not bind; the SM clock lock "
-                      f"{clock.label} does the same work for less")
+        out["why"] = (f"the class's best cap ({best.label}) does not bind; "
+                      f"{KNOB_TEXT[clock.kind].format(clock.value)} does the same work for less")
     return out
 
 

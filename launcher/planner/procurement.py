@@ -10,7 +10,7 @@ renormalised) and the plan names what it lacks.
 """
 from __future__ import annotations
 
-from hpcai.launcher.planner.curves import total
+from hpcai.launcher.planner.curves import setting_kind, total
 from hpcai.launcher.planner.decide import Knobs, allowed, ceil_est, gpus_per_node, nodes_for, per_unit, slowdown_of
 
 
@@ -24,7 +24,7 @@ def policy_settings(entries: list, classes: list, curves: dict, gpu: str, knobs:
         entry = next((e for e in entries if e["partition"] == cls.partition and e["gpu"] == gpu), None)
         over = next((o for o in (entry or {}).get("overrides", []) if o["class"] == cls.name), None)
         if over is not None:
-            kind = "cap_w" if "cap_w" in over else "sm_clock_mhz"
+            kind = setting_kind(over)
             pool = curve.caps if kind == "cap_w" else curve.clocks
             out[cls.name] = next(s for s in pool if s.kind == kind and s.value == over[kind])
         elif entry and entry.get("default_cap_w") is not None:

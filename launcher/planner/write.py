@@ -9,6 +9,7 @@ import hashlib
 import json
 from datetime import datetime, timezone
 
+from hpcai.launcher.planner.curves import setting_kind, setting_text
 from hpcai.launcher.report.html import page
 from hpcai.launcher.report.outputs import table_markdown
 from hpcai.launcher.report.tables import Table, TCell, fmt
@@ -49,7 +50,7 @@ def procurement_table(plan: dict, objective: str) -> Table:
         for name, figures in model["classes"].items():
             (kind, value), = figures["setting"].items()
             rows.append([_t(model["rank"]), TCell(model["gpu"], best=model["rank"] == 1), _t(name),
-                         _t(f"{value:g} W" if kind == "cap_w" else f"SM {value:g} MHz"), _t(figures["source"]),
+                         _t(setting_text(kind, value)), _t(figures["source"]),
                          _t(_range(figures["throughput_per_gpu"])), _t(_range(figures["throughput_per_node"])),
                          _t(_range(figures["work_per_kwh"])), _t(_range(figures["cost_per_unit"])),
                          _t(_range(figures["power_per_node_kw"])),
@@ -65,7 +66,7 @@ def partitions_table(plan: dict) -> Table:
     rows = []
     for e in plan["partitions"]:
         p = e.get("predicted", {})
-        over = "; ".join(f"{o['class']}: " + (f"{o['cap_w']:g} W" if "cap_w" in o else f"SM {o['sm_clock_mhz']:g} MHz")
+        over = "; ".join(f"{o['class']}: " + setting_text(setting_kind(o), o[setting_kind(o)])
                          for o in e.get("overrides", []))
         rows.append([_t(e["partition"]), _t(e["gpu"]),
                      _t("–" if e["default_cap_w"] is None else f"{e['default_cap_w']:g} W"),
@@ -105,11 +106,12 @@ def policy_toml(plan: dict, digest: str, made: str) -> str:
         lines += ["[[policy.default]]", f"partition = {json.dumps(e['partition'])}",
                   f"gpu = {json.dumps(e['gpu'])}", f"cap_w = {float(e['default_cap_w'])!r}", ""]
         for o in e.get("overrides", []):
-            kind = "cap_w" if "cap_w" in o else "sm_clock_mhz"
-            value = float(o[kind]) if kind == "cap_w" else int(o[kind])
+            kind = setting_kind(o)
+            value = {"cap_w": lambda v: repr(float(v)), "sm_clock_mhz": lambda v: repr(int(v)),
+                     "power_profile": json.dumps}[kind](o[kind])  # TOML's string is JSON's
             lines += ["[[policy.override]]", f"partition = {json.dumps(e['partition'])}",
                       f"gpu = {json.dumps(e['gpu'])}", f"class = {json.dumps(o['class'])}",
-                      f"{kind} = {value!r}", ""]
+                      f"{kind} = {value}", ""]
     return "\n".join(lines)
 
 

@@ -39,6 +39,8 @@ class Group:
     mem_clock_cap_mhz: int | None = None
     # --vary: the grid point's parameters other than the GPUs (already in processes).
     point: str = ""
+    # --power-profile: a setting, as a clock cap: its own row, named in the label.
+    power_profile: str | None = None
 
     # The labels: asked for once per table row (hundreds of thousands of times over a
     # fleet's cells), made once per group (the instance's own cache; eq and hash are the
@@ -64,6 +66,8 @@ class Group:
         label = self.workload if self.preset in ("paper", "?") else f"{self.workload} ({self.preset})"
         if self.clocks:
             label = f"{label}, {self.clocks}"
+        if self.power_profile:
+            label = f"{label}, power profile {self.power_profile}"
         label = f"{label}, {self.point}" if self.point else label
         return f"{label}, {self.series}" if self.series else label
 
@@ -77,11 +81,9 @@ def group_of(run: Run) -> Group:
         if run.point else ""
     if run.input:  # data from storage (--data) is another measurement than preloaded inputs
         point = ", ".join(x for x in (point, "data from storage") if x)
-    if run.power_profile:  # a setting, as a clock cap: its own row, named in the label
-        point = ", ".join(x for x in (point, f"power profile {run.power_profile}") if x)
     return _group((run.workload, run.preset, run.device, run.device_full, run.device_type,
                    run.site, run.processes, run.unit, run.nodes, run.sm_clock_cap_mhz,
-                   run.mem_clock_cap_mhz, point))
+                   run.mem_clock_cap_mhz, point, run.power_profile))
 
 
 # A fleet's 100,000 runs fall into a few hundred groups: each made once (a frozen
@@ -89,9 +91,9 @@ def group_of(run: Run) -> Group:
 @functools.lru_cache(maxsize=1 << 16)
 def _group(fields: tuple) -> Group:
     (workload, preset, device, device_full, device_type, site, processes, unit, nodes, sm, mem,
-     point) = fields
+     point, profile) = fields
     return Group(workload, preset, device, device_full, device_type, site, processes, unit, nodes,
-                 sm_clock_cap_mhz=sm, mem_clock_cap_mhz=mem, point=point)
+                 sm_clock_cap_mhz=sm, mem_clock_cap_mhz=mem, point=point, power_profile=profile)
 
 
 @functools.lru_cache(maxsize=1 << 16)

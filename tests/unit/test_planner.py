@@ -469,3 +469,37 @@ def test_the_mix_is_given_once_and_sacct_needs_its_window(tmp_path, args, says):
     assert done.exit_code == 2, done.output
     assert says in done.output and len(done.output.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_a_cap_that_does_not_bind_gets_the_measured_power_profile(tmp_path):
+    """The third knob (--power-profile): where the caps do not bind and a profile was
+    measured that does the work for less, the plan sets the profile for the class."""
+    folder = tmp_path / "results"
+    for cap, per_gpu, watts, binds in ((300.0, 800.0, 280.0, True), (500.0, 1000.0, 300.0, False),
+                                       (700.0, 1000.0, 301.0, False)):
+        for repeat, factor in enumerate(REPEATS):
+            write_result(folder, binding(make_result(
+                workload="llama3-8b-inference", unit="tokens", cap_w=cap, per_gpu=per_gpu * factor,
+                power_per_gpu_w=watts, sweep_id="caps", repeat=repeat), binds))
+    for repeat, factor in enumerate(REPEATS):
+        doc = make_result(workload="llama3-8b-inference", unit="tokens", cap_w=None, per_gpu=970.0 * factor,
+                          power_per_gpu_w=240.0, sweep_id="profiles", repeat=repeat)
+        doc["spec"]["power"]["profile"] = "max-q"
+        write_result(folder, doc)
+    mix_file = tmp_path / "mix.toml"
+    mix_file.write_text('[[class]]\nname = "chat"\nworkload = "llama3-8b-inference"\nshare = 1.0\n')
+    make_plan([folder], PlanOptions(mix=mix_file, output=tmp_path / "plan"))
+    doc = json.loads((tmp_path / "plan" / "plan.json").read_text())
+    (entry,) = doc["partitions"]
+    assert entry["default_cap_w"] == 700.0
+    (over,) = entry["overrides"]
+    assert over["class"] == "chat" and over["power_profile"] == "max-q" and "cap_w" not in over
+    eff = {w: [round(t * f * GPUS * WINDOW_S) / (w * GPUS * WINDOW_S + OVERHEAD_W * WINDOW_S) for f in REPEATS]
+           for w, t in ((240.0, 970.0), (301.0, 1000.0))}
+    profile, cap = (scale(inv(mean_ci(eff[w])), 1 / 3.6e6) for w in (240.0, 301.0))
+    close(over["per_unit"], profile)
+    close(over["default_per_unit"], cap)
+    assert "does not bind; the power profile max-q does the same work for less" in over["why"]
+    policy = (tmp_path / "plan" / "policy.toml").read_text()
+    assert 'class = "chat"\npower_profile = "max-q"\n' in policy
+    assert "chat: profile max-q" in (tmp_path / "plan" / "plan.md").read_text()
