@@ -39,7 +39,7 @@ def open_spool(path: Path, create: bool) -> Folder:
     try:
         folder = Folder.open(path, create=create)
     except OSError as exc:
-        if exc.errno == errno.ELOOP:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(path):
             raise ConfigError(f"the receipts spool {path} is a symbolic link",
                               "make it a real folder owned by root, mode 0755") from None
         raise ConfigError(f"cannot open the receipts spool {path}: {exc.strerror}",

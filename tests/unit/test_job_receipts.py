@@ -12,6 +12,7 @@ import pytest
 
 from fakes import fake_gpu_state as fgs
 from hpcai.errors import ConfigError, UsageError
+from hpcai.launcher.power import authority
 from hpcai.launcher.receipts import record, slurm, spool
 from hpcai.launcher.receipts import store as receipt_store
 
@@ -73,3 +74,118 @@ def test_a_receipt_gives_each_gpus_energy_from_its_counters(gpus, site):
     assert receipt["user"] == "alice" and receipt["partition"] == "gpu" and receipt["gpu_count"] == 2
     assert receipt["lost_gpus"] == [] and receipt["problems"] == []
     assert oct(os.stat(folder / "4242.0.node1.json").st_mode & 0o777) == "0o644"
+
+
+def test_a_gpu_lost_mid_job_is_named_and_its_counter_is_not_made_up(gpus, site):
+    record.begin(job(), site)
+    fgs.update_device(gpus, 1, inaccessible="gpu_is_lost")  # NVML: GPU_IS_LOST on its handle
+    record.finish(job(end_state="killed", exit_code="0:9"), site)
+    receipt = json.loads((spool.spool_path(site) / "4242.0.node1.json").read_text())
+    lost_uuid = fgs.read_state(gpus)["devices"][1]["uuid"]
+    assert receipt["lost_gpus"] == [lost_uuid] and receipt["state"] == "killed"
+    lost = [g for g in receipt["gpus"] if g["uuid"] == lost_uuid][0]
+    assert lost["lost"] is True and lost["energy_j"] is None and lost["energy_end_j"] is None
+    assert "GPU 1 unreadable at the end" in receipt["problems"][0]
+
+
+def test_a_counter_that_went_backwards_gives_the_two_point_power_estimate(gpus, site):
+    record.begin(job(indices={0}), site)
+    fgs.update_device(gpus, 0, energy_mj=0.0, energy_t=time.time())  # a driver reload resets it
+    record.finish(job(indices={0}), site)
+    g = json.loads((spool.spool_path(site) / "4242.0.node1.json").read_text())["gpus"][0]
+    assert g["energy_method"] == "two-point-power"
+    assert g["energy_end_j"] < g["energy_start_j"]
+    assert g["energy_j"] is not None and g["energy_j"] >= 0
+    # The estimate itself: the mean of the two power readings times the time between them.
+    assert record.gpu_reads.energy_over_job({"energy_j": 900.0, "power_w": 300.0, "t": 100.0},
+                                            {"energy_j": 10.0, "power_w": 500.0, "t": 160.0}) \
+        == (24000.0, "two-point-power")
+    assert record.gpu_reads.energy_over_job({"energy_j": None, "power_w": None, "t": 100.0},
+                                            {"energy_j": None, "power_w": 500.0, "t": 160.0}) == (None, None)
+
+
+def test_the_cap_names_who_set_it(gpus, site, tmp_path):
+    uuid = fgs.read_state(gpus)["devices"][0]["uuid"]
+    assert record.gpu_reads.cap_set_by(uuid, 700.0, 700.0, "4242", None) == "default"
+    assert record.gpu_reads.cap_set_by(uuid, 450.0, 700.0, "4242", 450.0) == "policy"
+    assert record.gpu_reads.cap_set_by(uuid, 300.0, 700.0, "4242", 450.0) == "someone else"
+    root = tmp_path / "authority"
+    root.mkdir(mode=0o700)
+    # The job's own user through hpcai-power-helper leaves the job's record (power/helper.py).
+    authority.write_private_json(root / f"gpu-{uuid}.job.json", {"job_id": "4242", "uid": 1001})
+    assert record.gpu_reads.cap_set_by(uuid, 300.0, 700.0, "4242", None, root=root) == "job"
+    assert record.gpu_reads.cap_set_by(uuid, 300.0, 700.0, "99", None, root=root) == "someone else"
+    # A running hpcai launcher holds the GPU's lock.
+    with authority.GpuAuthority([uuid], "run-abc", root=root):
+        assert record.gpu_reads.cap_set_by(uuid, 300.0, 700.0, "99", None, root=root) == "hpcai run run-abc"
+        assert record.gpu_reads.clocks_set_by(uuid, root=root) == "hpcai run run-abc"
+    assert record.gpu_reads.clocks_set_by(uuid, root=root) == "not hpcai"
+
+
+def test_policy_cap_reads_the_partitions_default_per_gpu_model():
+    site_raw = {"policy": {"default": [{"partition": "gpu", "gpu": "H100", "cap_w": 450.0},
+                                       {"partition": "debug", "gpu": "H100", "cap_w": 600.0}]}}
+    assert record.policy_cap(site_raw, "gpu", "H100") == 450.0
+    assert record.policy_cap(site_raw, "gpu", "A100") is None
+
+
+@pytest.mark.parametrize("bad", ["42\n", "42\x1b[31m", "../42", "", "42;rm"])
+def test_a_hostile_job_id_is_one_line_and_writes_nothing(bad, tmp_path, capsys):
+    from hpcai.launcher.receipts.cli import main
+
+    assert main(["end", "--job", bad], config_path=tmp_path / "absent.toml") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is not a Slurm job id" in err and "\x1b" not in err
+    with pytest.raises(UsageError):
+        slurm.check_job_id(bad)
+
+
+def test_a_spool_someone_else_can_write_is_refused_and_nothing_is_written(gpus, site):
+    folder = spool.spool_path(site)
+    folder.mkdir(mode=0o755)
+    os.chmod(folder, 0o777)  # even with the sticky bit, others could plant receipts
+    with pytest.raises(ConfigError, match="refusing the receipts spool .* mode 0777"):
+        record.begin(job(), site)
+    os.chmod(folder, 0o1777)
+    with pytest.raises(ConfigError, match="refusing the receipts spool"):
+        record.begin(job(), site)
+    assert list(folder.iterdir()) == []
+
+
+def test_a_spool_that_is_a_link_is_refused(gpus, site, tmp_path):
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    spool.spool_path(site).symlink_to(target)
+    with pytest.raises(ConfigError, match="is a symbolic link"):
+        record.begin(job(), site)
+    assert list(target.iterdir()) == []
+
+
+def test_a_full_disk_is_one_line_and_the_start_record_is_kept(gpus, site, monkeypatch):
+    import errno
+
+    from hpcai import safe_files
+
+    record.begin(job(), site)
+    folder = spool.spool_path(site)
+    before = (folder / "4242.0.node1.start.json").read_bytes()
+
+    def no_space(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(safe_files.os, "fsync", no_space)  # where a full disk shows on a write
+    with pytest.raises(spool.SpoolError) as caught:
+        record.finish(job(), site)
+    assert "No space left on device" in caught.value.one_line() and "\n" not in caught.value.one_line()
+    assert sorted(p.name for p in folder.iterdir()) == ["4242.0.node1.start.json"]  # no temporary left
+    assert (folder / "4242.0.node1.start.json").read_bytes() == before
+
+
+def test_slurm_end_states_from_scontrol():
+    assert slurm.ended_as({"JobState": "COMPLETING", "ExitCode": "0:15"}) == "killed"
+    assert slurm.ended_as({"JobState": "COMPLETING", "ExitCode": "0:0"}) == "completed"
+    assert slurm.ended_as({"JobState": "COMPLETING", "ExitCode": "1:0"}) == "failed"
+    assert slurm.ended_as({"JobState": "CANCELLED", "ExitCode": "0:15"}) == "cancelled"
+    assert slurm.ended_as({"JobState": "NODE_FAIL", "ExitCode": "0:0"}) == "node-failed"
+    assert slurm.ended_as({"JobState": "REQUEUED", "ExitCode": "0:0"}) == "requeued"
+    assert slurm.ended_as({"JobState": "TIMEOUT", "ExitCode": "0:1"}) == "killed"
