@@ -14,7 +14,6 @@ from fakes import fake_gpu_state as fgs
 from hpcai.errors import ConfigError, UsageError
 from hpcai.launcher.power import authority
 from hpcai.launcher.receipts import record, slurm, spool
-from hpcai.launcher.receipts import store as receipt_store
 
 
 @pytest.fixture
@@ -189,3 +188,137 @@ def test_slurm_end_states_from_scontrol():
     assert slurm.ended_as({"JobState": "NODE_FAIL", "ExitCode": "0:0"}) == "node-failed"
     assert slurm.ended_as({"JobState": "REQUEUED", "ExitCode": "0:0"}) == "requeued"
     assert slurm.ended_as({"JobState": "TIMEOUT", "ExitCode": "0:1"}) == "killed"
+
+
+# ---- the store, `results jobs` and the mix -------------------------------------------------
+def finished(site, job_id, gpus_state, joules, **changes) -> None:
+    """A job's receipt written the way the epilog writes it, its GPUs' counters moved on."""
+    facts = job(job_id=job_id, **changes)
+    record.begin(facts, site)
+    advance_energy(gpus_state, joules)
+    record.finish(facts, site)
+
+
+def jobs_cli(*args):
+    from click.testing import CliRunner
+
+    from hpcai.launcher.cli import main
+
+    return CliRunner().invoke(main, ["results", "jobs", *args])
+
+
+@pytest.fixture
+def three_jobs(gpus, site, tmp_path):
+    finished(site, "101", gpus, {0: 3600.0, 1: 3600.0})
+    finished(site, "102", gpus, {2: 7200.0}, indices={2}, user="bob", account="cv-lab", job_name="resnet-a",
+             partition="gpu")
+    finished(site, "103", gpus, {3: 1000.0}, indices={3}, user="bob", account="cv-lab", job_name="resnet-b",
+             partition="debug", end_state="killed", exit_code="0:15")
+    record.begin(job(job_id="104", indices={0}), site)  # still running: its start file only
+    return spool.spool_path(site), tmp_path / "store.duckdb"
+
+
+def test_results_jobs_ingests_the_spool_and_lists_every_job(three_jobs):
+    folder, db = three_jobs
+    done = jobs_cli("--spool", str(folder), "--store", str(db))
+    assert done.exit_code == 0, done.output
+    assert "4 receipt file(s) ingested" in done.output
+    lines = {line.split()[0]: line for line in done.output.splitlines() if line[:3] in ("101", "102", "103", "104")}
+    assert set(lines) == {"101", "102", "103", "104"}
+    assert " killed " in lines["103"] and " open " in lines["104"] and " completed " in lines["101"]
+    # Warm: nothing new is read; the open job's row goes when its receipt arrives.
+    assert "0 receipt file(s) ingested" in jobs_cli("--spool", str(folder), "--store", str(db)).output
+
+
+def test_the_store_matches_the_receipts_and_keeps_pruned_ones(three_jobs):
+    import duckdb
+
+    folder, db = three_jobs
+    assert jobs_cli("--spool", str(folder), "--store", str(db)).exit_code == 0
+    receipt = json.loads((folder / "101.0.node1.json").read_text())
+    (folder / "101.0.node1.json").unlink()  # pruned from the spool after ingestion
+    record.finish(job(job_id="104", indices={0}), spool_site(folder))
+    assert "1 receipt file(s) ingested" in jobs_cli("--spool", str(folder), "--store", str(db)).output
+    con = duckdb.connect(str(db))
+    rows = dict(con.execute("SELECT job_id, state FROM receipts").fetchall())
+    assert rows == {"101": "completed", "102": "completed", "103": "killed", "104": "completed"}
+    stored = con.execute("SELECT sum(energy_j) FROM receipt_gpus JOIN receipts USING (file) "
+                         "WHERE job_id = '101'").fetchone()[0]
+    assert stored == pytest.approx(sum(g["energy_j"] for g in receipt["gpus"]))
+    assert con.execute("SELECT gpu_count, gpu_hours FROM receipts WHERE job_id = '101'").fetchone() \
+        == (2, pytest.approx(2 * receipt["duration_s"] / 3600.0))
+
+
+def spool_site(folder):
+    return {"receipts": {"spool": str(folder)}}
+
+
+def test_summaries_by_partition_user_and_gpu(three_jobs):
+    folder, db = three_jobs
+    by_partition = jobs_cli("--spool", str(folder), "--store", str(db), "--summary", "partition").output
+    rows = {line.split()[0]: line.split() for line in by_partition.splitlines() if line[:3] in ("gpu", "deb")}
+    assert rows["gpu"][1] == "2" and rows["debug"][1] == "1"  # jobs; the open one is not summed
+    by_user = jobs_cli("--spool", str(folder), "--store", str(db), "--summary", "user", "--partition", "gpu").output
+    users = {line.split()[0]: line.split()[1] for line in by_user.splitlines() if line[:3] in ("ali", "bob")}
+    assert users == {"alice": "1", "bob": "1"}
+    by_gpu = jobs_cli("--spool", str(folder), "--store", str(db), "--summary", "gpu").output
+    assert [line.split()[:2] for line in by_gpu.splitlines() if line.startswith("H100")] == [["H100", "3"]]
+
+
+def test_export_csv_and_parquet_one_row_per_gpu(three_jobs, tmp_path):
+    import csv
+
+    import duckdb
+
+    folder, db = three_jobs
+    out = tmp_path / "jobs.csv"
+    done = jobs_cli("--spool", str(folder), "--store", str(db), "--state", "completed", "-o", str(out))
+    assert done.exit_code == 0 and "3 row(s)" in done.output, done.output
+    rows = list(csv.DictReader(out.open()))
+    assert sorted((r["job_id"], r["gpu_gpu_index"]) for r in rows) == [("101", "0"), ("101", "1"), ("102", "2")]
+    parquet = tmp_path / "jobs.parquet"
+    assert jobs_cli("--spool", str(folder), "--store", str(db), "-o", str(parquet)).exit_code == 0
+    assert duckdb.connect().execute(f"SELECT count(*) FROM '{parquet}'").fetchone()[0] == 5  # 2 + 1 + 1 + the open job's
+
+
+def test_a_job_name_a_spreadsheet_would_run_is_exported_as_text(gpus, site, tmp_path):
+    finished(site, "201", gpus, {0: 10.0}, indices={0}, job_name="=HYPERLINK(\"x\")")
+    out = tmp_path / "jobs.csv"
+    assert jobs_cli("--spool", str(spool.spool_path(site)), "--store", str(tmp_path / "s.duckdb"),
+                    "-o", str(out)).exit_code == 0
+    assert "'=HYPERLINK" in out.read_text()
+
+
+def test_bad_options_are_one_line_and_touch_nothing(three_jobs, tmp_path):
+    folder, db = three_jobs
+    for args, message in ((["--since", "yesterday"], "--since 'yesterday' is not a date"),
+                          (["-o", str(tmp_path / "x.txt")], "cannot tell the format"),
+                          (["--format", "csv"], "--format needs --output"),
+                          (["--as-mix", str(tmp_path / "mix.toml")], "--as-mix needs --site")):
+        done = jobs_cli("--spool", str(folder), "--store", str(db), *args)
+        assert done.exit_code == 2 and message in done.output, (args, done.output)
+    assert not db.exists()
+
+
+def test_the_mix_from_measured_gpu_hours_per_class(three_jobs, tmp_path):
+    import tomllib
+
+    folder, db = three_jobs
+    site_file = tmp_path / "site.toml"
+    site_file.write_text('[[classes]]\nname = "llm"\nworkload = "llama3-8b-pretrain"\njob_name = "llama*"\n\n'
+                         '[[classes]]\nname = "cv"\nworkload = "resnet50"\naccount = "cv-*"\n')
+    out = tmp_path / "mix.toml"
+    done = jobs_cli("--spool", str(folder), "--store", str(db), "--site", str(site_file), "--as-mix", str(out))
+    assert done.exit_code == 0, done.output
+    mix = tomllib.loads(out.read_text())["class"]
+    by = {(c["partition"], c["name"]): c for c in mix}
+    receipts = {n: json.loads((folder / f"{n}.0.node1.json").read_text()) for n in ("101", "102", "103")}
+    gh = {n: r["gpu_count"] * r["duration_s"] / 3600.0 for n, r in receipts.items()}
+    assert by[("gpu", "llm")]["share"] == pytest.approx(gh["101"] / (gh["101"] + gh["102"]), rel=1e-6)
+    assert by[("gpu", "cv")]["share"] == pytest.approx(gh["102"] / (gh["101"] + gh["102"]), rel=1e-6)
+    assert by[("debug", "cv")]["share"] == pytest.approx(1.0)
+    for partition in ("gpu", "debug"):
+        assert sum(c["share"] for c in mix if c["partition"] == partition) == pytest.approx(1.0, abs=1e-6)
+    energy_102 = sum(g["energy_j"] for g in receipts["102"]["gpus"])
+    assert by[("gpu", "cv")]["measured_wh_per_gpu_hour"] == pytest.approx(energy_102 / 3600.0 / gh["102"], rel=1e-3)
+    assert by[("gpu", "llm")]["workload"] == "llama3-8b-pretrain"
