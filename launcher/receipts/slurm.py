@@ -48,7 +48,9 @@ def ended_as(fields: dict) -> str:
     if state in FINAL_STATES:
         return FINAL_STATES[state]
     status, _, signal = fields.get("ExitCode", "0:0").partition(":")
-    if signal not in ("", "0"):
+    # A signal, or the batch shell's status for a command a signal ended (128 + its number:
+    # scancel's SIGTERM reads 0:15 or 143:0, depending on which process Slurm saw end).
+    if signal not in ("", "0") or (status.isdigit() and 128 < int(status) <= 128 + 64):
         return "killed"
     if status not in ("", "0"):
         return "failed"

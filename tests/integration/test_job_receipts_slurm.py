@@ -120,7 +120,8 @@ def test_jobs_get_receipts_with_the_fake_counters_energy_and_a_killed_job_is_mar
                              "--store", str(tmp_path / "store.duckdb")],
                             capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert listed.returncode == 0, listed.stderr
-    rows = {line.split()[0]: line for line in listed.stdout.splitlines() if line.split()[:1] in
-            ([done_job], [killed_job])}
+    rows = {line.split()[0]: line for line in listed.stdout.splitlines()
+            if line.split()[:2] in ([done_job, "node1"], [done_job, "node2"], [killed_job, "node1"],
+                                    [killed_job, "node2"])}
     assert " completed " in rows[done_job] and " killed " in rows[killed_job]
     assert "2 receipt(s)" in listed.stdout

@@ -182,6 +182,8 @@ def test_a_full_disk_is_one_line_and_the_start_record_is_kept(gpus, site, monkey
 
 def test_slurm_end_states_from_scontrol():
     assert slurm.ended_as({"JobState": "COMPLETING", "ExitCode": "0:15"}) == "killed"
+    assert slurm.ended_as({"JobState": "COMPLETING", "ExitCode": "143:0"}) == "killed"  # the shell's 128 + 15
+    assert slurm.ended_as({"JobState": "COMPLETING", "ExitCode": "2:0"}) == "failed"
     assert slurm.ended_as({"JobState": "COMPLETING", "ExitCode": "0:0"}) == "completed"
     assert slurm.ended_as({"JobState": "COMPLETING", "ExitCode": "1:0"}) == "failed"
     assert slurm.ended_as({"JobState": "CANCELLED", "ExitCode": "0:15"}) == "cancelled"
