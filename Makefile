@@ -127,6 +127,7 @@ bench: setup
 	$(BIN)/python bench/inrun_sweep.py $(INRUN_ARGS)
 	$(BIN)/python bench/fleet_stats.py
 	$(BIN)/python bench/report_scaling.py $(REPORT_SCALING_ARGS)
+	$(BIN)/python bench/job_receipts.py
 
 lint: setup
 	$(BIN)/python -m pip install --quiet ruff==0.17.6

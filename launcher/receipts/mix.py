@@ -77,7 +77,12 @@ def measured_mix(con, rules: list[dict], where: str = "true", params: tuple = ()
     unmatched = con.execute(f"SELECT coalesce(sum(r.gpu_hours), 0) FROM receipts r WHERE r.state <> 'open' "
                             f"AND {where} AND ({case}) IS NULL", [*params, *case_params]).fetchone()[0]
     workload = {r["name"]: r for r in rules}
-    return [{"name": c, "workload": workload[c]["workload"], "partition": p, "share": share,
+    partitions_of: dict[str, int] = {}
+    for c, *_ in rows:
+        partitions_of[c] = partitions_of.get(c, 0) + 1
+    # A mix names each class once (formats.md): one found in several partitions is named per partition.
+    return [{"name": c if partitions_of[c] == 1 else f"{c}.{re.sub(r'[^A-Za-z0-9._-]', '_', p or '')}",
+             "workload": workload[c]["workload"], "partition": p, "share": share,
              "gpu_hours": gh, "measured_wh_per_gpu_hour": wh} for c, p, gh, share, wh in rows], unmatched
 
 

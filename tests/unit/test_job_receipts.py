@@ -313,7 +313,9 @@ def test_the_mix_from_measured_gpu_hours_per_class(three_jobs, tmp_path):
     done = jobs_cli("--spool", str(folder), "--store", str(db), "--site", str(site_file), "--as-mix", str(out))
     assert done.exit_code == 0, done.output
     mix = tomllib.loads(out.read_text())["class"]
-    by = {(c["partition"], c["name"]): c for c in mix}
+    by = {(c["partition"], c["name"].removesuffix(f".{c['partition']}")): c for c in mix}
+    assert len({c["name"] for c in mix}) == len(mix)  # unique: cv is in two partitions, named per partition
+    assert {c["name"] for c in mix} == {"llm", "cv.gpu", "cv.debug"}
     receipts = {n: json.loads((folder / f"{n}.0.node1.json").read_text()) for n in ("101", "102", "103")}
     gh = {n: r["gpu_count"] * r["duration_s"] / 3600.0 for n, r in receipts.items()}
     assert by[("gpu", "llm")]["share"] == pytest.approx(gh["101"] / (gh["101"] + gh["102"]), rel=1e-6)
