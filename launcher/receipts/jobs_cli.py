@@ -164,8 +164,10 @@ def _jobs(**options):
     con = store.open_store(spool, options["store"])
     try:
         if spool.exists() or options["spool"]:
-            read = store.ingest(con, spool)
+            read, notes = store.ingest(con, spool)
             click.echo(f"{read} receipt file(s) ingested from {spool}", err=True)
+            for note in notes:
+                click.echo(f"note: {note}", err=True)
         else:
             click.echo(f"note: no spool at {spool}; the store as it is", err=True)
         if rules is not None:

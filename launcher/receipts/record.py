@@ -134,6 +134,8 @@ def build(job: dict, began: dict | None, found: list, unreadable: list, node_end
         "duration_s": now - t0 if t0 is not None else None,
         "gpus": gpus, "lost_gpus": lost,
         "node_energy_j": node_j, "node_energy_method": node_method,
+        "node_power_start_w": (began.get("node_meter") or {}).get("power_w"),
+        "node_power_end_w": node_end.get("power_w"),
         "node_source": node_end.get("source") or (began.get("node_meter") or {}).get("source"),
         "problems": problems,
     }

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import math
 import os
 from pathlib import Path
 
@@ -59,7 +60,8 @@ def receipt_name(job_id: str, restarts: int, node: str, start: bool = False) -> 
 def write(folder: Folder, name: str, receipt: dict) -> Path:
     """The receipt at name, atomically; a full disk or any write error is one line,
     and the spool keeps whatever it held before."""
-    text = json.dumps(receipt, indent=1, allow_nan=False) + "\n"
+    # One line: the store reads receipts as newline-delimited JSON, skipping a broken file.
+    text = json.dumps(finite(receipt), allow_nan=False, separators=(",", ":")) + "\n"
     try:
         with folder.replacing(name, mode=0o644) as fh:
             fh.write(text.encode("utf-8"))
@@ -67,6 +69,17 @@ def write(folder: Folder, name: str, receipt: dict) -> Path:
         raise SpoolError(f"cannot write the receipt {folder.path / name}: {exc.strerror}",
                          "free space in the spool's filesystem; the receipt's start record is kept") from None
     return folder.path / name
+
+
+def finite(value):
+    """NaN or infinity (a driver's bad reading) as null: a receipt holds numbers or nothing."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
 
 
 def read(folder: Folder, name: str) -> dict | None:

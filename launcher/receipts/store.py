@@ -79,23 +79,26 @@ def open_store(spool: Path, store: str | None):
     return con
 
 
-def list_spool(spool: Path) -> list[tuple[str, int, int]]:
-    """(name, size, mtime_ns) of each receipt in the spool that this user (or root)
-    wrote and no one else can write; the spool itself checked as the writer checks it."""
+def list_spool(spool: Path) -> tuple[list[tuple[str, int, int]], int]:
+    """((name, size, mtime_ns) of each receipt in the spool that this user (or root)
+    wrote and no one else can write, how many others were left out); the spool itself
+    checked as the writer checks it."""
     with spool_files.open_spool(spool, create=False) as folder:
-        found = []
+        found, untrusted = [], 0
         for entry in os.scandir(folder.fd):
             if entry.name.startswith(".") or not entry.name.endswith(".json"):
                 continue
             st = entry.stat(follow_symlinks=False)
             if entry.is_file(follow_symlinks=False) and written_by_us(st):
                 found.append((entry.name, st.st_size, st.st_mtime_ns))
-    return found
+            else:
+                untrusted += 1
+    return found, untrusted
 
 
-def ingest(con, spool: Path) -> int:
-    """Bring the store up to date with the spool; returns how many files were read."""
-    listing = list_spool(spool)
+def ingest(con, spool: Path) -> tuple[int, list[str]]:
+    """Bring the store up to date with the spool: (files read, notes on what was left out)."""
+    listing, untrusted = list_spool(spool)
     con.execute("CREATE OR REPLACE TEMP TABLE listing (file VARCHAR, size BIGINT, mtime_ns BIGINT)")
     if listing:
         con.executemany("INSERT INTO listing VALUES (?, ?, ?)", listing)
@@ -109,17 +112,22 @@ def ingest(con, spool: Path) -> int:
         con.execute(f"DELETE FROM {table} WHERE file IN (SELECT file FROM stale)")
     new = [r[0] for r in con.execute("SELECT file FROM listing WHERE file NOT IN "
                                      "(SELECT file FROM receipt_files) ORDER BY file").fetchall()]
+    unreadable = 0
     for batch in range(0, len(new), 20000):
-        _read_batch(con, spool, new[batch:batch + 20000])
-    return len(new)
+        unreadable += _read_batch(con, spool, new[batch:batch + 20000])
+    notes = [f"{untrusted} file(s) in {spool} left out: links, or not written by root (or you)"] if untrusted else []
+    if unreadable:
+        notes.append(f"{unreadable} file(s) in {spool} are not receipts (not JSON, or no job id): left out")
+    return len(new), notes
 
 
-def _read_batch(con, spool: Path, names: list[str]) -> None:
+def _read_batch(con, spool: Path, names: list[str]) -> int:
+    """The receipts of these files into the tables; returns how many were not receipts."""
     paths = [str(spool / n) for n in names]
     columns = "{" + ", ".join(f"'{k}': '{v}'" for k, v in _JSON.items()) + "}"
     con.execute(f"""CREATE OR REPLACE TEMP TABLE batch AS
         SELECT parse_filename(filename) AS file, * EXCLUDE (filename)
-        FROM read_json(?, format='auto', columns={columns}, filename=true,
+        FROM read_json(?, format='newline_delimited', columns={columns}, filename=true,
                        ignore_errors=true, maximum_object_size=16777216)""", [paths])
     con.execute("""INSERT INTO receipts SELECT file, job_id, restarts, node, host, "user", uid, account,
         partition, job_name, qos, CASE WHEN file LIKE '%.start.json' THEN 'open' ELSE state END,
@@ -136,6 +144,7 @@ def _read_batch(con, spool: Path, names: list[str]) -> None:
               AND file NOT LIKE '%.start.json')""")
     con.executemany("INSERT INTO receipt_files VALUES (?, ?, ?)",
                     [(n, s, m) for n, s, m in _stat_names(spool, names)])
+    return len(names) - con.execute("SELECT count(*) FROM batch WHERE job_id IS NOT NULL").fetchone()[0]
 
 
 def _stat_names(spool: Path, names: list[str]):

@@ -326,3 +326,46 @@ def test_the_mix_from_measured_gpu_hours_per_class(three_jobs, tmp_path):
     energy_102 = sum(g["energy_j"] for g in receipts["102"]["gpus"])
     assert by[("gpu", "cv")]["measured_wh_per_gpu_hour"] == pytest.approx(energy_102 / 3600.0 / gh["102"], rel=1e-3)
     assert by[("gpu", "llm")]["workload"] == "llama3-8b-pretrain"
+
+
+def test_node_energy_from_the_sites_node_meter(gpus, site, tmp_path):
+    """pm_counters (hpcai/measure/pm_counters.py) read from a sysfs-shaped folder, as on an HPE Cray EX node."""
+    meter = tmp_path / "pm_counters"
+    meter.mkdir()
+    (meter / "power").write_text("450 W\n")
+    (meter / "energy").write_text("1000000 J\n")
+    site = {**site, "node_power": {"sources": ["pm_counters"], "pm_counters": {"root": str(meter)}}}
+    record.begin(job(), site)
+    (meter / "power").write_text("550 W\n")
+    record.finish(job(), site)
+    receipt = json.loads((spool.spool_path(site) / "4242.0.node1.json").read_text())
+    assert receipt["node_source"] == "pm_counters" and receipt["node_energy_method"] == "two-point-power"
+    assert (receipt["node_power_start_w"], receipt["node_power_end_w"]) == (450.0, 550.0)
+    assert receipt["node_energy_j"] is not None and receipt["node_energy_j"] >= 0
+
+
+def test_no_node_meter_configured_leaves_node_energy_empty(gpus, site):
+    record.begin(job(), site)
+    record.finish(job(), site)
+    receipt = json.loads((spool.spool_path(site) / "4242.0.node1.json").read_text())
+    assert receipt["node_energy_j"] is None and receipt["node_source"] is None
+
+
+def test_files_in_the_spool_that_are_not_root_receipts_are_left_out_and_said(three_jobs):
+    folder, db = three_jobs
+    (folder / "junk.json").write_text("not json")
+    planted = folder / "999.0.node1.json"
+    planted.write_text(json.dumps({"job_id": "999", "state": "completed", "gpus": []}))
+    os.chown(planted, 65534, 65534)  # someone else's file (nobody's)
+    (folder / "888.0.node1.json").symlink_to(folder / "101.0.node1.json")
+    done = jobs_cli("--spool", str(folder), "--store", str(db))
+    assert done.exit_code == 0, done.output
+    assert "2 file(s) in" in done.output and "not written by root" in done.output
+    assert "1 file(s) in" in done.output and "are not receipts" in done.output
+    assert "999" not in done.output and "888" not in done.output and "4 receipt(s)" in done.output
+
+
+def test_a_reading_that_is_not_a_number_is_stored_as_nothing(tmp_path):
+    with spool.open_spool(tmp_path / "spool", create=True) as folder:
+        spool.write(folder, "1.0.n.json", {"job_id": "1", "gpus": [{"energy_j": float("nan"), "power_w": float("inf")}]})
+        assert spool.read(folder, "1.0.n.json")["gpus"] == [{"energy_j": None, "power_w": None}]
