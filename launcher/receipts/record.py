@@ -101,13 +101,27 @@ def finish(job: dict, site_raw: dict) -> str:
     found, unreadable = read_gpus(job, site_raw)
     node = node_power(site_raw)
     with spool.open_spool(spool.spool_path(site_raw), create=True) as folder:
-        start_name = spool.receipt_name(job["job_id"], job["restarts"], job["node"], start=True)
-        began = spool.read(folder, start_name)
+        job, start_name, began = _started_run(folder, job)
         receipt = build(job, began, found, unreadable, node, site_raw)
         path = spool.write(folder, spool.receipt_name(job["job_id"], job["restarts"], job["node"]), receipt)
         spool.remove(folder, start_name)
     lost = f", lost: {', '.join(receipt['lost_gpus'])}" if receipt["lost_gpus"] else ""
     return f"receipt for job {job['job_id']} ({receipt['state']}): {len(receipt['gpus'])} GPU(s){lost}, {path}"
+
+
+def _started_run(folder, job: dict) -> tuple[dict, str, dict | None]:
+    """(the job's facts for the run that ended, its start file's name, its start record).
+    A job requeued while it ran (scontrol requeue, a preemption that requeues) reaches
+    its epilog with Slurm's restart count already raised: the latest start file
+    below that count is this run's, and the run ended by being requeued."""
+    for restarts in range(job["restarts"], -1, -1):
+        name = spool.receipt_name(job["job_id"], restarts, job["node"], start=True)
+        began = spool.read(folder, name)
+        if began is not None:
+            if restarts < job["restarts"]:
+                job = {**job, "restarts": restarts, "end_state": "requeued"}
+            return job, name, began
+    return job, spool.receipt_name(job["job_id"], job["restarts"], job["node"], start=True), None
 
 
 def build(job: dict, began: dict | None, found: list, unreadable: list, node_end: dict,

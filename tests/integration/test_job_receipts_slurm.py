@@ -52,6 +52,7 @@ def receipts_cluster(slurm_cluster, tmp_path):
         script.write_text("#!/bin/sh\n"
                           f"export HPCAI_FAKE_GPU_STATE={state} PYTHONPATH={FAKES}\n"  # the FAKE GPU library
                           f"PATH={RECEIPT.parent}:$PATH\n"
+                          f"env >{tmp_path}/{half}-env-$SLURM_JOB_ID.txt\n"
                           f"{line} --site {site} >>{tmp_path}/{half}.log 2>&1 || "
                           f"echo \"receipt failed: $?\" >>{tmp_path}/{half}.log\nexit 0\n")
         script.chmod(0o755)
@@ -90,7 +91,7 @@ def add_energy(state: Path, joules: list[float]) -> None:
 
 
 def logs(tmp_path: Path) -> str:
-    return "".join(p.read_text() for p in sorted(tmp_path.glob("*.log")))
+    return "".join(p.read_text() for p in sorted(tmp_path.glob("*.log")) + sorted(tmp_path.glob("epilog-env-*")))
 
 
 def test_jobs_get_receipts_with_the_fake_counters_energy_and_a_killed_job_is_marked(receipts_cluster):
@@ -107,8 +108,10 @@ def test_jobs_get_receipts_with_the_fake_counters_energy_and_a_killed_job_is_mar
     assert all(g["energy_method"] == "counter" for g in receipt["gpus"])
     assert receipt["user"] == "root" and receipt["partition"] == cluster.partition
 
-    killed_job = cluster.sbatch("--exclusive", "-N1", "--output=/dev/null", "--wrap", "sleep 600")
+    killed_job = cluster.sbatch("--exclusive", "-N1", "--output=/dev/null", "--wrap",
+                                f"touch {tmp_path}/running-$SLURM_JOB_ID; sleep 600")
     wait_for(f"{killed_job}.0.*.start.json", spool)
+    wait_for(f"running-{killed_job}", tmp_path)  # mid-way: its script runs (not still in the prolog)
     add_energy(state, [100.0, 0.0])
     assert cluster.run("scancel", killed_job).returncode == 0
     killed = json.loads(wait_for(f"{killed_job}.0.node?.json", spool).read_text())
@@ -125,3 +128,27 @@ def test_jobs_get_receipts_with_the_fake_counters_energy_and_a_killed_job_is_mar
                                     [killed_job, "node2"])}
     assert " completed " in rows[done_job] and " killed " in rows[killed_job]
     assert "2 receipt(s)" in listed.stdout
+
+
+def test_a_requeued_job_gets_a_receipt_marked_requeued_for_the_run_that_ended(receipts_cluster):
+    cluster, state, spool, tmp_path = receipts_cluster
+    job = cluster.sbatch("--exclusive", "-N1", "--requeue", "--output=/dev/null", "--wrap",
+                         f"touch {tmp_path}/running-$SLURM_JOB_ID; sleep 600")
+    try:
+        wait_for(f"{job}.0.*.start.json", spool)
+        wait_for(f"running-{job}", tmp_path)
+        add_energy(state, [50.0, 60.0])
+        assert cluster.run("scontrol", "requeue", job).returncode == 0
+        ended = sorted(p for p in spool.glob(f"{job}.*.json") if not p.name.endswith(".start.json"))
+        deadline = time.monotonic() + 120
+        while not ended:
+            assert time.monotonic() < deadline, (sorted(spool.iterdir()), logs(tmp_path))
+            time.sleep(0.2)
+            ended = sorted(p for p in spool.glob(f"{job}.*.json") if not p.name.endswith(".start.json"))
+        receipt = json.loads(ended[0].read_text())
+        assert ended[0].name.startswith(f"{job}.0."), ended  # the run that started, not the next one
+        assert receipt["state"] == "requeued", (receipt["slurm_state"], receipt["exit_code"], logs(tmp_path))
+        assert [g["energy_j"] for g in receipt["gpus"]] == [pytest.approx(50.0), pytest.approx(60.0)]
+        assert receipt["problems"] == []
+    finally:
+        cluster.run("scancel", job)
