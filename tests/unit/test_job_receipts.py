@@ -369,3 +369,15 @@ def test_a_reading_that_is_not_a_number_is_stored_as_nothing(tmp_path):
     with spool.open_spool(tmp_path / "spool", create=True) as folder:
         spool.write(folder, "1.0.n.json", {"job_id": "1", "gpus": [{"energy_j": float("nan"), "power_w": float("inf")}]})
         assert spool.read(folder, "1.0.n.json")["gpus"] == [{"energy_j": None, "power_w": None}]
+
+
+def test_a_run_requeued_while_it_ran_is_the_started_runs_receipt_marked_requeued(gpus, site):
+    record.begin(job(), site)  # Slurm's restart count 0 at the prolog
+    advance_energy(gpus, {0: 100.0})
+    line = record.finish(job(restarts=1, end_state="completed"), site)  # raised by the requeue
+    assert "(requeued)" in line
+    folder = spool.spool_path(site)
+    assert sorted(p.name for p in folder.iterdir()) == ["4242.0.node1.json"]
+    receipt = json.loads((folder / "4242.0.node1.json").read_text())
+    assert receipt["state"] == "requeued" and receipt["restarts"] == 0 and receipt["problems"] == []
+    assert receipt["gpus"][0]["energy_j"] >= 100.0
