@@ -381,3 +381,16 @@ def test_a_run_requeued_while_it_ran_is_the_started_runs_receipt_marked_requeued
     receipt = json.loads((folder / "4242.0.node1.json").read_text())
     assert receipt["state"] == "requeued" and receipt["restarts"] == 0 and receipt["problems"] == []
     assert receipt["gpus"][0]["energy_j"] >= 100.0
+
+
+def test_receipts_stay_in_the_spool_while_the_store_cannot_be_used(three_jobs, tmp_path):
+    folder, db = three_jobs
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    elsewhere = tmp_path / "elsewhere.duckdb"
+    elsewhere.write_bytes(b"")
+    db.symlink_to(elsewhere)  # not a store hpcai will open
+    done = jobs_cli("--spool", str(folder), "--store", str(db))
+    assert done.exit_code == 2 and "cannot use the receipts store" in done.output
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+    db.unlink()
+    assert "4 receipt file(s) ingested" in jobs_cli("--spool", str(folder), "--store", str(db)).output
