@@ -138,6 +138,8 @@ def build(job: dict, began: dict | None, found: list, unreadable: list, node_end
     gpus += [_gpu_entry(job, starts[u], None, site_raw) for u in lost]
     problems = [] if began else ["no start record (the prolog did not run or could not write it)"]
     problems += [f"GPU {u['index']} unreadable at the end: {u['reason']}" for u in unreadable]
+    problems += [f"node meter at the {half}: {m['problem']}" for half, m in
+                 (("start", began.get("node_meter") or {}), ("end", node_end)) if m.get("problem")]
     node_j, node_method = _node_energy(began.get("node_meter") or {}, node_end)
     return {
         "format": FORMAT, "kind": "hpcai-job-receipt", "host": socket.gethostname(),

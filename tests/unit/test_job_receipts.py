@@ -394,3 +394,12 @@ def test_receipts_stay_in_the_spool_while_the_store_cannot_be_used(three_jobs, t
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
     db.unlink()
     assert "4 receipt file(s) ingested" in jobs_cli("--spool", str(folder), "--store", str(db)).output
+
+
+def test_a_node_meter_that_does_not_answer_is_a_problem_not_a_failure(gpus, site, tmp_path):
+    site = {**site, "node_power": {"sources": ["pm_counters"], "pm_counters": {"root": str(tmp_path / "none")}}}
+    record.begin(job(), site)
+    record.finish(job(), site)
+    receipt = json.loads((spool.spool_path(site) / "4242.0.node1.json").read_text())
+    assert receipt["node_energy_j"] is None and len(receipt["gpus"]) == 2
+    assert [p for p in receipt["problems"] if p.startswith("node meter at the start")]
