@@ -9,6 +9,9 @@ time of start + end, and, apart, the start-up of a fresh `hpcai-job-receipt`
 process (Python and its imports), paid once per half. Slurm's scontrol calls
 (three per half) are not in it: the real-Slurm test runs them.
 
+Ingest: 20,000 receipt files in a spool read into a new store (cold) and again (warm:
+nothing new).
+
 Scale: 1,000,000 synthetic receipts (1-8 GPUs each, three partitions, 300
 users, four GPU models, a year of start times) made by one SQL statement in a
 store file; then `hpcai-launch results jobs --summary partition|user|gpu` and
@@ -147,10 +150,32 @@ def scale(count: int, work: Path) -> None:
             print(f"{name:20s} {state:5s}  {seconds:7.2f}  {mib:8.0f}  {cpu:11.2f}", flush=True)
 
 
+def ingest(count: int, work: Path) -> None:
+    """count receipt files (one receipt of 8 GPUs, renamed) ingested into a new store, cold."""
+    import json
+
+    template = {"format": 1, "kind": "hpcai-job-receipt", "restarts": 0, "node": "node1", "user": "u",
+                "partition": "gpu", "state": "completed", "gpu_count": 8, "start": "2026-11-01T00:00:00Z",
+                "end": "2026-11-01T01:00:00Z", "duration_s": 3600.0, "lost_gpus": [], "problems": [],
+                "gpus": [{"uuid": f"GPU-{k}", "index": k, "model": "H100", "energy_j": 1.8e6,
+                          "energy_method": "counter", "cap_w": 500.0} for k in range(8)]}
+    folder = work / "ingest-spool"
+    folder.mkdir(mode=0o755)
+    for i in range(count):  # plain writes: the epilog's fsync per file is not what is measured here
+        (folder / f"{i}.0.node1.json").write_text(json.dumps({**template, "job_id": str(i)}) + "\n")
+    argv = [sys.executable, "-m", "hpcai.launcher.cli", "results", "jobs", "--spool", str(folder),
+            "--store", str(work / "ingest.duckdb"), "--summary", "partition"]
+    print("ingest               run    seconds  peak MiB  cpu seconds")
+    for state in ("cold", "warm"):
+        seconds, mib, cpu = measure(argv, dict(os.environ))
+        print(f"{count:,} files{'':9s} {state:5s}  {seconds:7.2f}  {mib:8.0f}  {cpu:11.2f}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--receipts", type=int, default=1_000_000)
     parser.add_argument("--latencies-us", default="25,100,500")
+    parser.add_argument("--files", type=int, default=20_000, help="receipt files to ingest from a spool")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="hpcai-job-receipts-"))
     try:
@@ -162,6 +187,7 @@ def main() -> None:
         wall, cpu = startup_s()
         print(f"a fresh hpcai-job-receipt process's start-up (paid by each half): "
               f"{wall * 1000:.0f} ms wall, {cpu * 1000:.0f} ms cpu")
+        ingest(args.files, work)
         scale(args.receipts, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
