@@ -153,6 +153,7 @@ bench: setup
 	$(BIN)/python bench/report_scaling.py $(REPORT_SCALING_ARGS)
 	$(BIN)/python bench/metrics_exporter.py
 	$(BIN)/python bench/batch_search.py
+	$(BIN)/python bench/job_receipts.py
 
 lint: setup
 	$(BIN)/python -m pip install --quiet ruff==0.17.6

@@ -210,3 +210,6 @@ def compare(a, b, site, as_json):
 
 for _command in (store_cli.ls, store_cli.show, store_cli.export):
     results.add_command(_command)
+from hpcai.launcher.receipts.jobs_cli import jobs as _receipt_jobs  # noqa: E402 (issue 44: per-job receipts)
+
+results.add_command(_receipt_jobs)

@@ -47,6 +47,8 @@ DEFAULTS = {
     "apptainer": {"executable": "apptainer", "options": [], "env": {}, "forward_env": []},
     # Signed result bundles: this site's Ed25519 key; [{site, key, expires}] it trusts.
     "results": {"sign_key": "", "trusted_keys": []},
+    # Per-job energy receipts' spool (hpcai-job-receipt); "" = /var/spool/hpcai/receipts.
+    "receipts": {"spool": ""},
     "scheduler": {"kind": "slurm", "partition": "", "account": "", "time": "",
                   "extra_options": []},
 }
