@@ -83,11 +83,9 @@ class LogFollower:
 
     def open_for_workload(self):
         """A file object for the child's stdout and stderr (the caller closes it)."""
-        import os  # O_NOFOLLOW: never append through a link planted at the name
+        from hpcai.safe_files import open_append  # never append through a planted link
 
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
-                     | os.O_CLOEXEC, 0o666)
-        return os.fdopen(fd, "ab", buffering=0)
+        return open_append(self.path)
 
     def start(self) -> LogFollower:
         self._thread = threading.Thread(target=self._follow, name="hpcai-log", daemon=True)

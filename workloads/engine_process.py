@@ -24,6 +24,7 @@ import urllib.request
 from pathlib import Path
 
 from hpcai.errors import Interrupted, WorkloadError
+from hpcai.safe_files import open_append
 from hpcai.signals import deferred_signals
 
 # Runs before the real command: ask the kernel for SIGTERM when the parent
@@ -64,7 +65,7 @@ class GroupProcess:
         self._reader.start()
 
     def _copy_output(self, watch: tuple[str, ...]) -> None:
-        with open(self.log_path, "ab") as log:
+        with open_append(self.log_path) as log:  # never through a planted link
             for raw in iter(self.proc.stdout.readline, b""):
                 now = time.time()
                 log.write(raw)
@@ -112,7 +113,7 @@ class GroupProcess:
                 self.proc.poll()  # reap the leader as soon as it exits
                 time.sleep(0.1)
             if _group_alive(pgid):
-                with open(self.log_path, "ab") as log:
+                with open_append(self.log_path) as log:
                     log.write(f"[hpcai] {self.name} still running {self.stop_grace_s:g} s after "
                               "SIGTERM: sending SIGKILL\n".encode())
                 _signal_group(pgid, signal.SIGKILL)

@@ -74,6 +74,19 @@ def test_the_workload_log_is_not_appended_through_a_planted_link(tmp_path, victi
     assert victim.read_text() == "precious\n"
 
 
+def test_an_engine_processes_log_is_not_appended_through_a_planted_link(tmp_path, victim):
+    """workloads/engine_process.GroupProcess (the sglang server's log, an exec command's)."""
+    import sys
+
+    from hpcai.workloads.engine_process import GroupProcess
+
+    (tmp_path / "server.log").symlink_to(victim)
+    proc = GroupProcess("echo", [sys.executable, "-c", "print('hello')"], tmp_path / "server.log")
+    proc.start()
+    proc.wait(timeout=60)
+    assert victim.read_text() == "precious\n"
+
+
 def test_report_files_are_not_written_through_planted_links(tmp_path, victim):
     write_result(tmp_path / "results", make_result())
     out = tmp_path / "report"
