@@ -15,8 +15,9 @@ ENVELOPE_FILE = "statement.dsse.json"
 MAX_FILE_BYTES = 1 << 30
 
 
-def read_regular(path: Path | str, what: str = "file") -> bytes:
-    """The bytes of a regular file, refusing symlinks, devices and fifos."""
+def read_regular(path: Path | str, what: str = "file", check=None) -> bytes:
+    """The bytes of a regular file, refusing symlinks, devices and fifos; check(path,
+    stat of the open file) may refuse it (a UsageError) before it is read."""
     path = Path(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -31,6 +32,8 @@ def read_regular(path: Path | str, what: str = "file") -> bytes:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise UsageError(f"{what} {path} is not a regular file", "give a plain file")
+        if check is not None:
+            check(path, info)
         if info.st_size > MAX_FILE_BYTES:
             raise UsageError(f"{what} {path} is larger than {MAX_FILE_BYTES >> 20} MB",
                              "a bundle holds result files, not data sets")

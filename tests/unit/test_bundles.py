@@ -147,6 +147,40 @@ def test_trusted_keys_come_from_the_site_file_with_dates_and_relative_paths(tmp_
         sites.parse(site_file)
 
 
+def test_a_signing_key_others_can_read_is_refused(tmp_path):
+    private, _, _ = keys.generate(tmp_path / "site.key")
+    private.chmod(0o644)
+    with pytest.raises(UsageError, match=r"signing key .*site.key can be read or written by other users \(mode 0644\)"):
+        keys.load_private(private)
+    private.chmod(0o600)
+    os.chown(private, 65534, 65534)  # root (these tests) may sign only with its own key
+    with pytest.raises(UsageError, match="belongs to uid 65534, not to you"):
+        keys.load_private(private)
+
+
+@pytest.mark.parametrize("change", ["others_write", "other_owner", "folder_others_write"])
+def test_a_trusted_public_key_another_user_could_replace_is_refused(tmp_path, change):
+    from hpcai.errors import ConfigError
+    from hpcai.launcher import sites
+    from hpcai.launcher.bundles.trust import trusted_keys
+
+    keys_dir = tmp_path / "keys"
+    keys_dir.mkdir(mode=0o755)
+    keys.generate(keys_dir / "alpha")
+    site_file = tmp_path / "v.toml"
+    site_file.write_text('name = "v"\n[results]\ntrusted_keys = [{ site = "alpha", key = "keys/alpha.pub" }]\n')
+    assert trusted_keys(sites.parse(site_file))[0].site == "alpha"
+    public = keys_dir / "alpha.pub"
+    if change == "others_write":
+        public.chmod(0o666)
+    elif change == "other_owner":
+        os.chown(public, 65534, 65534)
+    else:
+        keys_dir.chmod(0o777)
+    with pytest.raises(ConfigError, match="can be written by other users|belongs to uid 65534"):
+        trusted_keys(sites.parse(site_file))
+
+
 @pytest.fixture
 def alpha(tmp_path):
     """Site alpha's key, a verifier trusting it, and one of alpha's runs (with samples)."""
