@@ -14,7 +14,7 @@ import pytest
 from report_docs import make_result, write_result
 
 from hpcai.errors import UsageError
-from hpcai.launcher.bundles import dsse, keys
+from hpcai.launcher.bundles import dsse, keys, registry
 from hpcai.launcher.bundles.compare import CAVEATS, COMPARABLE, NOT_COMPARABLE, compare
 from hpcai.launcher.bundles.recompute import recompute
 from hpcai.measure import validity
@@ -251,7 +251,6 @@ def test_an_unsigned_folder_is_unsigned_not_verified(alpha):
 
 
 def test_bad_input_is_one_error_before_anything_is_written(alpha, tmp_path):
-    from hpcai.launcher.bundles import registry
     from hpcai.launcher.bundles.bundle import make
 
     unsigned_site = {"name": "alpha", "results": {"sign_key": ""}}
@@ -268,3 +267,55 @@ def test_bad_input_is_one_error_before_anything_is_written(alpha, tmp_path):
         registry.push(str(alpha["run"]), "registry.example.org/x:1", True, "alpha", [])
     with pytest.raises(UsageError, match="is not a bundle"):
         registry.push(str(alpha["run"]), "oras://registry.example.org/ns/x:1", True, "alpha", [])
+
+
+@pytest.mark.parametrize("ref, says", [
+    ("oras://user:s3cret@registry.example.org/ns/x:1", "holds credentials"),
+    ("oras://user:s3/cret@registry.example.org/ns/x:1", "holds credentials"),
+    ("oras://ns/x:1", "names no registry host"),
+    ("oras://registry.example.org/ns/x:1\nhpcai: VERIFIED", "control or non-ASCII character"),
+    ("oras://registry.example.org/ns/x:1\x1b[2J", "control or non-ASCII character"),
+    ("oras://registry.example.org/NS/x:1", "is not a valid OCI reference"),
+    ("oras://registry.example.org", "is not a valid OCI reference"),
+])
+def test_registry_references_are_parsed_strictly_and_credentials_never_printed(ref, says):
+    with pytest.raises(UsageError) as refused:
+        registry.push("unused", ref, True, "alpha", [])
+    line = refused.value.one_line()
+    assert says in line and "s3" not in line and "cret" not in line
+    assert "\n" not in line and "\x1b" not in line
+
+
+def test_a_valid_reference_keeps_its_host_port_path_tag_and_digest():
+    digest = "sha256:" + "ab" * 32
+    assert registry._target("oras://localhost:5000/results/alpha:run1") == "localhost:5000/results/alpha:run1"
+    assert registry._target(f"oras://reg.example.org/a/b@{digest}") == f"reg.example.org/a/b@{digest}"
+    assert registry.shown(f"oras://u:p@reg.example.org/a/b@{digest}") == f"oras://***@reg.example.org/a/b@{digest}"
+
+
+def test_pull_from_an_unreachable_registry_fails_once_without_the_clients_retries(tmp_path, monkeypatch):
+    """oras-py retries each request 5 times, sleeping 3..83 s (oras/decorator.py): never here."""
+    import socket
+
+    import oras.client  # noqa: F401 (oras.decorator alone is a circular import)
+    import oras.decorator
+
+    def no_sleep(seconds):
+        raise AssertionError(f"the client retried (sleep {seconds} s)")
+
+    monkeypatch.setattr(oras.decorator.time, "sleep", no_sleep)
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(UsageError, match=rf"cannot read oras://127.0.0.1:{port}/results/a:1: .*Connection refused"):
+        registry.pull(f"oras://127.0.0.1:{port}/results/a:1", tmp_path / "out", False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_pull_with_credentials_in_the_reference_is_one_line_without_them(cpu_node, tmp_path):
+    from conftest import one_line_error
+
+    done = cpu_node.launch("results", "pull", "oras://alice:hunter2@localhost:5000/r/a:1", "-o", str(tmp_path / "o"))
+    assert done.returncode == 2
+    one_line_error(done, "holds credentials", "oras://***@localhost:5000/r/a:1")
+    assert "hunter2" not in done.stderr + done.stdout and not (tmp_path / "o").exists()
