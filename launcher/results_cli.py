@@ -17,8 +17,8 @@ from pathlib import Path
 
 import click
 
-from hpcai.printable import printable
 from hpcai.launcher import results_store_cli as store_cli
+from hpcai.printable import printable
 
 
 def _guarded(fn, *args, **kwargs):
