@@ -169,7 +169,7 @@ def _show(run_id, paths, **filters):
         if n:
             click.echo("")
         for column, value in zip(columns, row):
-            if column not in ("copy", "first_path", "ino") and not column.startswith("r_"):  # r_: the Run
+            if column not in ("copy", "first_path", "ino", "ctime_ns") and not column.startswith("r_"):  # r_: the Run
                 click.echo(f"{column:31s} {_text(value)}")
 
 

@@ -178,6 +178,41 @@ def test_an_index_that_is_a_symlink_is_not_used(tmp_path, monkeypatch):
     assert target.read_bytes() == b"precious"
 
 
+def test_an_index_others_can_write_is_rebuilt_and_in_such_a_folder_not_used(tmp_path, results_index):
+    docs = crafted_set(tmp_path / "results")
+    assert index(kit(), [tmp_path / "results"]).read == 8
+    import duckdb
+
+    with duckdb.connect(str(results_index)) as con:  # someone else's numbers, planted
+        con.execute("UPDATE files SET per_gpu = 9999.0")
+    results_index.chmod(0o666)
+    again = index(kit(), [tmp_path / "results"])
+    assert again.note == "" and again.read == 8  # not trusted: built again from the files
+    assert os.stat(results_index).st_mode & 0o022 == 0
+    ids = {d["run_id"]: d["throughput"]["per_gpu"] for d in docs.values()}
+    assert all(r.per_gpu == ids[r.run_id] for r in again.runs if r.run_id in ids)
+    results_index.parent.chmod(0o777)
+    shared = index(kit(), [tmp_path / "results"])
+    assert "can be written by other users" in shared.note and shared.read == 8
+
+
+def test_a_result_edited_in_place_with_size_mtime_and_inode_kept_is_read_again(tmp_path):
+    docs = crafted_set(tmp_path / "results")
+    assert index(kit(), [tmp_path / "results"]).read == 8
+    changed = tmp_path / "results" / docs["h100-400"]["run_id"] / "result.json"
+    before = changed.stat()
+    text = changed.read_text()
+    assert '"per_gpu": 1150.0' in text
+    with open(changed, "r+") as fh:  # the same length, the same inode
+        fh.write(text.replace('"per_gpu": 1150.0', '"per_gpu": 3450.0'))
+    os.utime(changed, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = changed.stat()
+    assert (after.st_size, after.st_mtime_ns, after.st_ino) == (before.st_size, before.st_mtime_ns, before.st_ino)
+    again = index(kit(), [tmp_path / "results"])
+    assert again.read == 1
+    assert {r.run_id: r.per_gpu for r in again.runs}[docs["h100-400"]["run_id"]] == 3450.0
+
+
 def test_a_broken_index_is_rebuilt(tmp_path, results_index):
     crafted_set(tmp_path / "results")
     results_index.write_bytes(b"this is no database")
