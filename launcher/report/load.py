@@ -200,6 +200,7 @@ def _from_doc(path: Path, doc: dict, errors: list[str]) -> Run:
     if run.status == "complete" and run.per_gpu is None:
         run.problems.append("complete but without a throughput")
     _validity(run, doc)
+    _tampered(run, path, doc)
     _trust(run, path)
     if run.status == "complete" and not isinstance(doc.get("launcher"), dict):
         # The workload outlived a killed launcher: no cap check, limits maybe restored under it.
@@ -230,6 +231,23 @@ def _validity(run: Run, doc: dict) -> None:
     if failed:
         run.problems.append("failed validity check(s): "
                             + "; ".join(shown_text(describe(c)) for c in failed))
+
+
+def _tampered(run: Run, path: Path, doc: dict) -> None:
+    """A complete result whose figures do not hold to its own records (recomputed:
+    bundles/recompute.py, the rule `check` and `results verify` apply) is not counted,
+    whatever validity block it carries."""
+    from hpcai.launcher.bundles.recompute import tampered
+    from hpcai.measure.validity import describe
+
+    if run.status != "complete":
+        return
+    failed = tampered(doc, path)
+    if failed:
+        run.validity_verdict = "fail"
+        run.failed_checks = list(dict.fromkeys([*run.failed_checks, *(c["name"] for c in failed)]))
+        run.problems.append("failed validity check(s) recomputed now: "
+                            + "; ".join(shown_text(f"{describe(c)} ({c.get('note')})") for c in failed))
 
 
 def _label(value) -> str:

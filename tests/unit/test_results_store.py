@@ -213,6 +213,29 @@ def test_a_result_edited_in_place_with_size_mtime_and_inode_kept_is_read_again(t
     assert {r.run_id: r.per_gpu for r in again.runs}[docs["h100-400"]["run_id"]] == 3450.0
 
 
+def test_a_hand_edited_unsigned_result_is_counted_by_no_consumer(tmp_path):
+    """One rule (bundles/recompute.py): `report` and `results ls` recompute
+    figures_consistency and samples_agreement, as `check` does, before counting a run."""
+    honest = make_result(cap_w=300.0, run_id="honest")
+    write_result(tmp_path / "results", honest, samples=True)
+    edited = make_result(cap_w=300.0, run_id="edited")
+    edited["throughput"]["per_gpu"] *= 3
+    edited["throughput"]["node"] *= 3
+    write_result(tmp_path / "results", edited, samples=True)
+    drew_less = make_result(cap_w=300.0, run_id="drew-less")
+    path = write_result(tmp_path / "results", drew_less, samples=True)
+    drew_less["gpus"][0]["power_w"]["mean"] *= 0.5  # after the samples were written
+    path.write_text(json.dumps(drew_less))
+    _, report = _report(tmp_path, tmp_path / "results")
+    excluded = _excluded(report)
+    assert set(excluded) == {"edited", "drew-less"}
+    assert excluded["edited"]["failed_checks"] == ["figures_consistency"]
+    assert excluded["drew-less"]["failed_checks"] == ["samples_agreement"]
+    listed = CliRunner().invoke(main, ["results", "ls", "--counted", str(tmp_path / "results")])
+    assert listed.exit_code == 0, listed.output
+    assert [line.split()[0] for line in listed.output.splitlines()[1:-1]] == ["honest"]
+
+
 def test_a_broken_index_is_rebuilt(tmp_path, results_index):
     crafted_set(tmp_path / "results")
     results_index.write_bytes(b"this is no database")
