@@ -49,6 +49,25 @@ def test_pae_is_dsse_v1_and_a_signature_covers_type_and_payload(tmp_path):
     assert not dsse.signature_by(parsed, payload, keys.load_public(other[1]), other[2])
 
 
+def test_url_safe_and_unpadded_base64_signatures_verify_as_dsse_allows(tmp_path):
+    """protocol.md: "Base64() ... Either standard or URL-safe encoding is allowed."""
+    import base64
+
+    private, public, keyid = keys.generate(tmp_path / "k")
+    # A payload whose standard base64 holds "+" and "/", so the URL-safe one differs.
+    payload = b'{"a":"\xfb\xff\xfe?>"}'
+    env = dsse.sign(payload, keys.load_private(private), keyid)
+    sig = base64.b64decode(env["signatures"][0]["sig"])
+    for encode in (base64.urlsafe_b64encode, lambda b: base64.urlsafe_b64encode(b).rstrip(b"=")):
+        url_safe = {**env, "payload": encode(payload).decode(),
+                    "signatures": [{"keyid": keyid, "sig": encode(sig).decode()}]}
+        parsed, got = dsse.parse(json.dumps(url_safe).encode())
+        assert got == payload and dsse.signature_by(parsed, got, keys.load_public(public), keyid)
+    mixed = {**env, "signatures": [{"keyid": keyid, "sig": "ab+_" + env["signatures"][0]["sig"][4:]}]}
+    parsed, got = dsse.parse(json.dumps(mixed).encode())
+    assert not dsse.signature_by(parsed, got, keys.load_public(public), keyid)
+
+
 def good_doc(**kw) -> dict:
     """A result every validity check passes (as tests/unit/test_validity.py's)."""
     doc = make_result(gpus=2, power_per_gpu_w=280.0, window_s=60.0, **{"cap_w": 300.0, **kw})
@@ -208,6 +227,39 @@ def test_bundling_never_follows_a_link_in_a_run_folder(alpha):
     assert not (alpha["tmp"] / "b").exists()  # every input checked before anything is written
 
 
+def test_a_bundle_carries_the_mlperf_power_file_and_hpccs_output_and_verifies(alpha):
+    """MLCommons' result_summarizer reads power/<log>/node_*.txt beside mllog.txt: a
+    receiving site needs it, and hpcc's own output file, signed like the rest."""
+    from hpcai.launcher.bundles.verify import verify_bundle
+
+    run = alpha["run"]
+    (run / "mllog.txt").write_text(":::MLLOG {}\n")
+    (run / "power" / "mllog").mkdir(parents=True)
+    (run / "power" / "mllog" / "node_0.txt").write_text(":::MLLOG power\n")
+    (run / "hpcc-abc123").mkdir()
+    (run / "hpcc-abc123" / "hpccoutf.txt").write_text("Begin of Summary section.\n")
+    (run / "hpcc-abc123" / "hpccinf.txt").write_text("input, not a result\n")
+    folder = make_bundle(alpha)
+    inside = folder / "runs" / run.name
+    assert (inside / "power" / "mllog" / "node_0.txt").read_text() == ":::MLLOG power\n"
+    assert (inside / "hpcc-abc123" / "hpccoutf.txt").exists() and not (inside / "hpcc-abc123" / "hpccinf.txt").exists()
+    assert verify_bundle(folder, alpha["trusted"]).status == "verified"
+    (inside / "power" / "mllog" / "node_0.txt").write_text(":::MLLOG more power\n")
+    verdict = verify_bundle(folder, alpha["trusted"])
+    assert verdict.status == "failed" and "node_0.txt is not the file that was signed" in verdict.reason
+
+
+def test_a_verification_says_what_it_proves_the_signer_and_the_bytes_not_more(alpha):
+    from hpcai.launcher.bundles.verify import verify_bundle
+
+    verdict = verify_bundle(make_bundle(alpha), alpha["trusted"])
+    assert verdict.status == "verified"
+    assert "signed by the key site 'alpha' gave you" in verdict.reason
+    assert "byte for byte what it signed" in verdict.reason
+    assert "does not prove the numbers were measured" in verdict.reason
+    assert "figures consistent" not in verdict.reason
+
+
 def test_verify_fails_a_planted_link_an_extra_file_and_a_schema_breaking_result(alpha):
     from hpcai.launcher.bundles import dsse as d
     from hpcai.launcher.bundles.statement import serialise, sha256
@@ -319,3 +371,53 @@ def test_pull_with_credentials_in_the_reference_is_one_line_without_them(cpu_nod
     assert done.returncode == 2
     one_line_error(done, "holds credentials", "oras://***@localhost:5000/r/a:1")
     assert "hunter2" not in done.stderr + done.stdout and not (tmp_path / "o").exists()
+
+
+def test_an_envelope_nested_100000_deep_or_of_220_mb_fails_verification_in_one_line(alpha, tmp_path):
+    from hpcai.launcher.bundles.files import ENVELOPE_FILE
+    from hpcai.launcher.bundles.verify import verify_bundle
+
+    folder = make_bundle(alpha)
+    envelope = folder / ENVELOPE_FILE
+    envelope.unlink()
+    envelope.write_bytes(b"[" * 100_000 + b"]" * 100_000)
+    verdict = verify_bundle(folder, alpha["trusted"])
+    assert verdict.status == "failed" and "nested too deep" in verdict.reason
+    envelope.unlink()
+    with open(envelope, "wb") as fh:  # sparse: 220 MB that costs no disk
+        fh.truncate(220 << 20)
+    verdict = verify_bundle(folder, alpha["trusted"])
+    assert verdict.status == "failed" and "larger than 64 MB" in verdict.reason
+
+
+def test_a_report_over_a_bundle_with_a_nested_envelope_goes_on(alpha, tmp_path):
+    from hpcai.launcher.bundles.files import ENVELOPE_FILE
+    from hpcai.launcher.report import ReportOptions, make_report
+
+    folder = make_bundle(alpha)
+    (folder / ENVELOPE_FILE).unlink()
+    (folder / ENVELOPE_FILE).write_bytes(b"[" * 100_000 + b"]" * 100_000)
+    make_report([str(folder)], ReportOptions(output=tmp_path / "out"))
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["excluded_runs"] and not report["cells"]
+
+
+@pytest.mark.parametrize("names", [["runs/a", "runs/a/result.json"], ["runs/a/result.json", "runs/a"],
+                                   ["runs/x", "runs/x"]])
+def test_a_packed_bundle_with_a_name_both_file_and_folder_or_twice_is_refused_before_writing(tmp_path, names):
+    import io
+    import tarfile
+
+    from hpcai.launcher.bundles.bundle import unpack
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name in names:
+            info = tarfile.TarInfo(name)
+            info.size = 2
+            tar.addfile(info, io.BytesIO(b"{}"))
+    with pytest.raises(UsageError, match="both as a file and as a folder|twice"):
+        unpack(buf.getvalue(), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(UsageError, match="not a tar file"):
+        unpack(b"garbage" * 100, tmp_path / "out")
