@@ -5,6 +5,8 @@ import click
 
 from hpcai.errors import HpcaiError
 
+MAX_SLOTS = 200  # runs of one sweep: a typo in a range should not start a week of runs
+
 
 class Caps(click.ParamType):
     """Watts per GPU: one cap, a list (200,300,400) or a range (200:700:100, stop
@@ -21,3 +23,11 @@ class Caps(click.ParamType):
             return parse_caps(value)
         except HpcaiError as exc:
             self.fail(exc.one_line(), param, ctx)
+
+
+class Repeats(click.IntRange):
+    """`--repeat`: at least 1, at most a sweep's MAX_SLOTS runs, checked before anything
+    is planned (10**20 repeats would build a list until memory ran out)."""
+
+    def __init__(self):
+        super().__init__(min=1, max=MAX_SLOTS)

@@ -268,6 +268,20 @@ def test_an_idle_baseline_on_busy_gpus_is_invalid(fake_gpus):
     assert idle["available"] is True and idle["total_power_w"] > 0
 
 
+def test_an_idle_baseline_while_another_run_holds_the_gpus_is_not_available(fake_gpus):
+    """Another run holds GPU 1 (the node's authority) but reads 0% utilisation in a
+    pause: the baseline is not stored as available."""
+    from hpcai.launcher.power.authority import GpuAuthority
+    from hpcai.launcher.sweep import measure_idle
+
+    uuid = fgs.read_state(fake_gpus)["devices"][1]["uuid"]
+    with GpuAuthority([uuid], "the-other-run"):
+        held = measure_idle("nvidia", [0, 1], 0.5, 0.05)
+    assert held["available"] is False
+    assert "GPU 1 was held by another run" in held["reason"] and "the-other-run" in held["reason"]
+    assert measure_idle("nvidia", [0, 1], 0.5, 0.05)["available"] is True
+
+
 def test_the_lifeline_reaches_inside_a_container(tmp_path):
     """Apptainer runs with --cleanenv: only APPTAINERENV_* variables get inside."""
     with Lifeline(tmp_path, "t") as line:
