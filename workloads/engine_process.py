@@ -27,6 +27,8 @@ from hpcai.errors import Interrupted, WorkloadError
 from hpcai.safe_files import open_append
 from hpcai.signals import deferred_signals
 
+LINE_PIECE = 64 * 1024  # bytes of a command's output read (and kept) at once
+
 # Runs before the real command: ask the kernel for SIGTERM when the parent
 # dies (kept across exec), then become the command.
 _PDEATHSIG_SHIM = (
@@ -66,7 +68,9 @@ class GroupProcess:
 
     def _copy_output(self, watch: tuple[str, ...]) -> None:
         with open_append(self.log_path) as log:  # never through a planted link
-            for raw in iter(self.proc.stdout.readline, b""):
+            # At most LINE_PIECE bytes at once: a 300 MB line without a newline is copied
+            # in pieces, never held whole (the log still gets every byte).
+            for raw in iter(lambda: self.proc.stdout.readline(LINE_PIECE), b""):
                 now = time.time()
                 log.write(raw)
                 log.flush()
