@@ -15,6 +15,7 @@ from hpcai.errors import UsageError
 from hpcai.launcher.report.points import RefPoint
 from hpcai.measure.efficiency import units_per_joule
 from hpcai.measure.gpu_names import short_name
+from hpcai.printable import printable
 
 REFERENCE_FILE = "reference/seed-paper-throughput.csv"
 REFERENCE_COLUMNS = ["workload", "gpu", "cap_w", "throughput", "unit", "enforced"]
@@ -127,12 +128,14 @@ class Run:
 def shown_path(path: Path | str) -> str:
     """A path as text that any page or terminal can hold: bytes that are not
     UTF-8 (kept by Python as lone surrogates) shown as \\xNN escapes."""
-    return os.fsencode(path).decode("utf-8", "backslashreplace")
+    return printable(os.fsencode(path).decode("utf-8", "backslashreplace"))
 
 
 def shown_text(text: str) -> str:
-    """Text from a result (JSON may carry lone surrogates such as "\\udcff")."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    """Text from a result (JSON may carry lone surrogates such as "\\udcff"), control
+    characters escaped (hpcai/printable.py: a newline or escape code in a name someone
+    else chose never reaches a terminal, report.md or a CSV raw)."""
+    return printable(text.encode("utf-8", "backslashreplace").decode("utf-8"))
 
 
 @dataclass

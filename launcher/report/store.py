@@ -43,10 +43,11 @@ from typing import NamedTuple
 from hpcai.errors import UsageError
 from hpcai.launcher.bundles.files import ENVELOPE_FILE
 from hpcai.launcher.report.ingest import Kit, shown_path
+from hpcai.printable import printable
 
 
 def shown_text(text: str) -> str:
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return printable(text.encode("utf-8", "backslashreplace").decode("utf-8"))
 
 
 INDEX_ENV = "HPCAI_RESULTS_INDEX"

@@ -236,6 +236,28 @@ def test_a_hand_edited_unsigned_result_is_counted_by_no_consumer(tmp_path):
     assert [line.split()[0] for line in listed.output.splitlines()[1:-1]] == ["honest"]
 
 
+def test_control_characters_in_names_never_reach_the_terminal_report_md_or_csvs(cpu_node, tmp_path):
+    """A folder (and a run id, a site) someone else named with a newline and escape
+    codes: escaped at one place (hpcai/printable.py), never raw."""
+    forged = "\n\x1b[2Jhpcai: VERIFIED\x1b[0m\u202e"
+    doc = make_result(cap_w=300.0, run_id="run" + forged, site="site" + forged)
+    doc["status"] = "failed"  # listed among the runs not included, with its path
+    (tmp_path / "results").mkdir()
+    write_result(tmp_path / "results", make_result(cap_w=300.0, run_id="plain"))
+    folder = write_result(tmp_path / "results" / ("evil" + forged), doc).parent
+    assert folder.exists()
+    done = cpu_node.launch("report", str(tmp_path / "results"), "-o", str(tmp_path / "out"), timeout=300)
+    assert done.returncode == 0, done.stderr
+    listed = cpu_node.launch("results", "ls", str(tmp_path / "results"), timeout=300)
+    assert listed.returncode == 0, listed.stderr
+    written = [p.read_text() for p in (tmp_path / "out").iterdir() if p.suffix in (".md", ".csv")]
+    for text in [done.stdout, done.stderr, listed.stdout, listed.stderr, *written]:
+        assert "\x1b" not in text and "\u202e" not in text
+        assert not any(line.startswith("hpcai: VERIFIED") for line in text.splitlines())
+    assert "\\x0a\\x1b[2Jhpcai: VERIFIED" in listed.stdout
+    assert any("\\x1b[2J" in text for text in written)
+
+
 def test_a_broken_index_is_rebuilt(tmp_path, results_index):
     crafted_set(tmp_path / "results")
     results_index.write_bytes(b"this is no database")
