@@ -67,7 +67,13 @@ class GroupProcess:
         self._reader.start()
 
     def _copy_output(self, watch: tuple[str, ...]) -> None:
-        with open_append(self.log_path) as log:  # never through a planted link
+        try:
+            log = open_append(self.log_path)  # never through a planted link
+        except OSError as exc:  # a link planted at the name: the output is still drained
+            print(f"[hpcai] {self.name}: output not logged: cannot open {self.log_path} "
+                  f"({exc.strerror})", file=sys.stderr, flush=True)
+            log = open(os.devnull, "ab")
+        with log:
             # At most LINE_PIECE bytes at once: a 300 MB line without a newline is copied
             # in pieces, never held whole (the log still gets every byte).
             for raw in iter(lambda: self.proc.stdout.readline(LINE_PIECE), b""):
