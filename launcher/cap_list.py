@@ -5,8 +5,6 @@ import click
 
 from hpcai.errors import HpcaiError
 
-MAX_SLOTS = 200  # runs of one sweep: a typo in a range should not start a week of runs
-
 
 class Caps(click.ParamType):
     """Watts per GPU: one cap, a list (200,300,400) or a range (200:700:100, stop
@@ -26,8 +24,16 @@ class Caps(click.ParamType):
 
 
 class Repeats(click.IntRange):
-    """`--repeat`: at least 1, at most a sweep's MAX_SLOTS runs, checked before anything
-    is planned (10**20 repeats would build a list until memory ran out)."""
+    """`--repeat`: at least 1, at most a sweep's MAX_SLOTS runs (launcher/sweep.py), checked
+    as the option is read (10**20 repeats would build a list until memory ran out)."""
 
     def __init__(self):
-        super().__init__(min=1, max=MAX_SLOTS)
+        super().__init__(min=1)
+
+    def convert(self, value, param, ctx):
+        from hpcai.launcher.sweep import MAX_SLOTS
+
+        number = super().convert(value, param, ctx)
+        if number > MAX_SLOTS:
+            self.fail(f"{number} is more than a sweep's {MAX_SLOTS} runs", param, ctx)
+        return number

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpcai.errors import HpcaiError, Interrupted, ResultError, UsageError, WorkloadError
-from hpcai.launcher.cap_list import MAX_SLOTS
 from hpcai.launcher.options import log
 from hpcai.launcher.plan import clock_label
 from hpcai.signals import install_signal_handlers
@@ -34,6 +33,7 @@ IDLE_BASELINE_S = 5.0
 # A GPU busier than this (mean utilisation, %) while the idle baseline is taken
 # runs someone's work: the baseline is recorded invalid and taken again on resume.
 IDLE_BUSY_PCT = 5.0
+MAX_SLOTS = 200  # a typo in a range should not start a week of runs
 
 
 # ---- caps -----------------------------------------------------------------
