@@ -12,12 +12,11 @@ folder into the ready file, and ends when the program writes its end event
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
 from pathlib import Path
-
-from hpcai import safe_files
 
 POLL_S = 0.1
 # The ready file's path, for the engine (this module runs as __main__ and is
@@ -97,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         spec = make_plan(opts).spec
         run_dir = Path(spec.output_dir)
         run_dir.mkdir(parents=True, exist_ok=False)
-        safe_files.write_json(run_dir / "spec.json", spec.to_json(), indent=2)
+        (run_dir / "spec.json").write_text(json.dumps(spec.to_json(), indent=2) + "\n")
     except (HpcaiError, OSError) as exc:
         text = exc.one_line() if isinstance(exc, HpcaiError) else str(exc)
         print(f"hpcai.measure: error: {text}", file=sys.stderr)

@@ -17,6 +17,7 @@ figure is still SGLang's.
 from __future__ import annotations
 
 import inspect
+import json
 import os
 import sys
 import time
@@ -31,9 +32,10 @@ def records(outputs) -> list[dict]:
 def write_requests(path: str, outputs) -> None:
     doc = {"format": 1, "clock": "perf_counter of the client process",
            "wall_minus_perf_s": time.time() - time.perf_counter(), "requests": records(outputs)}
-    from hpcai.safe_files import write_json  # in the run folder: never through a planted link
-
-    write_json(path, doc)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as fh:
+        json.dump(doc, fh)
+    os.replace(tmp, path)
 
 
 def install_capture(serving, path: str) -> None:

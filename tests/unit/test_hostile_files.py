@@ -182,12 +182,3 @@ def test_an_engine_processes_huge_line_is_copied_in_pieces(tmp_path):
     assert proc.first_time("ready") is not None
     assert (tmp_path / "server.log").stat().st_size == LONG + len("\nready\n")
 
-
-def test_the_serving_clients_request_log_is_not_written_through_a_planted_link(tmp_path, victim):
-    from hpcai.workloads.sglang_client import write_requests
-
-    (tmp_path / "requests.json").symlink_to(victim)
-    (tmp_path / "requests.json.tmp").symlink_to(victim)
-    write_requests(str(tmp_path / "requests.json"), [])
-    assert victim.read_text() == "precious\n"
-    assert json.loads((tmp_path / "requests.json").read_text())["requests"] == []
