@@ -21,7 +21,7 @@ class Finite(click.ParamType):
         number = self.inner.convert(value, param, ctx)
         if isinstance(number, float) and not math.isfinite(number):
             flag = max(param.opts, key=len) if param is not None and param.opts else "a number"
-            raise click.UsageError(f"{flag} {number} is not a finite number: give {flag} a finite "
+            raise click.UsageError(f"{flag} is {number}, not a finite number: give {flag} a finite "
                                    "value (or leave it out for the default)", ctx)
         return number
 

@@ -20,20 +20,20 @@ def test_non_finite_options_are_refused_before_any_cap(fake_nvidia_node, args, f
     node = fake_nvidia_node
     done = node.launch("resnet50", "--preset", "tiny", "--device", "cuda", "--runtime", "host",
                        "-o", str(node.results), *args)
-    one_line_error(done, f"{flag} nan" if "nan" in args else f"{flag} inf", "not a finite number")
+    one_line_error(done, f"{flag} is nan" if "nan" in args else f"{flag} is inf", "not a finite number")
     assert node.limits() == [700.0, 700.0]  # never capped
     assert node.journal_files() == []
     assert not node.results.exists() or not any(node.results.rglob("*.json"))
 
 
 @pytest.mark.parametrize("args,fragment", [
-    (["report", "{results}", "--node-overhead-w", "nan"], "--node-overhead-w nan is not a finite number"),
-    (["report", "{results}", "--node-overhead-w", "inf"], "--node-overhead-w inf is not a finite number"),
-    (["report", "{results}", "--work", "nan"], "--work nan is not a finite number"),
-    (["report", "{results}", "--noisy-cv", "inf"], "--noisy-cv inf is not a finite number"),
-    (["report", "{results}", "--max-slowdown", "nan"], "--max-slowdown nan is not a finite number"),
-    (["fleet", "run", "--selftest-s", "nan"], "--selftest-s nan is not a finite number"),
-    (["fleet", "run", "--selftest-s", "inf"], "--selftest-s inf is not a finite number"),
+    (["report", "{results}", "--node-overhead-w", "nan"], "--node-overhead-w is nan, not a finite number"),
+    (["report", "{results}", "--node-overhead-w", "inf"], "--node-overhead-w is inf, not a finite number"),
+    (["report", "{results}", "--work", "nan"], "--work is nan, not a finite number"),
+    (["report", "{results}", "--noisy-cv", "inf"], "--noisy-cv is inf, not a finite number"),
+    (["report", "{results}", "--max-slowdown", "nan"], "--max-slowdown is nan, not a finite number"),
+    (["fleet", "run", "--selftest-s", "nan"], "--selftest-s is nan, not a finite number"),
+    (["fleet", "run", "--selftest-s", "inf"], "--selftest-s is inf, not a finite number"),
     (["resnet50", "--device", "cpu", "--repeat", "99999999999999999999", "--dry-run"],
      "'--repeat': 99999999999999999999 is more than a sweep's 200 runs"),
     (["resnet50", "--device", "cpu", "--cap", "200:700:1e-320", "--dry-run"],
