@@ -131,6 +131,13 @@ class Folder:
         self.close()
 
 
+def open_append(path, mode: int = 0o666):
+    """An unbuffered binary file appending to path, made if missing: its last part
+    never a link (O_NOFOLLOW: a planted link is ELOOP, never appended through)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    return os.fdopen(fd, "ab", buffering=0)
+
+
 def _plain_name(name: str) -> None:
     if not name or "/" in name or name in (".", ".."):
         raise ValueError(f"not a plain file name: {name!r}")

@@ -21,3 +21,19 @@ class Caps(click.ParamType):
             return parse_caps(value)
         except HpcaiError as exc:
             self.fail(exc.one_line(), param, ctx)
+
+
+class Repeats(click.IntRange):
+    """`--repeat`: at least 1, at most a sweep's MAX_SLOTS runs (launcher/sweep.py), checked
+    as the option is read (10**20 repeats would build a list until memory ran out)."""
+
+    def __init__(self):
+        super().__init__(min=1)
+
+    def convert(self, value, param, ctx):
+        from hpcai.launcher.sweep import MAX_SLOTS
+
+        number = super().convert(value, param, ctx)
+        if number > MAX_SLOTS:
+            self.fail(f"{number} is more than a sweep's {MAX_SLOTS} runs", param, ctx)
+        return number

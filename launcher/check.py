@@ -90,20 +90,6 @@ def validity_of(doc: dict, samples: bytes | None = None) -> tuple[dict, str]:
                    f"(by the {stored.get('evaluated_by', '?')}) was {said}: {agrees}")
 
 
-def _samples(path: Path, doc: dict) -> bytes | None:
-    """The run's samples.csv beside its result (never through a link), or None."""
-    from hpcai.errors import HpcaiError
-    from hpcai.launcher.bundles.files import read_regular
-
-    name = (doc.get("sidecar") or {}).get("samples")
-    if not isinstance(name, str) or Path(name).name != name:
-        return None
-    try:
-        return read_regular(path.parent / name, "samples")
-    except HpcaiError:
-        return None
-
-
 def _value(c: dict) -> str:
     value = c.get("value")
     if value is None:
@@ -125,10 +111,12 @@ def table(checks: list[dict]) -> list[str]:
 
 
 def check_results(paths: list[str]) -> int:
+    from hpcai.launcher.bundles.recompute import samples_beside
+
     loaded = [pair for p in paths for pair in load_results_of(p)]  # every file, before any output
     failed_any = False
     for i, (path, doc) in enumerate(loaded):
-        found, origin = validity_of(doc, _samples(path, doc))
+        found, origin = validity_of(doc, samples_beside(path, doc))
         verdict = found.get("verdict", "?")
         failed_any |= verdict == "fail"
         if i:

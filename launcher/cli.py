@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 import click
-from hpcai.launcher.cap_list import Caps
+from hpcai.launcher.cap_list import Caps, Repeats
 from hpcai.launcher.guarded import run_guarded as _run_guarded
 from hpcai.workloads.catalog import WORKLOADS, check_plugins
 
@@ -112,7 +112,10 @@ class OneLineErrors(click.Group):
             raise click.UsageError(
                 f"unknown workload or command {name!r} (workloads: {known}; "
                 f"commands: {commands})", ctx)
-        return super().resolve_command(ctx, args)
+        name, command, rest = super().resolve_command(ctx, args)
+        from hpcai.launcher.finite_options import guard_floats  # NaN/inf: one line, exit 2
+
+        return name, guard_floats(command) if command is not None else command, rest
 
 
 @click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
@@ -250,7 +253,7 @@ def _sweep_options(workload) -> list:
                       "NVIDIA's NVML profiles (max-p, max-q, compute, memory-bound, ...), AMD's "
                       "performance determinism as determinism-MHZ; a list runs one per profile, "
                       "with --cap/--sm-clock a grid (hpcai-launch power profiles lists them)"),
-    click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
+    click.option("--repeat", type=Repeats(), default=1, show_default=True,
                  help="runs per cap (a sweep when above 1)"),
     click.option("--vary", multiple=True, metavar="PARAM=V1,V2,...",
                  help="a grid sweep over PARAM (repeatable: every combination, with every "
@@ -441,9 +444,7 @@ def _run_workload(workload, values: dict):
 
     v = {k: values[k] for k in _COMMAND_PARAMS}
     extra = {k: value for k, value in values.items() if k not in v}
-    from hpcai.launcher.finite_options import refuse_non_finite  # NaN/inf, before anything
-
-    _run_guarded(refuse_non_finite, click.get_current_context().command.params, values)
+    # NaN/inf were refused as the options were read (finite_options.guard_floats).
     _run_guarded(resolve_data, workload, extra)
     axes = _run_guarded(_parse_vary, v["vary"], workload)
     batch = _slurm_options(v["slurm"], v["nodes"], v["partition"], v["account"], v["time_limit"],

@@ -58,6 +58,7 @@ class WorkloadProcess:
 
         self.watchdog = StallWatchdog(self.run_dir, plan.spec.protocol.get("stall_timeout_s"))
         self.stalled: str | None = None  # why the watchdog ended the run
+        self.outlived: list[dict] = []  # processes that outlived the workload (stall.end_every_rank)
         self._stack = contextlib.ExitStack()
 
     # ---- limits -------------------------------------------------------------------
@@ -187,11 +188,18 @@ class WorkloadProcess:
         if self.child is None:
             return
         wait_s = ORPHAN_EXIT_SLURM_S if self.signals.under_slurm else ORPHAN_EXIT_S
-        end_every_rank(self.child.pid, self.spec.run_id, exit_s=wait_s, term_s=wait_s)
+        end_every_rank(self.child.pid, self.spec.run_id, exit_s=wait_s, term_s=wait_s,
+                       outlived=self.outlived)
+        if self.outlived:
+            log(f"{len(self.outlived)} process(es) outlived the workload and were stopped "
+                f"(pid {', '.join(str(e['pid']) for e in self.outlived[:8])}): recorded in the result")
 
     def start(self) -> None:
         # Its own session: a terminal's Ctrl-C reaches the launcher alone, which
         # forwards it once, instead of hitting torchrun and its workers twice.
+        from hpcai.launcher.stall import become_subreaper
+
+        become_subreaper()  # the run's daemons stay in this launcher's process tree
         self.child = self.signals.child = start_workload(self.plan.command, self.env,
                                                          self.follower, self.run_dir)
         self.follower.start()
@@ -328,7 +336,7 @@ def result_is_final(path: Path) -> bool:
 # ---- the result ---------------------------------------------------------------------
 def finish_result(doc: dict, run_dir: Path, spec: RunSpec, code: int | None, limits: dict,
                   end_limits: dict | None = None, interrupted: Interrupted | None = None,
-                  clock_session=None, profile_session=None) -> dict:
+                  clock_session=None, profile_session=None, outlived: list | None = None) -> dict:
     """The workload's result completed by the launcher, for a single run and an
     in-run segment alike: a `running` one marked interrupted or crashed, the limits
     set and in force, the clocks, the idle baseline, validity again; cleaned."""
@@ -351,6 +359,8 @@ def finish_result(doc: dict, run_dir: Path, spec: RunSpec, code: int | None, lim
         doc["power"]["profile"] = profile_record(profile_session)
     doc["launcher"] = {"command_exit_code": code,
                        "gpu_limits": results.limits_record(limits, end_limits or {})}
+    if outlived:  # found by the kernel's process tree or the run's tag, stopped by the launcher
+        doc["launcher"]["outlived_processes"] = outlived
     idle = results.sweep_idle_baseline(run_dir, bool(spec.sweep))
     if idle is not None:
         doc["launcher"]["idle_baseline"] = idle

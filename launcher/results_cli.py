@@ -18,6 +18,7 @@ from pathlib import Path
 import click
 
 from hpcai.launcher import results_store_cli as store_cli
+from hpcai.printable import printable
 
 
 def _guarded(fn, *args, **kwargs):
@@ -108,7 +109,7 @@ def _verdicts(items: list[str], site_selector: str | None, expect_site: str | No
         elif Path(item).is_dir():
             folder = Path(item)
         else:
-            raise UsageError(f"{item} is not a bundle", "give a bundle folder, a .tar or an oras:// reference")
+            raise UsageError(f"{printable(item)} is not a bundle", "give a bundle folder, a .tar or an oras:// reference")
         found.append((item, verify_bundle(folder, trusted, expect_site)))
     return found
 
@@ -136,7 +137,7 @@ def verify(bundles, site, expect_site, as_json):
                                for item, v in found], indent=1))
     else:
         for item, v in found:
-            click.echo(f"{item}: {v.status.upper()}: {v.reason}")
+            click.echo(f"{printable(item)}: {v.status.upper()}: {printable(v.reason)}")
             for r in v.runs:
                 block = r["validity"]
                 failed = f" (failed: {', '.join(block['failed'])})" if block["failed"] else ""
@@ -160,7 +161,7 @@ def push(bundle_path, reference, site):
         return registry.push(bundle_path, reference, _https(chosen), chosen["name"], runs)
 
     digest = _guarded(go)
-    click.echo(f"pushed {bundle_path} to {reference} (layer {digest[:19]})")
+    click.echo(f"pushed {printable(bundle_path)} to {registry.shown(reference)} (layer {digest[:19]})")
 
 
 @results.command()
@@ -180,7 +181,7 @@ def pull(reference, output, site):
         return folder, verify_bundle(folder, trusted)
 
     folder, v = _guarded(go)
-    click.echo(f"pulled {reference} into {folder}: {v.status.upper()}: {v.reason}")
+    click.echo(f"pulled {registry.shown(reference)} into {printable(folder)}: {v.status.upper()}: {printable(v.reason)}")
     sys.exit(0 if v.status == "verified" else 1)
 
 

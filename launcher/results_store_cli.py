@@ -17,6 +17,7 @@ import click
 
 from hpcai.errors import UsageError
 from hpcai.launcher.guarded import run_guarded
+from hpcai.printable import printable
 
 LS_COLUMNS = ("run_id", "counted", "workload", "device", "site", "cap_w", "per_gpu", "started", "path")
 EXPORT_COLUMNS = ("run_id", "sha256", "counted", "duplicate_of", "status", "problems", "workload",
@@ -125,7 +126,7 @@ def _text(value) -> str:
         return "–"
     if isinstance(value, float):
         return f"{value:.5g}"
-    return str(value)
+    return printable(value)  # a path with a newline or escape code is shown escaped
 
 
 @results.command(name="ls")
@@ -169,7 +170,7 @@ def _show(run_id, paths, **filters):
         if n:
             click.echo("")
         for column, value in zip(columns, row):
-            if column not in ("copy", "first_path", "ino") and not column.startswith("r_"):  # r_: the Run
+            if column not in ("copy", "first_path", "ino", "ctime_ns") and not column.startswith("r_"):  # r_: the Run
                 click.echo(f"{column:31s} {_text(value)}")
 
 

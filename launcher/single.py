@@ -80,7 +80,7 @@ def write_result(run_dir: Path, spec: RunSpec, proc: WorkloadProcess, end_limits
 
         mark_stalled(doc, proc.stalled)
     doc = finish_result(doc, run_dir, spec, proc.code, proc.limits, end_limits,
-                        proc.interrupted, proc.clock_session, proc.profile_session)
+                        proc.interrupted, proc.clock_session, proc.profile_session, proc.outlived)
     try:
         write_json_atomic(path, doc)
     except OSError as exc:

@@ -14,6 +14,7 @@ compile) before the first step.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -104,12 +105,84 @@ def _owner(pid: int) -> int | None:
 
 
 def ranks_alive(pgid: int | None, tag: str) -> list[int]:
-    """The run's processes: its process group, and every process of this user
-    carrying its tag (ranks in sessions of their own, orphans of a dead torchrun)."""
+    """The run's processes: every process of this user carrying its tag (ranks in
+    sessions of their own, orphans of a dead torchrun), and what the kernel says is
+    the run's whatever its environment: this launcher's descendants outside its own
+    session (the launcher is their subreaper, so a daemon that cleared its
+    environment and left its session is still found)."""
     from hpcai.launcher.power.workload_procs import find
 
     me = os.getuid()
-    return [pid for pid in find({"pgid": pgid, "tag": tag}) if _owner(pid) == me]
+    found = set(find({"pgid": pgid, "tag": tag})) | set(run_tree())
+    return sorted(pid for pid in found if _owner(pid) == me)
+
+
+def become_subreaper() -> bool:
+    """Make this launcher the reaper of its orphaned descendants (prctl
+    PR_SET_CHILD_SUBREAPER, Linux 3.4): a process of the run that double-forks is
+    re-parented here, not to init, so the process tree still holds it."""
+    global _SUBREAPER
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        _SUBREAPER = libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        _SUBREAPER = False
+    return _SUBREAPER
+
+
+_PR_SET_CHILD_SUBREAPER = 36
+_SUBREAPER = False
+
+
+def _stat_fields(pid: int) -> tuple[str, int, int] | None:
+    """(state, parent pid, session id) from /proc/PID/stat."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return fields[0], int(fields[1]), int(fields[3])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def run_tree() -> list[int]:
+    """Live descendants of this launcher in sessions other than its own (the
+    workload's session, and any a daemon of it made); none unless the launcher is a
+    subreaper (else an orphan would have left the tree for init's)."""
+    if not _SUBREAPER:
+        return []
+    children: dict[int, list[int]] = {}
+    info = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (fields := _stat_fields(int(entry))) is not None:
+            info[int(entry)] = fields
+            children.setdefault(fields[1], []).append(int(entry))
+    own_session, found, todo = os.getsid(0), [], list(children.get(os.getpid(), []))
+    while todo:
+        pid = todo.pop()
+        todo += children.get(pid, [])
+        state, _, session = info[pid]
+        if state != "Z" and session != own_session:
+            found.append(pid)
+    return sorted(found)
+
+
+def command_of(pid: int) -> str:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return "?"
+    from hpcai.printable import printable
+
+    return printable(raw.replace(b"\0", b" ").decode("utf-8", "backslashreplace").strip())[:200]
+
+
+def reap(pids: list[int]) -> None:
+    """Orphans re-parented to this subreaper are its children once they end: reaped,
+    so none stays a zombie (only these pids: a Popen's own child is left to it)."""
+    for pid in pids:
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(pid, os.WNOHANG)
 
 
 def _signal_all(pids: list[int], signum: int) -> None:
@@ -130,7 +203,7 @@ def _wait_gone(pgid: int | None, tag: str, seconds: float) -> list[int]:
 
 
 def end_every_rank(pgid: int | None, tag: str, exit_s: float = ORPHAN_EXIT_S,
-                   term_s: float = ORPHAN_EXIT_S) -> list[int]:
+                   term_s: float = ORPHAN_EXIT_S, outlived: list | None = None) -> list[int]:
     """Wait exit_s for the run's processes to end by themselves, then SIGTERM
     (with SIGCONT: a stopped rank must get to act on it), term_s later SIGKILL,
     and wait until they are gone. The pids still alive after all that (a
@@ -138,6 +211,9 @@ def end_every_rank(pgid: int | None, tag: str, exit_s: float = ORPHAN_EXIT_S,
     alive = _wait_gone(pgid, tag, exit_s)
     if not alive:
         return []
+    if outlived is not None:  # what outlived the workload: the result says so
+        outlived += [{"pid": pid, "command": command_of(pid)} for pid in alive]
+    signalled = list(alive)
     _signal_all(alive, signal.SIGTERM)
     _signal_all(alive, signal.SIGCONT)
     alive = _wait_gone(pgid, tag, term_s)
@@ -147,6 +223,7 @@ def end_every_rank(pgid: int | None, tag: str, exit_s: float = ORPHAN_EXIT_S,
     if alive:
         log(f"{len(alive)} process(es) of the run did not end even after SIGKILL "
             f"({', '.join(map(str, alive[:8]))}); restoring the limits anyway")
+    reap(signalled)
     return alive
 
 

@@ -30,11 +30,11 @@ from hpcai.signals import install_signal_handlers
 SUMMARY_FILE = "sweep.json"
 SUMMARY_VERSION = 1
 ORDERS = ("shuffle", "alternate", "ascending")
-MAX_SLOTS = 200  # a typo in a range should not start a week of runs
 IDLE_BASELINE_S = 5.0
 # A GPU busier than this (mean utilisation, %) while the idle baseline is taken
 # runs someone's work: the baseline is recorded invalid and taken again on resume.
 IDLE_BUSY_PCT = 5.0
+MAX_SLOTS = 200  # a typo in a range should not start a week of runs
 
 
 # ---- caps -----------------------------------------------------------------
@@ -74,9 +74,10 @@ def _parse_range(text: str) -> list[float]:
     start, stop, step = (_watts(p) for p in parts)
     if stop < start:
         raise UsageError(f"range {text!r} ends below its start", "example: --cap 200:700:100")
-    count = math.floor((stop - start) / step + 1e-9) + 1
-    if count > MAX_SLOTS:
-        raise UsageError(f"range {text!r} gives {count} caps", "use a larger step")
+    steps = (stop - start) / step  # a tiny step (1e-320) gives inf: refused, not counted
+    if not math.isfinite(steps) or steps + 1 > MAX_SLOTS:
+        raise UsageError(f"range {text!r} gives more than {MAX_SLOTS} caps", "use a larger step")
+    count = math.floor(steps + 1e-9) + 1
     return [round(start + i * step, 6) for i in range(count)]
 
 
@@ -171,6 +172,9 @@ def schedule(caps: list[float | None], repeats: int, order: str, seed: int,
     # Grid points outermost, so that a plain cap sweep's order is unchanged.
     combos = [(p, setting) for p in (points or [()])
               for setting in sorted(settings, key=_point_key)]
+    if len(combos) * repeats > MAX_SLOTS:  # before any slot is made (--repeat 10**20)
+        raise UsageError(f"the sweep has {len(combos) * repeats} runs ({len(combos)} setting(s) x "
+                         f"--repeat {repeats})", f"use at most {MAX_SLOTS}")
     rng = random.Random(seed)
     slots: list[Slot] = []
     for r in range(repeats):
@@ -325,13 +329,14 @@ def measure_idle(vendor: str, gpu_indices: list[int] | None, seconds: float,
     try:
         if discovery.kind is None:
             return {"available": False, "reason": discovery.reason, "seconds": 0}
-        names, sources = [], []
+        names, sources, uuids = [], [], []
         if discovery.kind == "gpu":
             for device in discovery.gpus:
                 info = device.info()
                 if gpu_indices is None or info.index in gpu_indices:
                     names.append({"index": info.index, "name": info.name})
                     sources.append(device)
+                    uuids.append((info.index, info.uuid))
         else:
             for domain in discovery.rapl:
                 names.append({"index": None, "name": domain.name})
@@ -344,6 +349,7 @@ def measure_idle(vendor: str, gpu_indices: list[int] | None, seconds: float,
             node = NodePowerSampler(node_power)
             node._wall0, node._mono0 = sampler._wall0, sampler._mono0  # one clock
             node.start()
+        held = _held_by_another_run(uuids)
         sampler.start()
         try:
             start = sampler.mark("idle-start")
@@ -353,8 +359,9 @@ def measure_idle(vendor: str, gpu_indices: list[int] | None, seconds: float,
             sampler.stop()
             if node is not None:
                 node.stop()
+        held = held or _held_by_another_run(uuids)  # again after the wait
         devices = [_idle_device(sampler, i, who, start, end) for i, who in enumerate(names)]
-        verdict = _idle_verdict(devices)
+        verdict = _idle_verdict(devices, held)
         baseline = {"available": verdict["available"], "source": discovery.kind,
                     "reason": verdict["reason"], "seconds": end.t - start.t,
                     "measured": now_iso(), "total_power_w": verdict["total_power_w"],
@@ -385,8 +392,22 @@ def _idle_device(sampler, i: int, who: dict, start, end) -> dict:
             "utilization_pct_mean": everything.get("utilization_pct_mean")}
 
 
-def _idle_verdict(devices: list[dict]) -> dict:
-    """The total idle power, and whether it counts (every source read, none busy)."""
+def _held_by_another_run(uuids: list[tuple[int, str | None]]) -> str | None:
+    """Which GPU another run holds (the node's authority: launcher/power/authority.py),
+    and by whom; None when none is held. A run's GPUs are loaded, whatever their
+    utilisation read in a pause (loading data, compiling)."""
+    from hpcai.launcher.power.authority import describe_holder, holder_of
+
+    for index, uuid in uuids:
+        holder = holder_of(uuid) if uuid else None
+        if holder is not None:
+            return f"GPU {index} was held by another run ({describe_holder(holder)})"
+    return None
+
+
+def _idle_verdict(devices: list[dict], held: str | None = None) -> dict:
+    """The total idle power, and whether it counts (every source read, none busy, none
+    held by another run)."""
     known = [d["mean_power_w"] for d in devices if d["mean_power_w"] is not None]
     total = sum(known) if known and len(known) == len(devices) else None
     busy = [f"GPU {d['index']} at {d['utilization_pct_mean']:.0f}%" for d in devices
@@ -395,7 +416,9 @@ def _idle_verdict(devices: list[dict]) -> dict:
     if busy:
         reason = (f"the GPUs were not idle ({', '.join(busy)} utilisation, above "
                   f"{IDLE_BUSY_PCT:g}%): measured again when the sweep resumes")
-    return {"available": total is not None and not busy, "reason": reason,
+    elif held:
+        reason = f"the GPUs were not idle ({held}): measured again when the sweep resumes"
+    return {"available": total is not None and not busy and not held, "reason": reason,
             "total_power_w": total}
 
 
@@ -494,6 +517,36 @@ def run_sweep(opts) -> int:
     from hpcai.launcher.trust import claim_folder
 
     _guarded_output(claim_folder, sweep.folder, "the sweep folder")
+    with _sweep_lock(sweep.folder):
+        # What is done, read again now that no other sweep can be writing here.
+        _read_folder(sweep)
+        return _run_locked(sweep, preflight)
+
+
+def _sweep_lock(folder: Path):
+    """The sweep folder, locked (flock on the folder itself, opened without following a
+    link) for as long as this sweep runs: a second sweep into it is refused, so two
+    never both run the same slots (`--repeat 2` giving 4 results)."""
+    import errno
+    import fcntl
+
+    from hpcai.safe_files import Folder
+
+    held = Folder.open(folder)
+    try:
+        fcntl.flock(held.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        held.close()
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise UsageError(f"another sweep is running into {folder}",
+                             "wait for it to end, then run the same command again: it runs "
+                             "only the slots still missing") from None
+        raise
+    return held
+
+
+def _run_locked(sweep: _Sweep, preflight) -> int:
+    opts = sweep.opts
     preflight(sweep.plan, sweep.folder)
     summary = _new_summary(sweep)
     todo = [i for i, s in enumerate(sweep.slots) if s not in sweep.done]
@@ -579,6 +632,12 @@ def _find_folder(sweep: _Sweep) -> None:
 
     # Its name is predictable: one planted by someone else is refused, never read.
     refuse_planted(sweep.folder, "the sweep folder")
+    _read_folder(sweep)
+
+
+def _read_folder(sweep: _Sweep) -> None:
+    """The sweep's previous summary, seed, slots and the slots already done."""
+    opts = sweep.opts
     summary_path = sweep.folder / SUMMARY_FILE
     sweep.previous = Summary.load(summary_path) if summary_path.exists() else None
     sweep.seed = opts.seed if opts.seed is not None else (

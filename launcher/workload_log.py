@@ -17,6 +17,8 @@ from pathlib import Path
 
 FILE = "workload.log"
 POLL_S = 0.1
+READ_BYTES = 1 << 20  # read from the log at once
+MAX_LINE_BYTES = 64 * 1024  # of one line echoed to the terminal
 _TORCHRUN_LOG = re.compile(r"^[EWI]\d{4} [\d:.]+ \d+ .*torch/distributed/elastic/")
 # torch.distributed prefixes a rank's error output with its rank ("[rank1]: Traceback ...").
 _RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")
@@ -71,6 +73,36 @@ class TracebackFilter:
         return True
 
 
+class BoundedLines:
+    """Bytes in, whole lines out (to echo, as text), each cut at MAX_LINE_BYTES: a
+    300 MB line without a newline costs the launcher at most that, not 300 MB (the
+    log file keeps every byte)."""
+
+    def __init__(self, echo):
+        self.echo, self.pending, self.cut = echo, b"", 0  # cut: bytes skipped of this line
+
+    def feed(self, chunk: bytes) -> None:
+        *lines, rest = chunk.split(b"\n")
+        for raw in lines:
+            self._line(raw)
+            self.pending, self.cut = b"", 0
+        self._add(rest)
+
+    def _add(self, part: bytes) -> None:
+        room = MAX_LINE_BYTES - len(self.pending)
+        self.pending += part[:max(room, 0)]
+        self.cut += max(len(part) - max(room, 0), 0)
+
+    def _line(self, last: bytes) -> None:
+        self._add(last)
+        text = self.pending.decode("utf-8", "replace")
+        self.echo(text + (f" [… {self.cut} more bytes of this line are in the log]" if self.cut else ""))
+
+    def close(self) -> None:
+        if self.pending or self.cut:
+            self._line(b"")
+
+
 class LogFollower:
     """Opens the log for the workload and echoes it, filtered, while it runs."""
 
@@ -83,11 +115,9 @@ class LogFollower:
 
     def open_for_workload(self):
         """A file object for the child's stdout and stderr (the caller closes it)."""
-        import os  # O_NOFOLLOW: never append through a link planted at the name
+        from hpcai.safe_files import open_append  # never append through a planted link
 
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
-                     | os.O_CLOEXEC, 0o666)
-        return os.fdopen(fd, "ab", buffering=0)
+        return open_append(self.path)
 
     def start(self) -> LogFollower:
         self._thread = threading.Thread(target=self._follow, name="hpcai-log", daemon=True)
@@ -97,18 +127,14 @@ class LogFollower:
     def _follow(self) -> None:
         try:
             with open(self.path, "rb") as log:
-                pending = b""
+                lines = BoundedLines(self._echo)
                 while True:
                     finished = self._done.is_set()  # read once more after the end
-                    chunk = log.read()
+                    chunk = log.read(READ_BYTES)
                     if chunk:
-                        pending += chunk
-                        *lines, pending = pending.split(b"\n")
-                        for raw in lines:
-                            self._echo(raw.decode("utf-8", "replace"))
+                        lines.feed(chunk)
                     elif finished:
-                        if pending:
-                            self._echo(pending.decode("utf-8", "replace"))
+                        lines.close()
                         return
                     else:
                         self._done.wait(POLL_S)

@@ -30,7 +30,10 @@ def result(uuid: str, index: int, cap: float, *, throughput: float = 100.0,
                             "max": temperature}
     gpu["energy_j"].update(counter=power * 60, integrated=power * 60 * 0.99)
     doc["workload"] = workload
-    doc["throughput"]["per_gpu"] = throughput
+    # The figures held to the records they are made of (bundles/recompute.py
+    # figures_consistency): the same units over the seconds this throughput takes.
+    doc["throughput"]["per_gpu"] = doc["throughput"]["node"] = throughput
+    doc["work"]["measured_seconds"] = doc["work"]["measured_units"] / throughput
     doc["power"]["energy_per_unit_j"] = power / throughput
     doc["power"]["cap"].update(requested_w=cap, enforced=enforced)
     doc["timestamps"]["finished"] = finished

@@ -81,7 +81,9 @@ def make_result(*, workload="resnet50", preset="paper", gpu="NVIDIA H100 80GB HB
                        "per_epoch_node": per_epoch_node,
                        "stats_node": {"epochs": len(epochs), "mean": mean, "std": std,
                                       "ci95": None, "cv": std / mean if std else None}},
-        "work": {"unit": unit, "measured_units": units, "measured_seconds": window_s,
+        "work": {"unit": unit, "measured_units": units,
+                 # the seconds those whole units took at this throughput (recompute.py holds them to it)
+                 "measured_seconds": units / node if node and units else window_s,
                  "first_loss": 7.0, "last_loss": 6.0},
         "gpus": used,
         "power": {

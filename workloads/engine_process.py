@@ -24,7 +24,10 @@ import urllib.request
 from pathlib import Path
 
 from hpcai.errors import Interrupted, WorkloadError
+from hpcai.safe_files import open_append
 from hpcai.signals import deferred_signals
+
+LINE_PIECE = 64 * 1024  # bytes of a command's output read (and kept) at once
 
 # Runs before the real command: ask the kernel for SIGTERM when the parent
 # dies (kept across exec), then become the command.
@@ -64,8 +67,16 @@ class GroupProcess:
         self._reader.start()
 
     def _copy_output(self, watch: tuple[str, ...]) -> None:
-        with open(self.log_path, "ab") as log:
-            for raw in iter(self.proc.stdout.readline, b""):
+        try:
+            log = open_append(self.log_path)  # never through a planted link
+        except OSError as exc:  # a link planted at the name: the output is still drained
+            print(f"[hpcai] {self.name}: output not logged: cannot open {self.log_path} "
+                  f"({exc.strerror})", file=sys.stderr, flush=True)
+            log = open(os.devnull, "ab")
+        with log:
+            # At most LINE_PIECE bytes at once: a 300 MB line without a newline is copied
+            # in pieces, never held whole (the log still gets every byte).
+            for raw in iter(lambda: self.proc.stdout.readline(LINE_PIECE), b""):
                 now = time.time()
                 log.write(raw)
                 log.flush()
@@ -112,7 +123,7 @@ class GroupProcess:
                 self.proc.poll()  # reap the leader as soon as it exits
                 time.sleep(0.1)
             if _group_alive(pgid):
-                with open(self.log_path, "ab") as log:
+                with open_append(self.log_path) as log:
                     log.write(f"[hpcai] {self.name} still running {self.stop_grace_s:g} s after "
                               "SIGTERM: sending SIGKILL\n".encode())
                 _signal_group(pgid, signal.SIGKILL)

@@ -443,8 +443,7 @@ class Run:
         except Exception as exc:  # a side file: the result is still written
             reason = f"{type(exc).__name__}: {exc}"
             # No half-written log beside the result (a full disk, say).
-            (folder / mlperf_log.MLLOG_FILE).unlink(missing_ok=True)
-            mlperf_log.power_path(folder / mlperf_log.MLLOG_FILE, node_index).unlink(missing_ok=True)
+            mlperf_log.remove(folder / mlperf_log.MLLOG_FILE, node_index)
         if reason:
             log(f"no {mlperf_log.MLLOG_FILE}: {reason}")
         return {"mllog": None if reason else mlperf_log.MLLOG_FILE, "mllog_reason": reason}

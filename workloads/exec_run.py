@@ -18,7 +18,7 @@ from pathlib import Path
 from hpcai.errors import WorkloadError
 from hpcai.workloads import exec_progress, window_segments
 from hpcai.workloads.base import EngineWorkload
-from hpcai.workloads.engine_process import GroupProcess
+from hpcai.workloads.engine_process import LINE_PIECE, GroupProcess
 from hpcai.workloads.protocol import Epoch
 from hpcai.workloads.registry.exec import SOLUTIONS, ExecParams
 
@@ -64,7 +64,7 @@ class _Command(GroupProcess):
 
     def _copy(self) -> None:
         out = sys.stdout.buffer
-        for raw in iter(self.proc.stdout.readline, b""):
+        for raw in iter(lambda: self.proc.stdout.readline(LINE_PIECE), b""):  # bounded: a line without end
             now = time.time()
             try:
                 out.write(raw)

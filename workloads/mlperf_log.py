@@ -22,10 +22,13 @@ for a complete run whose validity did not fail.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 from pathlib import Path
+
+from hpcai.safe_files import _DIR_FLAGS, Folder
 
 MLLOG_FILE = "mllog.txt"
 POWER_DIR = "power"  # MLPerf Power: power/<log name>/node_<k>.txt beside the log
@@ -94,36 +97,63 @@ def write(path: Path, doc: dict, samples: list[tuple[float, float]],
     stamps = doc.get("timestamps") or {}
     t0, t1 = stamps.get("measured_start"), stamps.get("measured_end")
     readings = bracketing(samples, t0, t1) if samples and t0 is not None else []
-    target = power_path(path, node_index)
-    if target.parent.is_dir():  # a stale power file of an earlier write must not stay
-        target.unlink(missing_ok=True)
-    with _mllogger(path, MLLogger) as ml:
-        _events(ml, C, doc, counts or {}, boundary if readings else None)
-    if len(readings) >= 2:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with _mllogger(target, MLLogger) as ml:
-            _power_events(ml, C, doc, readings, boundary)
+    # Root may run this in a folder others could have planted links in: every file
+    # is made through safe_files (O_NOFOLLOW|O_EXCL, renamed into place), and the
+    # library only writes to the stream it is handed, never opens a path itself.
+    with Folder.open(Path(path).parent) as folder:
+        with _mllogger(folder, Path(path).name, MLLogger) as ml:
+            _events(ml, C, doc, counts or {}, boundary if readings else None)
+        _write_power(folder, Path(path).stem, node_index, C, doc, readings, boundary, MLLogger)
     return None
 
 
-class _mllogger:
-    """An MLLogger on a private logger writing one file (closed on exit)."""
+def _write_power(folder, stem: str, node_index: int, C, doc: dict, readings, boundary, factory) -> None:
+    """power/<stem>/node_<k>.txt inside folder (a stale one of an earlier write removed)."""
+    name = f"node_{node_index}.txt"
+    if len(readings) < 2:
+        _remove_power(folder, stem, name)
+        return
+    with folder.folder(POWER_DIR) as power, power.folder(stem) as log:
+        with _mllogger(log, name, factory) as ml:
+            _power_events(ml, C, doc, readings, boundary)
 
-    def __init__(self, path, factory):
-        self.path, self.factory = path, factory
+
+def _remove_power(folder, stem: str, name: str) -> None:
+    """power/<stem>/<name> removed if there, nothing below folder followed."""
+    with contextlib.suppress(OSError):
+        with Folder(os.open(POWER_DIR, _DIR_FLAGS, dir_fd=folder.fd), folder.path / POWER_DIR) as power, \
+                Folder(os.open(stem, _DIR_FLAGS, dir_fd=power.fd), power.path / stem) as log:
+            os.unlink(name, dir_fd=log.fd)
+
+
+def remove(log_path: Path, node_index: int = 0) -> None:
+    """The log and its power file removed (a failed write leaves neither), no link followed."""
+    with contextlib.suppress(OSError), Folder.open(Path(log_path).parent) as folder:
+        _remove_power(folder, Path(log_path).stem, f"node_{node_index}.txt")
+        os.unlink(Path(log_path).name, dir_fd=folder.fd)
+
+
+class _mllogger:
+    """An MLLogger on a private logger writing one file of folder (a safe_files.Folder):
+    the library gets a stream, the file is made no-follow and renamed in on success."""
+
+    def __init__(self, folder, name: str, factory):
+        self.folder, self.name, self.factory = folder, name, factory
 
     def __enter__(self):
+        self.replacing = self.folder.replacing_text(self.name)
+        stream = self.replacing.__enter__()
         self.logger = logging.getLogger(f"hpcai.mllog.{id(self)}")
         self.logger.propagate = False
         self.logger.setLevel(logging.INFO)
-        self.handler = logging.FileHandler(self.path, mode="w", encoding="utf-8")
+        self.handler = logging.StreamHandler(stream)
         self.logger.addHandler(self.handler)
         return self.factory(logger=self.logger)
 
     def __exit__(self, *exc):
         self.logger.removeHandler(self.handler)
-        self.handler.close()
-        return False
+        self.handler.flush()
+        return bool(self.replacing.__exit__(*exc))
 
 
 def _ms(t: float) -> int:
@@ -220,12 +250,9 @@ def restamp_status(path: Path, doc: dict) -> bool:
                                       "validity": (doc.get("validity") or {}).get("verdict")})
             lines[k] = PREFIX + json.dumps(event)
             changed = True
-    if changed:
-        tmp = Path(path).with_name(f".{Path(path).name}.tmp")
-        tmp.unlink(missing_ok=True)
-        with open(tmp, "x", encoding="utf-8") as fh:  # "x": never through a planted file
-            fh.write("\n".join(lines) + "\n")
-        os.replace(tmp, path)
+    if changed:  # through safe_files: never through a planted file or link
+        with Folder.open(Path(path).parent) as folder:
+            folder.write_text(Path(path).name, "\n".join(lines) + "\n")
     return changed
 
 

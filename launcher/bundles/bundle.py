@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import re
 import tarfile
 from pathlib import Path
 
@@ -45,6 +47,27 @@ def run_folders(given: list[str]) -> list[tuple[Path, Path | None]]:
     return found
 
 
+# Files beside a run's own that another site's tools read: MLPerf Power's power/<log>/
+# node_<k>.txt beside mllog.txt (MLCommons' result_summarizer takes the energy from
+# them: workloads/mlperf_log.py) and hpcc's own output (workloads/hpcc_app.py).
+SIDE_FILES = (("power/mllog", re.compile(r"node_[0-9]+\.txt")), ("hpcc-*", re.compile(r"hpccoutf\.txt")))
+
+
+def side_files(run: Path) -> list[str]:
+    """The side files of a run folder, relative and sorted; no link is followed (a link
+    is left out here, and list_tree refuses one in the bundle)."""
+    found = []
+    for pattern, names in SIDE_FILES:
+        for folder in sorted(run.glob(pattern)):
+            below = folder.relative_to(run)
+            if any((run / p).is_symlink() for p in (below, *below.parents[:-1])) or not folder.is_dir():
+                continue
+            for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+                if names.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+                    found.append(f"{folder.relative_to(run).as_posix()}/{entry.name}")
+    return found
+
+
 def _result(folder: Path, data: bytes) -> dict:
     try:
         doc = json.loads(data)
@@ -77,6 +100,8 @@ def collect(given: list[str], site: dict) -> tuple[dict[str, bytes], list[dict]]
         for name in RUN_FILES:
             if (run / name).exists() or (run / name).is_symlink():
                 files[f"{prefix}/{name}"] = read_regular(run / name, name)
+        for name in side_files(run):
+            files[f"{prefix}/{name}"] = read_regular(run / name, name)
         samples = files.get(f"{prefix}/samples.csv")
         image = (doc.get("runtime") or {}).get("image")
         runs.append(run_predicate(prefix, doc, recompute(doc, samples), signature_status(site, image)))
@@ -130,18 +155,39 @@ def pack(folder: Path) -> bytes:
 
 
 def unpack(data: bytes, out: Path) -> Path:
-    """A packed bundle into a new folder; only plain files with relative names."""
-    folder = new_folder(out)
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
-        for member in tar.getmembers():
-            name = Path(member.name)
-            if not member.isfile() or name.is_absolute() or ".." in name.parts:
-                raise UsageError(f"the packed bundle holds {member.name!r}, which is not a plain "
-                                 "file inside it", "the bundle was altered; do not use it")
-            if member.size > MAX_FILE_BYTES:
-                raise UsageError(f"the packed bundle's {member.name} is larger than "
-                                 f"{MAX_FILE_BYTES >> 20} MB", "a bundle holds result files, not data sets")
-            target = folder / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            write_new(target, tar.extractfile(member).read())
+    """A packed bundle into a new folder; only plain files with relative names, each
+    checked before anything is written."""
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+            members = tar.getmembers()
+            _check_members(members)
+            folder = new_folder(out)
+            for member in members:
+                target = folder / member.name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                write_new(target, tar.extractfile(member).read())
+    except tarfile.TarError as exc:
+        raise UsageError(f"the packed bundle is not a tar file ({exc})", "the bundle was altered; do not use it") from None
     return folder
+
+
+def _check_members(members: list) -> None:
+    """Plain files with relative names, none too large, no name given twice, none both
+    a file and a folder (runs/a and runs/a/result.json)."""
+    altered = "the bundle was altered; do not use it"
+    names = set()
+    for member in members:
+        name = Path(member.name)
+        if not member.isfile() or name.is_absolute() or ".." in name.parts:
+            raise UsageError(f"the packed bundle holds {member.name!r}, which is not a plain "
+                             "file inside it", altered)
+        if member.size > MAX_FILE_BYTES:
+            raise UsageError(f"the packed bundle's {member.name} is larger than "
+                             f"{MAX_FILE_BYTES >> 20} MB", "a bundle holds result files, not data sets")
+        if name.as_posix() in names:
+            raise UsageError(f"the packed bundle holds {member.name!r} twice", altered)
+        names.add(name.as_posix())
+    folders = {parent.as_posix() for n in names for parent in Path(n).parents}
+    both = sorted(names & folders)
+    if both:
+        raise UsageError(f"the packed bundle holds {both[0]!r} both as a file and as a folder", altered)

@@ -15,8 +15,10 @@ ENVELOPE_FILE = "statement.dsse.json"
 MAX_FILE_BYTES = 1 << 30
 
 
-def read_regular(path: Path | str, what: str = "file") -> bytes:
-    """The bytes of a regular file, refusing symlinks, devices and fifos."""
+def read_regular(path: Path | str, what: str = "file", check=None, limit: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of a regular file, refusing symlinks, devices and fifos, and one larger
+    than limit before reading it; check(path, stat of the open file) may refuse it (a
+    UsageError) before it is read."""
     path = Path(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -31,11 +33,13 @@ def read_regular(path: Path | str, what: str = "file") -> bytes:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise UsageError(f"{what} {path} is not a regular file", "give a plain file")
-        if info.st_size > MAX_FILE_BYTES:
-            raise UsageError(f"{what} {path} is larger than {MAX_FILE_BYTES >> 20} MB",
+        if check is not None:
+            check(path, info)
+        if info.st_size > limit:
+            raise UsageError(f"{what} {path} is larger than {limit >> 20} MB",
                              "a bundle holds result files, not data sets")
         with os.fdopen(fd, "rb", closefd=False) as fh:
-            return fh.read()
+            return fh.read(limit + 1)[:limit]  # a file grown since the check stays bounded
     finally:
         os.close(fd)
 

@@ -10,9 +10,12 @@ expects raw signatures over bytes, not OpenPGP packets.
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
 from pathlib import Path
 
 from hpcai.errors import UsageError
+from hpcai.launcher import trust
 from hpcai.launcher.bundles.files import read_regular, write_new
 
 MISSING = ("the `cryptography` library is not installed",
@@ -61,9 +64,36 @@ def key_id(public) -> str:
     return hashlib.sha256(raw).hexdigest()
 
 
+def _private_to_us(path: Path, st: os.stat_result) -> None:
+    """A signing key others can read signs for anyone who copied it (ssh's rule: 0600)."""
+    if st.st_uid not in (os.geteuid(), 0):
+        raise UsageError(f"signing key {path} belongs to uid {st.st_uid}, not to you",
+                         "sign with a key of your own (`hpcai-launch results keygen PATH`)")
+    if st.st_mode & 0o077:
+        raise UsageError(f"signing key {path} can be read or written by other users "
+                         f"(mode {stat.S_IMODE(st.st_mode):04o})",
+                         f"chmod 600 {path}, and make a new key if others may have copied it")
+
+
+def _trusted_file(path: Path, st: os.stat_result) -> None:
+    """A trusted public key another user can replace lets them sign as any site:
+    launcher/trust.py's rule for the file and the folder holding it."""
+    if not trust.written_by_us(st):
+        raise UsageError(f"public key {path} belongs to uid {st.st_uid} or can be written by other "
+                         f"users (mode {stat.S_IMODE(st.st_mode):04o})",
+                         f"keep trusted keys in files only you (or root) can write: chown and chmod go-w {path}")
+    try:
+        folder = os.stat(path.parent)
+    except OSError as exc:
+        raise UsageError(f"cannot read {path.parent} ({exc.strerror})", "check its permissions") from None
+    if not trust.written_by_us(folder, folder=True):
+        raise UsageError(f"the folder {path.parent} holding public key {path} can be written by other users",
+                         f"keep trusted keys in a folder only you (or root) can write (chmod go-w {path.parent})")
+
+
 def load_private(path: Path | str):
     serialization, ed25519 = _crypto()
-    data = read_regular(path, "signing key")
+    data = read_regular(path, "signing key", _private_to_us)
     try:
         key = serialization.load_pem_private_key(data, password=None)
     except (ValueError, TypeError) as exc:
@@ -74,9 +104,10 @@ def load_private(path: Path | str):
     return key
 
 
-def load_public(path: Path | str):
+def load_public(path: Path | str, trusted: bool = False):
+    """trusted: a key a site trusts, so its file must be one no one else could have written."""
     serialization, ed25519 = _crypto()
-    data = read_regular(path, "public key")
+    data = read_regular(path, "public key", _trusted_file if trusted else None)
     try:
         key = serialization.load_pem_public_key(data)
     except (ValueError, TypeError) as exc:

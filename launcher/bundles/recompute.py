@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+from pathlib import Path
 
 from hpcai.measure import validity
 
@@ -38,6 +39,41 @@ def recompute(doc: dict, samples_csv: bytes | None) -> dict:
     block["verdict"] = "pass" if worst == "n/a" else worst
     block["failed"] = sorted({c["name"] for c in block["checks"] if c["verdict"] == "fail"})
     return block
+
+
+# The checks that hold a result's headline figures to its own records: a result that
+# fails one was changed after the run, and no consumer counts it (report, results ls,
+# fleet report, check, results verify).
+TAMPER_CHECKS = ("figures_consistency", "samples_agreement")
+
+
+def samples_beside(result: Path, doc: dict) -> bytes | None:
+    """The samples file the result names, beside it (never through a link), or None."""
+    from hpcai.errors import HpcaiError
+    from hpcai.launcher.bundles.files import read_regular
+
+    name = (doc.get("sidecar") or {}).get("samples")
+    if not isinstance(name, str) or Path(name).name != name:
+        return None
+    try:
+        return read_regular(Path(result).parent / name, "samples")
+    except HpcaiError:
+        return None
+
+
+def tampered(doc: dict, result: Path) -> list[dict]:
+    """The failed TAMPER_CHECKS of a result at path result, recomputed now from it and
+    its samples: empty when its figures hold to its records."""
+    checks = [figures_consistency(doc)]
+    if any(c["verdict"] == "fail" for c in checks) or not _states_gpu_power(doc):
+        return checks if checks[0]["verdict"] == "fail" else []
+    checks += samples_agreement(doc, samples_beside(result, doc))
+    return [c for c in checks if c["verdict"] == "fail"]
+
+
+def _states_gpu_power(doc: dict) -> bool:
+    return any(g.get("used") and (g.get("power_w") or {}).get("mean") is not None
+               for g in doc.get("gpus") or [] if isinstance(g, dict))
 
 
 def _apart(a: float, b: float) -> float:

@@ -41,7 +41,7 @@ def trusted_keys(site: dict) -> list[TrustedKey]:
         path = Path(entry["key"]).expanduser()
         path = path if path.is_absolute() else base / path
         try:
-            public = keys.load_public(path)
+            public = keys.load_public(path, trusted=True)
         except UsageError as exc:
             raise ConfigError(f"{where}: {exc.message}", exc.hint) from None
         found.append(TrustedKey(entry["site"], path, public, keys.key_id(public),

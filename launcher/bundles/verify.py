@@ -1,6 +1,10 @@
 """`results verify BUNDLE`: is this bundle what a trusted site signed, unchanged,
 and do its figures hold up when recomputed with this version's thresholds?
 
+A verification proves the signer (a key the site's file trusts) and the bytes
+(every file as signed); it cannot prove a number was measured as stated: a
+trusted site can sign anything. It says so in its line.
+
 Each failure is one line naming what broke: the signature (an untrusted or
 expired key, a statement changed after signing), a site name other than the
 key's (a result replayed under another site's name), a file that is missing,
@@ -18,12 +22,11 @@ from hpcai.errors import HpcaiError
 from hpcai.launcher.bundles import dsse
 from hpcai.launcher.bundles.bundle import ENVELOPE_FILE, RUN_FILES
 from hpcai.launcher.bundles.files import list_tree, read_regular
-from hpcai.launcher.bundles.recompute import recompute
+from hpcai.launcher.bundles.recompute import TAMPER_CHECKS, recompute
 from hpcai.launcher.bundles.statement import PREDICATE_TYPE, STATEMENT_TYPE, sha256
 
 VERIFIED, UNSIGNED, FAILED = "verified", "unsigned", "failed"
 # Checks whose failure means the numbers are not what was measured (not merely a bad run).
-TAMPER_CHECKS = ("figures_consistency", "samples_agreement")
 
 
 class VerificationFailed(HpcaiError):
@@ -64,13 +67,23 @@ def verify_bundle(folder: Path | str, trusted: list, expect_site: str | None = N
         return Verdict(FAILED, str(exc), site, keyid)
     except HpcaiError as exc:  # a link or unreadable file inside the bundle
         return Verdict(FAILED, exc.message, site, keyid)
-    return Verdict(VERIFIED, f"signed by site {site!r} (key {keyid[:16]}), {len(runs)} run(s), "
-                   "every file unchanged, figures consistent", site, keyid, runs)
+    except RecursionError:  # a signed file nested 100,000 deep: json's recursion
+        return Verdict(FAILED, "a signed file is nested too deep to be a result or a statement", site, keyid)
+    return Verdict(VERIFIED, proven(site, keyid, len(runs)), site, keyid, runs)
+
+
+def proven(site: str, keyid: str, runs: int) -> str:
+    """What a verification proves, no more: who signed and that the bytes are the ones
+    signed. A trusted site can sign any number; that its figures agree with its own
+    records shows only that they were not edited alone, not that they were measured."""
+    return (f"signed by the key site {site!r} gave you (key {keyid[:16]}); the {runs} run(s)' files "
+            "are byte for byte what it signed, and each run's figures agree with its own records; "
+            "it does not prove the numbers were measured as stated")
 
 
 def _envelope(folder: Path) -> tuple[dict, bytes]:
     try:
-        return dsse.parse(read_regular(folder / ENVELOPE_FILE, "envelope"))
+        return dsse.parse(read_regular(folder / ENVELOPE_FILE, "envelope", limit=dsse.MAX_ENVELOPE_BYTES))
     except dsse.EnvelopeError as exc:
         raise _Fail(f"{ENVELOPE_FILE}: {exc}") from None
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hpcai.errors import UsageError
+from hpcai.launcher.bundles.recompute import tampered
 from hpcai.launcher.fleet.campaign import Campaign, Unit, open_campaign, read_json
 from hpcai.launcher.fleet.metrics import CapFigures, figures, used_gpu
 
@@ -46,6 +47,8 @@ def unit_record(unit: Unit, workload: str, campaign: str) -> GpuRecord:
     for path in result_files(unit.folder / "runs"):
         doc = read_json(path)
         if not doc or doc.get("kind") != "hpcai.result" or doc.get("status") != "complete":
+            continue
+        if tampered(doc, path):  # its figures do not hold to its records: edited after the run
             continue
         gpu = used_gpu(doc)
         # A result of another workload or another GPU has no place in this unit.

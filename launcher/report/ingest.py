@@ -23,11 +23,13 @@ import os
 import stat
 from pathlib import Path
 
+from hpcai.printable import printable
+
 
 
 def shown_path(path) -> str:
     """As load.shown_path (this module sits below load.py, which reads through it)."""
-    return os.fsencode(path).decode("utf-8", "backslashreplace")
+    return printable(os.fsencode(path).decode("utf-8", "backslashreplace"))
 
 
 class Kit:
@@ -57,7 +59,7 @@ def _pairs(pairs: list) -> dict:
 
 
 def shown_text_short(text: str, limit: int = 60) -> str:
-    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    text = printable(text.encode("utf-8", "backslashreplace").decode("utf-8"))
     return text if len(text) <= limit else text[:limit] + "…"
 
 

@@ -16,6 +16,7 @@ from hpcai.errors import UsageError
 from hpcai.launcher.report.points import RefPoint
 from hpcai.measure.efficiency import units_per_joule
 from hpcai.measure.gpu_names import short_name
+from hpcai.printable import printable
 
 REFERENCE_FILE = "reference/seed-paper-throughput.csv"
 REFERENCE_COLUMNS = ["workload", "gpu", "cap_w", "throughput", "unit", "enforced"]
@@ -129,12 +130,14 @@ class Run:
 def shown_path(path: Path | str) -> str:
     """A path as text that any page or terminal can hold: bytes that are not
     UTF-8 (kept by Python as lone surrogates) shown as \\xNN escapes."""
-    return os.fsencode(path).decode("utf-8", "backslashreplace")
+    return printable(os.fsencode(path).decode("utf-8", "backslashreplace"))
 
 
 def shown_text(text: str) -> str:
-    """Text from a result (JSON may carry lone surrogates such as "\\udcff")."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    """Text from a result (JSON may carry lone surrogates such as "\\udcff"), control
+    characters escaped (hpcai/printable.py: a newline or escape code in a name someone
+    else chose never reaches a terminal, report.md or a CSV raw)."""
+    return printable(text.encode("utf-8", "backslashreplace").decode("utf-8"))
 
 
 @dataclass
@@ -202,6 +205,7 @@ def _from_doc(path: Path, doc: dict, errors: list[str]) -> Run:
     if run.status == "complete" and run.per_gpu is None:
         run.problems.append("complete but without a throughput")
     _validity(run, doc)
+    _tampered(run, path, doc)
     _trust(run, path)
     if run.status == "complete" and not isinstance(doc.get("launcher"), dict):
         # The workload outlived a killed launcher: no cap check, limits maybe restored under it.
@@ -232,6 +236,23 @@ def _validity(run: Run, doc: dict) -> None:
     if failed:
         run.problems.append("failed validity check(s): "
                             + "; ".join(shown_text(describe(c)) for c in failed))
+
+
+def _tampered(run: Run, path: Path, doc: dict) -> None:
+    """A complete result whose figures do not hold to its own records (recomputed:
+    bundles/recompute.py, the rule `check` and `results verify` apply) is not counted,
+    whatever validity block it carries."""
+    from hpcai.launcher.bundles.recompute import tampered
+    from hpcai.measure.validity import describe
+
+    if run.status != "complete":
+        return
+    failed = tampered(doc, path)
+    if failed:
+        run.validity_verdict = "fail"
+        run.failed_checks = list(dict.fromkeys([*run.failed_checks, *(c["name"] for c in failed)]))
+        run.problems.append("failed validity check(s) recomputed now: "
+                            + "; ".join(shown_text(f"{describe(c)} ({c.get('note')})") for c in failed))
 
 
 def _label(value) -> str:

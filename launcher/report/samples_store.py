@@ -65,7 +65,8 @@ def power_series(run) -> Series:
 
 
 def _name(run, info: os.stat_result) -> str:
-    key = f"{run.content_hash}\0{info.st_size}\0{info.st_mtime_ns}\0{info.st_ino}"
+    # ctime too: utime cannot set it back, so a CSV edited in place is read again.
+    key = f"{run.content_hash}\0{info.st_size}\0{info.st_mtime_ns}\0{info.st_ino}\0{info.st_ctime_ns}"
     return hashlib.sha256(key.encode()).hexdigest()[:32] + ".parquet"
 
 

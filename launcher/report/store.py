@@ -7,7 +7,9 @@ whose C++ reader loads a batch of new rows from newline-delimited JSON in one
 statement and writes CSV and zstd Parquet for `results export`; queries over
 100,000 rows (filters, duplicates) are SQL, not Python loops.
 
-Each file is keyed by its path, size, mtime and inode; a key that still
+Each file is keyed by its path, size, mtime, inode and ctime (which utime
+cannot set back: a file edited in place with its size, mtime and inode kept
+still changes it); a key that still
 matches reuses the stored reduction of the file (the report's Run, one column
 per field: report/run_columns.py) without reading it; a changed key re-reads
 the file and compares its sha256, so a touched but unchanged file is not
@@ -41,17 +43,18 @@ from typing import NamedTuple
 from hpcai.errors import UsageError
 from hpcai.launcher.bundles.files import ENVELOPE_FILE
 from hpcai.launcher.report.ingest import Kit, shown_path
+from hpcai.printable import printable
 
 
 def shown_text(text: str) -> str:
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return printable(text.encode("utf-8", "backslashreplace").decode("utf-8"))
 
 
 INDEX_ENV = "HPCAI_RESULTS_INDEX"
 # Bump when what is stored per file changes (Run's fields, the reduction in load.py).
-INDEX_FORMAT = 2
+INDEX_FORMAT = 3
 COLUMNS = {  # queried by `results ls/show/export`; the r_ columns (run_columns.py) hold the Run
-    "path": "VARCHAR", "size": "BIGINT", "mtime_ns": "BIGINT", "ino": "BIGINT",
+    "path": "VARCHAR", "size": "BIGINT", "mtime_ns": "BIGINT", "ino": "BIGINT", "ctime_ns": "BIGINT",
     "sha256": "VARCHAR", "run_id": "VARCHAR", "status": "VARCHAR", "usable": "BOOLEAN",
     "workload": "VARCHAR", "preset": "VARCHAR", "device": "VARCHAR", "device_full": "VARCHAR",
     "site": "VARCHAR", "host": "VARCHAR", "cap_w": "DOUBLE", "enforced": "BOOLEAN",
@@ -65,7 +68,7 @@ COLUMNS = {  # queried by `results ls/show/export`; the r_ columns (run_columns.
 # ---- finding files --------------------------------------------------------------------
 @dataclasses.dataclass
 class Found:
-    results: list[tuple[str, tuple[int, int, int]]]  # (path, (size, mtime_ns, inode))
+    results: list[tuple[str, tuple[int, int, int, int]]]  # (path, (size, mtime_ns, inode, ctime_ns))
     sweeps: list[Path]
     links: list[Path]  # result.json that are symbolic links: listed, never followed
     roots: list[Path]
@@ -89,12 +92,13 @@ class FileKey(NamedTuple):
     st_size: int
     st_mtime_ns: int
     st_ino: int
+    st_ctime_ns: int
 
 
 def walk(paths: list[str | Path], allow_empty: bool = False) -> Found:
     """result.json and sweep.json under the given files and folders. The folders
     given are the user's choice (resolved); below them no symbolic link is followed.
-    Results as (path as text, (size, mtime_ns, inode)): plain tuples, which a forked
+    Results as (path as text, (size, mtime_ns, inode, ctime_ns)): plain tuples, which a forked
     walk sends back at C speed (a named tuple is rebuilt by a call per result)."""
     found = Found([], [], [], [])
     for path in roots(paths):
@@ -118,8 +122,8 @@ def walk(paths: list[str | Path], allow_empty: bool = False) -> Found:
     return found
 
 
-def _file_key(st: os.stat_result) -> tuple[int, int, int]:
-    return st.st_size, st.st_mtime_ns, st.st_ino
+def _file_key(st: os.stat_result) -> tuple[int, int, int, int]:
+    return st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns
 
 
 def _walk_dir(top: Path, found: Found) -> None:
@@ -156,18 +160,26 @@ def index_location(roots: list[Path]) -> Path:
 
 
 def _safe_location(db: Path) -> str | None:
-    """Why db must not be used (None: it may). Its folder is made private; an
-    existing file must be a regular file of ours, reached without a link."""
+    """Why db must not be used (None: it may). Its folder is made private and must
+    be ours and writable by no one else; an existing file must be a regular file of
+    ours, reached without a link. One of ours that others could write is removed
+    (a cache: it is built again), since its numbers may be anyone's."""
+    from hpcai.launcher.trust import written_by_us
+
     try:
         db.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         folder = os.lstat(db.parent)
         if stat.S_ISLNK(folder.st_mode) or folder.st_uid != os.geteuid():
             return f"{shown_path(db.parent)} is a symbolic link or not ours"
+        if not written_by_us(folder):
+            return f"{shown_path(db.parent)} can be written by other users (chmod go-w it)"
         for path in (db, Path(f"{db}.wal")):
             if os.path.lexists(path):
                 info = os.lstat(path)
                 if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
                     return f"{shown_path(path)} is not a regular file of ours"
+                if not written_by_us(info):
+                    os.unlink(path)
     except OSError as exc:
         return f"{shown_path(db)}: {exc.strerror}"
     return None
@@ -242,6 +254,7 @@ def _row(key: str, st: os.stat_result, run, fields: list) -> dict:
 
     text = shown_text
     return {"path": key, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino,
+            "ctime_ns": st.st_ctime_ns,
             "sha256": run.content_hash, "run_id": text(run.run_id), "status": run.status,
             "usable": run.usable, "workload": text(run.workload), "preset": text(str(run.preset)),
             "device": text(run.device), "device_full": text(run.device_full),
@@ -310,7 +323,7 @@ def _index(kit: Kit, paths: list, allow_empty: bool, con) -> Indexed:
         given = roots(paths)
         con, note = open_index(kit, given) if own else (con, "")
         # While the folders are walked: every stored file under them, by key: its
-        # (size, mtime_ns, ino, sha256) and its Run.
+        # (size, mtime_ns, ino, ctime_ns, sha256) and its Run.
         known, stored = _stored_under(kit, con, given)
         # Paths stay text (a fleet's 100,000 Path objects cost a fifth of a second):
         # the stored Runs have theirs; only new and changed files need one.
@@ -321,8 +334,8 @@ def _index(kit: Kit, paths: list, allow_empty: bool, con) -> Indexed:
             key = _key(path)
             position[key] = len(position)
             old = known.get(key)
-            if not (old and old[:3] == st):
-                todo.append((Path(path), FileKey(*st), old[3] if old else None))  # the stored sha256
+            if not (old and old[:4] == st):
+                todo.append((Path(path), FileKey(*st), old[4] if old else None))  # the stored sha256
         seen = set(position)
         _store(con, kit, todo, found, seen, known)
         paths_found = [path for path, _ in found.results]
@@ -391,7 +404,7 @@ def under_clause(roots: list[Path]) -> tuple[str, list]:
 
 
 def _stored_under(kit: Kit, con, under: list[Path]) -> tuple[dict[str, tuple], dict[str, object]]:
-    """Every stored file under the roots, by key: its (size, mtime_ns, ino, sha256), and
+    """Every stored file under the roots, by key: its (size, mtime_ns, ino, ctime_ns, sha256), and
     its Run (each file's path from its own column)."""
     from hpcai.launcher.report.run_columns import Decoder, layout, select_list
 
@@ -399,9 +412,9 @@ def _stored_under(kit: Kit, con, under: list[Path]) -> tuple[dict[str, tuple], d
     decoder = Decoder(kit.Run, fields)
     where, params = under_clause(under)
     known, stored = {}, {}
-    select = f"path, size, mtime_ns, ino, sha256, {select_list(fields)}"
-    for keys, size, mtime, ino, sha256, *columns in column_batches(con, select, where, params):
-        known.update(zip(keys, zip(size, mtime, ino, sha256)))
+    select = f"path, size, mtime_ns, ino, ctime_ns, sha256, {select_list(fields)}"
+    for keys, size, mtime, ino, ctime, sha256, *columns in column_batches(con, select, where, params):
+        known.update(zip(keys, zip(size, mtime, ino, ctime, sha256)))
         stored.update(zip(keys, decoder.runs(columns)))
     return known, stored
 
@@ -485,8 +498,9 @@ def _store(con, kit: Kit, todo: list, found: Found, seen: set[str], known: dict)
             con.executemany("INSERT INTO drop_paths VALUES (?)", [(p,) for p in replaced])
             con.execute("DELETE FROM files WHERE path IN (SELECT path FROM drop_paths)")
         if same:  # the same bytes under a new mtime or inode: only the key changes
-            con.executemany("UPDATE files SET size = ?, mtime_ns = ?, ino = ? WHERE path = ?",
-                            [(st.st_size, st.st_mtime_ns, st.st_ino, key) for key, st in same.items()])
+            con.executemany("UPDATE files SET size = ?, mtime_ns = ?, ino = ?, ctime_ns = ? WHERE path = ?",
+                            [(st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, key)
+                             for key, st in same.items()])
         files = [name for name, _ in parts if os.path.getsize(name)]
         if files:
             # One statement through DuckDB's JSON reader: row-by-row inserts cost ~100x more.

@@ -111,7 +111,7 @@ def test_bundle_and_verify_roundtrip_with_the_statement_saying_what_produced_the
     for target in (out, tmp_path / "b.tar"):
         done = launch(centres, "results", "verify", str(target), "--site", str(centres["sites"]["verifier"]))
         assert done.returncode == 0, done.stdout + done.stderr
-        assert "VERIFIED: signed by site 'alpha'" in done.stdout
+        assert "VERIFIED: signed by the key site 'alpha' gave you" in done.stdout
 
 
 def test_a_sweep_bundles_as_its_runs_and_its_summary(centres, tmp_path):
@@ -261,7 +261,7 @@ def test_push_pull_and_verify_through_the_real_registry(centres, registry, tmp_p
     assert (tmp_path / "pulled" / "statement.dsse.json").read_bytes() == \
         (a / "statement.dsse.json").read_bytes()
     done = launch(centres, "results", "verify", ref, "--site", site)
-    assert done.returncode == 0 and "VERIFIED: signed by site 'alpha'" in done.stdout
+    assert done.returncode == 0 and "VERIFIED: signed by the key site 'alpha' gave you" in done.stdout
     # The artifact carries hpcai's own media types.
     import urllib.request
 

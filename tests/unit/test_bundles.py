@@ -14,7 +14,7 @@ import pytest
 from report_docs import make_result, write_result
 
 from hpcai.errors import UsageError
-from hpcai.launcher.bundles import dsse, keys
+from hpcai.launcher.bundles import dsse, keys, registry
 from hpcai.launcher.bundles.compare import CAVEATS, COMPARABLE, NOT_COMPARABLE, compare
 from hpcai.launcher.bundles.recompute import recompute
 from hpcai.measure import validity
@@ -47,6 +47,25 @@ def test_pae_is_dsse_v1_and_a_signature_covers_type_and_payload(tmp_path):
     assert not dsse.signature_by(parsed, b'{"a":3}', keys.load_public(public), keyid)
     other = keys.generate(tmp_path / "k2")
     assert not dsse.signature_by(parsed, payload, keys.load_public(other[1]), other[2])
+
+
+def test_url_safe_and_unpadded_base64_signatures_verify_as_dsse_allows(tmp_path):
+    """protocol.md: "Base64() ... Either standard or URL-safe encoding is allowed."""
+    import base64
+
+    private, public, keyid = keys.generate(tmp_path / "k")
+    # A payload whose standard base64 holds "+" and "/", so the URL-safe one differs.
+    payload = b'{"a":"\xfb\xff\xfe?>"}'
+    env = dsse.sign(payload, keys.load_private(private), keyid)
+    sig = base64.b64decode(env["signatures"][0]["sig"])
+    for encode in (base64.urlsafe_b64encode, lambda b: base64.urlsafe_b64encode(b).rstrip(b"=")):
+        url_safe = {**env, "payload": encode(payload).decode(),
+                    "signatures": [{"keyid": keyid, "sig": encode(sig).decode()}]}
+        parsed, got = dsse.parse(json.dumps(url_safe).encode())
+        assert got == payload and dsse.signature_by(parsed, got, keys.load_public(public), keyid)
+    mixed = {**env, "signatures": [{"keyid": keyid, "sig": "ab+_" + env["signatures"][0]["sig"][4:]}]}
+    parsed, got = dsse.parse(json.dumps(mixed).encode())
+    assert not dsse.signature_by(parsed, got, keys.load_public(public), keyid)
 
 
 def good_doc(**kw) -> dict:
@@ -147,6 +166,40 @@ def test_trusted_keys_come_from_the_site_file_with_dates_and_relative_paths(tmp_
         sites.parse(site_file)
 
 
+def test_a_signing_key_others_can_read_is_refused(tmp_path):
+    private, _, _ = keys.generate(tmp_path / "site.key")
+    private.chmod(0o644)
+    with pytest.raises(UsageError, match=r"signing key .*site.key can be read or written by other users \(mode 0644\)"):
+        keys.load_private(private)
+    private.chmod(0o600)
+    os.chown(private, 65534, 65534)  # root (these tests) may sign only with its own key
+    with pytest.raises(UsageError, match="belongs to uid 65534, not to you"):
+        keys.load_private(private)
+
+
+@pytest.mark.parametrize("change", ["others_write", "other_owner", "folder_others_write"])
+def test_a_trusted_public_key_another_user_could_replace_is_refused(tmp_path, change):
+    from hpcai.errors import ConfigError
+    from hpcai.launcher import sites
+    from hpcai.launcher.bundles.trust import trusted_keys
+
+    keys_dir = tmp_path / "keys"
+    keys_dir.mkdir(mode=0o755)
+    keys.generate(keys_dir / "alpha")
+    site_file = tmp_path / "v.toml"
+    site_file.write_text('name = "v"\n[results]\ntrusted_keys = [{ site = "alpha", key = "keys/alpha.pub" }]\n')
+    assert trusted_keys(sites.parse(site_file))[0].site == "alpha"
+    public = keys_dir / "alpha.pub"
+    if change == "others_write":
+        public.chmod(0o666)
+    elif change == "other_owner":
+        os.chown(public, 65534, 65534)
+    else:
+        keys_dir.chmod(0o777)
+    with pytest.raises(ConfigError, match="can be written by other users|belongs to uid 65534"):
+        trusted_keys(sites.parse(site_file))
+
+
 @pytest.fixture
 def alpha(tmp_path):
     """Site alpha's key, a verifier trusting it, and one of alpha's runs (with samples)."""
@@ -172,6 +225,39 @@ def test_bundling_never_follows_a_link_in_a_run_folder(alpha):
     with pytest.raises(UsageError, match="samples.csv is a symbolic link: not followed"):
         make_bundle(alpha)
     assert not (alpha["tmp"] / "b").exists()  # every input checked before anything is written
+
+
+def test_a_bundle_carries_the_mlperf_power_file_and_hpccs_output_and_verifies(alpha):
+    """MLCommons' result_summarizer reads power/<log>/node_*.txt beside mllog.txt: a
+    receiving site needs it, and hpcc's own output file, signed like the rest."""
+    from hpcai.launcher.bundles.verify import verify_bundle
+
+    run = alpha["run"]
+    (run / "mllog.txt").write_text(":::MLLOG {}\n")
+    (run / "power" / "mllog").mkdir(parents=True)
+    (run / "power" / "mllog" / "node_0.txt").write_text(":::MLLOG power\n")
+    (run / "hpcc-abc123").mkdir()
+    (run / "hpcc-abc123" / "hpccoutf.txt").write_text("Begin of Summary section.\n")
+    (run / "hpcc-abc123" / "hpccinf.txt").write_text("input, not a result\n")
+    folder = make_bundle(alpha)
+    inside = folder / "runs" / run.name
+    assert (inside / "power" / "mllog" / "node_0.txt").read_text() == ":::MLLOG power\n"
+    assert (inside / "hpcc-abc123" / "hpccoutf.txt").exists() and not (inside / "hpcc-abc123" / "hpccinf.txt").exists()
+    assert verify_bundle(folder, alpha["trusted"]).status == "verified"
+    (inside / "power" / "mllog" / "node_0.txt").write_text(":::MLLOG more power\n")
+    verdict = verify_bundle(folder, alpha["trusted"])
+    assert verdict.status == "failed" and "node_0.txt is not the file that was signed" in verdict.reason
+
+
+def test_a_verification_says_what_it_proves_the_signer_and_the_bytes_not_more(alpha):
+    from hpcai.launcher.bundles.verify import verify_bundle
+
+    verdict = verify_bundle(make_bundle(alpha), alpha["trusted"])
+    assert verdict.status == "verified"
+    assert "signed by the key site 'alpha' gave you" in verdict.reason
+    assert "byte for byte what it signed" in verdict.reason
+    assert "does not prove the numbers were measured" in verdict.reason
+    assert "figures consistent" not in verdict.reason
 
 
 def test_verify_fails_a_planted_link_an_extra_file_and_a_schema_breaking_result(alpha):
@@ -217,7 +303,6 @@ def test_an_unsigned_folder_is_unsigned_not_verified(alpha):
 
 
 def test_bad_input_is_one_error_before_anything_is_written(alpha, tmp_path):
-    from hpcai.launcher.bundles import registry
     from hpcai.launcher.bundles.bundle import make
 
     unsigned_site = {"name": "alpha", "results": {"sign_key": ""}}
@@ -234,3 +319,105 @@ def test_bad_input_is_one_error_before_anything_is_written(alpha, tmp_path):
         registry.push(str(alpha["run"]), "registry.example.org/x:1", True, "alpha", [])
     with pytest.raises(UsageError, match="is not a bundle"):
         registry.push(str(alpha["run"]), "oras://registry.example.org/ns/x:1", True, "alpha", [])
+
+
+@pytest.mark.parametrize("ref, says", [
+    ("oras://user:s3cret@registry.example.org/ns/x:1", "holds credentials"),
+    ("oras://user:s3/cret@registry.example.org/ns/x:1", "holds credentials"),
+    ("oras://ns/x:1", "names no registry host"),
+    ("oras://registry.example.org/ns/x:1\nhpcai: VERIFIED", "control or non-ASCII character"),
+    ("oras://registry.example.org/ns/x:1\x1b[2J", "control or non-ASCII character"),
+    ("oras://registry.example.org/NS/x:1", "is not a valid OCI reference"),
+    ("oras://registry.example.org", "is not a valid OCI reference"),
+])
+def test_registry_references_are_parsed_strictly_and_credentials_never_printed(ref, says):
+    with pytest.raises(UsageError) as refused:
+        registry.push("unused", ref, True, "alpha", [])
+    line = refused.value.one_line()
+    assert says in line and "s3" not in line and "cret" not in line
+    assert "\n" not in line and "\x1b" not in line
+
+
+def test_a_valid_reference_keeps_its_host_port_path_tag_and_digest():
+    digest = "sha256:" + "ab" * 32
+    assert registry._target("oras://localhost:5000/results/alpha:run1") == "localhost:5000/results/alpha:run1"
+    assert registry._target(f"oras://reg.example.org/a/b@{digest}") == f"reg.example.org/a/b@{digest}"
+    assert registry.shown(f"oras://u:p@reg.example.org/a/b@{digest}") == f"oras://***@reg.example.org/a/b@{digest}"
+
+
+def test_pull_from_an_unreachable_registry_fails_once_without_the_clients_retries(tmp_path, monkeypatch):
+    """oras-py retries each request 5 times, sleeping 3..83 s (oras/decorator.py): never here."""
+    import socket
+
+    import oras.client  # noqa: F401 (oras.decorator alone is a circular import)
+    import oras.decorator
+
+    def no_sleep(seconds):
+        raise AssertionError(f"the client retried (sleep {seconds} s)")
+
+    monkeypatch.setattr(oras.decorator.time, "sleep", no_sleep)
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(UsageError, match=rf"cannot read oras://127.0.0.1:{port}/results/a:1: .*Connection refused"):
+        registry.pull(f"oras://127.0.0.1:{port}/results/a:1", tmp_path / "out", False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_pull_with_credentials_in_the_reference_is_one_line_without_them(cpu_node, tmp_path):
+    from conftest import one_line_error
+
+    done = cpu_node.launch("results", "pull", "oras://alice:hunter2@localhost:5000/r/a:1", "-o", str(tmp_path / "o"))
+    assert done.returncode == 2
+    one_line_error(done, "holds credentials", "oras://***@localhost:5000/r/a:1")
+    assert "hunter2" not in done.stderr + done.stdout and not (tmp_path / "o").exists()
+
+
+def test_an_envelope_nested_100000_deep_or_of_220_mb_fails_verification_in_one_line(alpha, tmp_path):
+    from hpcai.launcher.bundles.files import ENVELOPE_FILE
+    from hpcai.launcher.bundles.verify import verify_bundle
+
+    folder = make_bundle(alpha)
+    envelope = folder / ENVELOPE_FILE
+    envelope.unlink()
+    envelope.write_bytes(b"[" * 100_000 + b"]" * 100_000)
+    verdict = verify_bundle(folder, alpha["trusted"])
+    assert verdict.status == "failed" and "nested too deep" in verdict.reason
+    envelope.unlink()
+    with open(envelope, "wb") as fh:  # sparse: 220 MB that costs no disk
+        fh.truncate(220 << 20)
+    verdict = verify_bundle(folder, alpha["trusted"])
+    assert verdict.status == "failed" and "larger than 64 MB" in verdict.reason
+
+
+def test_a_report_over_a_bundle_with_a_nested_envelope_goes_on(alpha, tmp_path):
+    from hpcai.launcher.bundles.files import ENVELOPE_FILE
+    from hpcai.launcher.report import ReportOptions, make_report
+
+    folder = make_bundle(alpha)
+    (folder / ENVELOPE_FILE).unlink()
+    (folder / ENVELOPE_FILE).write_bytes(b"[" * 100_000 + b"]" * 100_000)
+    make_report([str(folder)], ReportOptions(output=tmp_path / "out"))
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["excluded_runs"] and not report["cells"]
+
+
+@pytest.mark.parametrize("names", [["runs/a", "runs/a/result.json"], ["runs/a/result.json", "runs/a"],
+                                   ["runs/x", "runs/x"]])
+def test_a_packed_bundle_with_a_name_both_file_and_folder_or_twice_is_refused_before_writing(tmp_path, names):
+    import io
+    import tarfile
+
+    from hpcai.launcher.bundles.bundle import unpack
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name in names:
+            info = tarfile.TarInfo(name)
+            info.size = 2
+            tar.addfile(info, io.BytesIO(b"{}"))
+    with pytest.raises(UsageError, match="both as a file and as a folder|twice"):
+        unpack(buf.getvalue(), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(UsageError, match="not a tar file"):
+        unpack(b"garbage" * 100, tmp_path / "out")

@@ -140,6 +140,19 @@ def test_results_the_unit_did_not_make_are_not_believed(tmp_path):
     assert all(g["verdict"] == "pass" for g in doc["gpus"]), verdicts(doc)
 
 
+def test_a_result_edited_after_the_run_is_not_believed(tmp_path):
+    rng = random.Random(9)
+    gpus = [normal_gpu("n01", 1, i, CAPS, rng) for i in range(6)]
+    gpus[0] = normal_gpu("n01", 1, 0, CAPS, rng, {300.0: {"throughput": 40.0}})  # slow at 300 W
+    edited = result(gpu_uuid(1, 0), 0, 300.0, throughput=40.0, finished="2027-01-01T00:00:00+00:00")
+    edited["throughput"]["per_gpu"] *= 3  # "it was fast after all", written by hand
+    edited["throughput"]["node"] *= 3
+    gpus[0]["results"].append(edited)
+    _, records = load([str(write_campaign(tmp_path / "c", gpus))])
+    doc = analyse(records, list(CAPS))
+    assert verdicts(doc)[0][0] == "fail" and records[0].caps[300.0].values["throughput"] == pytest.approx(40.0)
+
+
 def _cli(*args):
     return subprocess.run([*LAUNCHER, *args], capture_output=True, text=True, cwd=ROOT,
                           timeout=600)

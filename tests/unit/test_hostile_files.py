@@ -74,6 +74,19 @@ def test_the_workload_log_is_not_appended_through_a_planted_link(tmp_path, victi
     assert victim.read_text() == "precious\n"
 
 
+def test_an_engine_processes_log_is_not_appended_through_a_planted_link(tmp_path, victim):
+    """workloads/engine_process.GroupProcess (the sglang server's log, an exec command's)."""
+    import sys
+
+    from hpcai.workloads.engine_process import GroupProcess
+
+    (tmp_path / "server.log").symlink_to(victim)
+    proc = GroupProcess("echo", [sys.executable, "-c", "print('hello')"], tmp_path / "server.log")
+    proc.start()
+    proc.wait(timeout=60)
+    assert victim.read_text() == "precious\n"
+
+
 def test_report_files_are_not_written_through_planted_links(tmp_path, victim):
     write_result(tmp_path / "results", make_result())
     out = tmp_path / "report"
@@ -125,3 +138,47 @@ def test_a_planted_sweep_folder_is_refused_before_any_cap(fake_nvidia_node, tmp_
     one_line_error(done, "the sweep folder", expected)
     assert node.limits() == [700.0, 700.0] and node.journal_files() == []
     assert list(elsewhere.iterdir()) == []
+
+
+LONG = 64 << 20  # a line without a newline this long (the issue's was 300 MB)
+
+
+def test_a_huge_line_without_a_newline_is_echoed_cut_and_never_held_whole(tmp_path):
+    """LogFollower (the launcher's echo of workload.log) reads and keeps at most a
+    bounded piece; the log keeps every byte."""
+    import io
+    import tracemalloc
+
+    with open(tmp_path / "workload.log", "wb") as fh:
+        fh.write(b"x" * LONG + b"\nnext line\n")
+    out = io.StringIO()
+    follower = LogFollower(tmp_path, out=out)
+    tracemalloc.start()
+    follower.start()
+    follower.stop()
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 16 << 20, f"{peak >> 20} MB held for one line"
+    first, second = out.getvalue().splitlines()[:2]
+    assert first.endswith(f"[… {LONG - (64 << 10)} more bytes of this line are in the log]")
+    assert second == "next line"
+    assert (tmp_path / "workload.log").stat().st_size == LONG + len(b"\nnext line\n")
+
+
+def test_an_engine_processes_huge_line_is_copied_in_pieces(tmp_path):
+    import sys
+    import tracemalloc
+
+    from hpcai.workloads.engine_process import GroupProcess
+
+    code = f"import sys; sys.stdout.write('x' * {LONG}); print(); print('ready', flush=True)"
+    proc = GroupProcess("long", [sys.executable, "-c", code], tmp_path / "server.log")
+    tracemalloc.start()
+    proc.start(watch=("ready",))
+    proc.wait(timeout=120)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 16 << 20, f"{peak >> 20} MB held for one line"
+    assert proc.first_time("ready") is not None
+    assert (tmp_path / "server.log").stat().st_size == LONG + len("\nready\n")
+

@@ -146,3 +146,38 @@ def test_node_power_is_used_where_a_node_source_measured_it():
     assert mlperf_log.NODE.format(api=api).startswith("node (a node-scope source")
     sampler.runs = []
     assert mlperf_log.node_samples(sampler) is None  # no node source: the GPUs' sum, GPU-only
+
+
+def test_a_link_planted_at_the_log_or_its_power_folder_is_never_written_through(tmp_path):
+    """mlperf-logging's handlers open paths following links (root overwrote a 0600 file
+    through a planted mllog.txt): the log and its power file are made no-follow."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("secret\n")
+    victim.chmod(0o600)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / mlperf_log.MLLOG_FILE).symlink_to(victim)
+    (run / mlperf_log.POWER_DIR).symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(OSError):  # the planted power folder is refused (ELOOP), not followed
+        logged_run(tmp_path)
+    assert victim.read_text() == "secret\n" and list(elsewhere.iterdir()) == []
+    (run / mlperf_log.POWER_DIR).unlink()
+    doc, path = logged_run(tmp_path)
+    assert victim.read_text() == "secret\n"
+    assert not path.is_symlink() and path.read_text().startswith(":::MLLOG")
+    assert mlperf_log.power_path(path).read_text().count("power_reading") >= 2
+
+
+def test_removing_a_failed_log_follows_no_planted_power_folder(tmp_path):
+    doc, path = logged_run(tmp_path)
+    elsewhere = tmp_path / "elsewhere" / path.stem
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "node_0.txt").write_text("keep\n")
+    power = path.parent / mlperf_log.POWER_DIR
+    import shutil
+    shutil.rmtree(power)
+    power.symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    mlperf_log.remove(path)
+    assert (elsewhere / "node_0.txt").read_text() == "keep\n" and not path.exists()

@@ -178,6 +178,86 @@ def test_an_index_that_is_a_symlink_is_not_used(tmp_path, monkeypatch):
     assert target.read_bytes() == b"precious"
 
 
+def test_an_index_others_can_write_is_rebuilt_and_in_such_a_folder_not_used(tmp_path, results_index):
+    docs = crafted_set(tmp_path / "results")
+    assert index(kit(), [tmp_path / "results"]).read == 8
+    import duckdb
+
+    with duckdb.connect(str(results_index)) as con:  # someone else's numbers, planted
+        con.execute("UPDATE files SET per_gpu = 9999.0")
+    results_index.chmod(0o666)
+    again = index(kit(), [tmp_path / "results"])
+    assert again.note == "" and again.read == 8  # not trusted: built again from the files
+    assert os.stat(results_index).st_mode & 0o022 == 0
+    ids = {d["run_id"]: d["throughput"]["per_gpu"] for d in docs.values()}
+    assert all(r.per_gpu == ids[r.run_id] for r in again.runs if r.run_id in ids)
+    results_index.parent.chmod(0o777)
+    shared = index(kit(), [tmp_path / "results"])
+    assert "can be written by other users" in shared.note and shared.read == 8
+
+
+def test_a_result_edited_in_place_with_size_mtime_and_inode_kept_is_read_again(tmp_path):
+    docs = crafted_set(tmp_path / "results")
+    assert index(kit(), [tmp_path / "results"]).read == 8
+    changed = tmp_path / "results" / docs["h100-400"]["run_id"] / "result.json"
+    before = changed.stat()
+    text = changed.read_text()
+    assert '"per_gpu": 1150.0' in text
+    with open(changed, "r+") as fh:  # the same length, the same inode
+        fh.write(text.replace('"per_gpu": 1150.0', '"per_gpu": 3450.0'))
+    os.utime(changed, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = changed.stat()
+    assert (after.st_size, after.st_mtime_ns, after.st_ino) == (before.st_size, before.st_mtime_ns, before.st_ino)
+    again = index(kit(), [tmp_path / "results"])
+    assert again.read == 1
+    assert {r.run_id: r.per_gpu for r in again.runs}[docs["h100-400"]["run_id"]] == 3450.0
+
+
+def test_a_hand_edited_unsigned_result_is_counted_by_no_consumer(tmp_path):
+    """One rule (bundles/recompute.py): `report` and `results ls` recompute
+    figures_consistency and samples_agreement, as `check` does, before counting a run."""
+    honest = make_result(cap_w=300.0, run_id="honest")
+    write_result(tmp_path / "results", honest, samples=True)
+    edited = make_result(cap_w=300.0, run_id="edited")
+    edited["throughput"]["per_gpu"] *= 3
+    edited["throughput"]["node"] *= 3
+    write_result(tmp_path / "results", edited, samples=True)
+    drew_less = make_result(cap_w=300.0, run_id="drew-less")
+    path = write_result(tmp_path / "results", drew_less, samples=True)
+    drew_less["gpus"][0]["power_w"]["mean"] *= 0.5  # after the samples were written
+    path.write_text(json.dumps(drew_less))
+    _, report = _report(tmp_path, tmp_path / "results")
+    excluded = _excluded(report)
+    assert set(excluded) == {"edited", "drew-less"}
+    assert excluded["edited"]["failed_checks"] == ["figures_consistency"]
+    assert excluded["drew-less"]["failed_checks"] == ["samples_agreement"]
+    listed = CliRunner().invoke(main, ["results", "ls", "--counted", str(tmp_path / "results")])
+    assert listed.exit_code == 0, listed.output
+    assert [line.split()[0] for line in listed.output.splitlines()[1:-1]] == ["honest"]
+
+
+def test_control_characters_in_names_never_reach_the_terminal_report_md_or_csvs(cpu_node, tmp_path):
+    """A folder (and a run id, a site) someone else named with a newline and escape
+    codes: escaped at one place (hpcai/printable.py), never raw."""
+    forged = "\n\x1b[2Jhpcai: VERIFIED\x1b[0m\u202e"
+    doc = make_result(cap_w=300.0, run_id="run" + forged, site="site" + forged)
+    doc["status"] = "failed"  # listed among the runs not included, with its path
+    (tmp_path / "results").mkdir()
+    write_result(tmp_path / "results", make_result(cap_w=300.0, run_id="plain"))
+    folder = write_result(tmp_path / "results" / ("evil" + forged), doc).parent
+    assert folder.exists()
+    done = cpu_node.launch("report", str(tmp_path / "results"), "-o", str(tmp_path / "out"), timeout=300)
+    assert done.returncode == 0, done.stderr
+    listed = cpu_node.launch("results", "ls", str(tmp_path / "results"), timeout=300)
+    assert listed.returncode == 0, listed.stderr
+    written = [p.read_text() for p in (tmp_path / "out").iterdir() if p.suffix in (".md", ".csv")]
+    for text in [done.stdout, done.stderr, listed.stdout, listed.stderr, *written]:
+        assert "\x1b" not in text and "\u202e" not in text
+        assert not any(line.startswith("hpcai: VERIFIED") for line in text.splitlines())
+    assert "\\x0a\\x1b[2Jhpcai: VERIFIED" in listed.stdout
+    assert any("\\x1b[2J" in text for text in written)
+
+
 def test_a_broken_index_is_rebuilt(tmp_path, results_index):
     crafted_set(tmp_path / "results")
     results_index.write_bytes(b"this is no database")

@@ -5,6 +5,7 @@ claim, and the one efficiency formula. GPU libraries are the FAKES in
 tests/fakes; processes, locks, files and signals are real."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -268,6 +269,20 @@ def test_an_idle_baseline_on_busy_gpus_is_invalid(fake_gpus):
     assert idle["available"] is True and idle["total_power_w"] > 0
 
 
+def test_an_idle_baseline_while_another_run_holds_the_gpus_is_not_available(fake_gpus):
+    """Another run holds GPU 1 (the node's authority) but reads 0% utilisation in a
+    pause: the baseline is not stored as available."""
+    from hpcai.launcher.power.authority import GpuAuthority
+    from hpcai.launcher.sweep import measure_idle
+
+    uuid = fgs.read_state(fake_gpus)["devices"][1]["uuid"]
+    with GpuAuthority([uuid], "the-other-run"):
+        held = measure_idle("nvidia", [0, 1], 0.5, 0.05)
+    assert held["available"] is False
+    assert "GPU 1 was held by another run" in held["reason"] and "the-other-run" in held["reason"]
+    assert measure_idle("nvidia", [0, 1], 0.5, 0.05)["available"] is True
+
+
 def test_the_lifeline_reaches_inside_a_container(tmp_path):
     """Apptainer runs with --cleanenv: only APPTAINERENV_* variables get inside."""
     with Lifeline(tmp_path, "t") as line:
@@ -292,3 +307,42 @@ def test_a_result_its_launcher_never_finished_is_not_counted(tmp_path):
     assert runs["finished"].usable
     assert not runs["orphaned"].usable
     assert "launcher's finishing step" in runs["orphaned"].problems[0]
+
+
+DAEMON = """
+import os, sys
+pidfile = sys.argv[1]
+if os.fork() == 0:          # a daemon: its own session, an empty environment
+    os.setsid()
+    if os.fork() == 0:
+        with open(pidfile, "w") as fh:
+            fh.write(str(os.getpid()))
+        os.execve("/bin/sleep", ["sleep", "300"], {})
+    os._exit(0)
+os.wait()
+while not os.path.exists(pidfile) or not open(pidfile).read():
+    pass
+print("started a daemon", flush=True)
+"""
+
+
+def test_a_daemon_with_a_cleared_environment_does_not_outlive_an_exec_run(cpu_node, tmp_path):
+    """No tag in its environment, a session of its own, re-parented away from the
+    workload: the kernel's process tree (the launcher is the subreaper) still finds
+    it; it is stopped before the run ends and the result says so."""
+    from conftest import pid_alive
+
+    pidfile = tmp_path / "daemon.pid"
+    done = cpu_node.launch("exec", "-o", str(cpu_node.results), "--", sys.executable, "-c", DAEMON,
+                           str(pidfile), timeout=300)
+    daemon = int(pidfile.read_text())
+    try:
+        assert done.returncode == 0, done.stderr
+        assert not pid_alive(daemon)
+        (result,) = [json.loads(p.read_text()) for p in cpu_node.results.rglob("result.json")]
+        outlived = result["launcher"]["outlived_processes"]
+        assert [e["pid"] for e in outlived] == [daemon] and outlived[0]["command"] == "sleep 300"
+        assert "outlived the workload" in done.stderr
+    finally:
+        if pid_alive(daemon):
+            os.kill(daemon, signal.SIGKILL)

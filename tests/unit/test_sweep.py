@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from conftest import assert_valid_result
+from conftest import assert_valid_result, one_line_error
 from hpcai.errors import UsageError
 from hpcai.launcher import sweep as S
 from report_docs import make_result, write_result
@@ -128,6 +128,30 @@ def test_cli_dry_run_prints_the_sweep_and_changes_nothing(fake_nvidia_node):
     assert plan["folder"].startswith(str(node.results))
     assert not node.results.exists()
     assert all(d["set_log"] == [] for d in node.devices())
+
+
+def test_a_second_sweep_into_a_running_ones_folder_is_refused_in_one_line(fake_nvidia_node):
+    """Two sweeps of one measurement share a folder: while one runs (holding the
+    folder's lock), another is refused before it sets anything, so `--repeat 2`
+    never gives 4 results."""
+    import fcntl
+    import os
+
+    node = fake_nvidia_node
+    args = ("resnet50", "--preset", "tiny", "--device", "cpu", "--cap", "200,300", "--repeat", "2",
+            "--seed", "11", "-o", str(node.results))
+    plan = json.loads(node.launch(*args, "--dry-run").stdout.split("\ncommand of the first run: ")[0])
+    folder = plan["folder"]
+    os.makedirs(folder, mode=0o755)
+    held = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running sweep holds it
+        done = node.launch(*args)
+    finally:
+        os.close(held)
+    assert done.returncode == 2
+    one_line_error(done, f"another sweep is running into {folder}", "run the same command again")
+    assert os.listdir(folder) == [] and all(d["set_log"] == [] for d in node.devices())
 
 
 def test_a_sweep_checks_every_cap_before_setting_any(fake_nvidia_node):
