@@ -323,7 +323,7 @@ def restore_job(job_id: str, uid: int | None, config: dict) -> list[str]:
         if library is not None:
             library.close()
     if failures:
-        restored = f"restored {', '.join(done)}; " if done else ""
+        restored = f"{'; '.join(done)}; " if done else ""
         raise PowerError(f"{restored}could not restore {'; '.join(failures)}",
                          f"run `hpcai-power-helper restore --job {job_id}` again once the GPU is back "
                          "(its record is kept)")
@@ -354,7 +354,10 @@ def _restore_for_job(uuid: str, job_id: str, devices: dict) -> list[str]:
         want = original.get("limit_w")
         line = []
         if isinstance(want, (int, float)):
-            _set_checked(device, uuid, float(want))
+            try:
+                _set_checked(device, uuid, float(want))
+            except HpcaiError as exc:  # e.g. lost now: name the GPU, its record stays
+                raise PowerError(f"GPU {uuid}: {exc.message}; it may still be capped") from None
             authority.forget_original(uuid)
             line = [f"GPU {uuid}: restored to {want:g} W"]
         _job_record_path(uuid).unlink(missing_ok=True)

@@ -182,7 +182,7 @@ def test_the_epilog_restores_every_healthy_gpu_then_reports_the_lost_one(node):
     with pytest.raises(PowerError) as raised:
         helper.restore_job(JOB, None, {})
     line = raised.value.one_line()
-    assert f"restored GPU {node.uuids[1]}: restored to 700 W" in line
+    assert f"GPU {node.uuids[1]}: restored to 700 W; could not restore" in line
     assert f"GPU {node.uuids[0]}: it is unreachable" in line and "once the GPU is back" in line
     assert node.limits()[1] == 700.0
     assert helper._job_record_path(node.uuids[0]).exists()  # kept for a later restore
