@@ -1,8 +1,8 @@
 """hpcai-power-helper's two paths, as root on the FAKE GPUs (PYTHONPATH=tests/fakes,
 HPCAI_FAKE_GPU_STATE set), for the fault-injection loop:
 
-    python tests/helper_child.py set UUID WATTS JOB_STATE_FILE [ANSWER_S]   # a user's cap for job 4242
-    python tests/helper_child.py restore                         # the epilog's restore --job 4242
+    python tests/helper_child.py set UUID WATTS JOB_STATE_FILE [ANSWER_S]   # a user's cap for job 40402
+    python tests/helper_child.py restore                         # the epilog's restore --job 40402
 
 Slurm's answer to the helper's one question (which running job of the caller
 holds this GPU: helper.caller_job_holding) is the stub: a file holding the job's
@@ -17,7 +17,7 @@ from pathlib import Path
 from hpcai.errors import HpcaiError, PowerError
 from hpcai.launcher.power import helper
 
-JOB, UID = "4242", 1001
+JOB, UID = "40402", 1001
 
 
 def main(action: str, *args: str) -> int:

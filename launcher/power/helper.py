@@ -303,18 +303,18 @@ def restore_job(job_id: str, uid: int | None, config: dict) -> list[str]:
 
     if not re.fullmatch(r"[0-9]+(_[0-9]+)?", job_id):
         raise UsageError(f"{job_id!r} is not a Slurm job id")
-    uuids = _touched_gpus()
-    for uuid in uuids:  # before anything changes: only root or the job's owner
+    recorded = _recorded_gpus()
+    for uuid in recorded:  # before anything changes: only root or the job's owner
         record = read_private_json(_job_record_path(uuid)) or {}
         if uid is not None and record.get("job_id") == job_id and record.get("uid") != uid:
             raise PowerError(f"Slurm job {job_id} is not yours", "only root or the job's owner may restore it")
-    if not uuids:
-        return []
     library = open_library("auto")
     done, failures = [], []
     try:
         devices = {d.info().uuid: d for d in library.devices()} if library is not None else {}
-        for uuid in uuids:
+        # Every GPU of the node (a cap being set now has no record yet) and every
+        # recorded one (a lost GPU is not among the devices).
+        for uuid in sorted(set(devices) | set(recorded)):
             try:
                 done += _restore_for_job(uuid, job_id, devices)
             except HpcaiError as exc:
@@ -330,12 +330,11 @@ def restore_job(job_id: str, uid: int | None, config: dict) -> list[str]:
     return done
 
 
-def _touched_gpus() -> list[str]:
-    """The GPUs hpcai ever locked or capped for a job on this node (their lock files)."""
+def _recorded_gpus() -> list[str]:
+    """The GPUs whose job record is in the node's authority folder."""
     if not LOCK_ROOT.is_dir():
         return []
-    names = {p.name[len("gpu-"):-len(suffix)] for suffix in (".lock", ".job.json")
-             for p in LOCK_ROOT.glob(f"gpu-*{suffix}")}
+    names = {p.name[len("gpu-"):-len(".job.json")] for p in LOCK_ROOT.glob("gpu-*.job.json")}
     return sorted(n for n in names if _SAFE_UUID.match(n))
 
 

@@ -26,7 +26,7 @@ from hpcai.launcher.power.session import restore_from_journal
 from fakes import fake_gpu_state as fgs
 from test_cap_authority import Node, finish, helper_capped, ready
 
-JOB = "4242"
+JOB = "40401"
 USER = 1001
 
 
