@@ -135,13 +135,18 @@ def orphaned_holders(path: Path) -> list[int]:
             lines = f.read().splitlines()
     except OSError:
         return []
+    try:
+        folder = os.stat(path.parent).st_dev
+    except OSError:
+        return []
+    device = f"{os.major(folder):02x}:{os.minor(folder):02x}"  # /proc/locks: MAJ:MIN:INODE
     gone, found = f"{path} (deleted)", []
     for line in lines:
         fields = line.split()
         if len(fields) < 6 or fields[1] != "FLOCK" or not fields[4].isdigit():
             continue
-        pid, inode = int(fields[4]), fields[5].rsplit(":", 1)[-1]
-        if pid != os.getpid() and pid not in found and _holds_removed(pid, inode, gone):
+        pid, (where, _, inode) = int(fields[4]), fields[5].rpartition(":")
+        if where == device and pid != os.getpid() and pid not in found and _holds_removed(pid, inode, gone):
             found.append(pid)
     return found
 
