@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml constraints/dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# tensorflow-cpu stands in for the tf extra's tensorflow: same module, no CUDA.
-	$(BIN)/python -m pip install --quiet -c constraints/dev.txt -e '.[cv,llm,report,nvidia,node,results,test,mlperf]' tensorflow-cpu
+	$(BIN)/python -m pip install --quiet -c constraints/dev.txt -e '.[cv,llm,report,nvidia,node,results,test,mlperf,metrics]' tensorflow-cpu
 	touch $(STAMP)
 
 # The main job on the embedded default: host runtime, whatever device is here
@@ -67,6 +67,17 @@ setup-system:
 	  else \
 	    echo "make: sbatch is missing: install Debian's slurm-wlm and munge packages as root (apt-get install slurm-wlm munge); the Slurm tests need them" >&2; exit 1; \
 	  fi; }
+	@# Job accounting for sacct (tools/slurm-ci/accounting.sh): slurmdbd and its MariaDB.
+	@{ test -x /usr/sbin/slurmdbd && test -x /usr/sbin/mariadbd; } || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    if [ ! -e /usr/sbin/policy-rc.d ]; then \
+	      printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && \
+	      trap 'rm -f /usr/sbin/policy-rc.d' EXIT; \
+	    fi; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends slurmdbd mariadb-server; \
+	  else \
+	    echo "make: slurmdbd or mariadbd is missing: install Debian's slurmdbd and mariadb-server packages as root; the sacct test needs them" >&2; exit 1; \
+	  fi; }
 	@{ command -v ipmi_sim >/dev/null 2>&1 && { command -v ipmi-sensors || test -x /usr/sbin/ipmi-sensors; } >/dev/null 2>&1; } || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    if [ ! -e /usr/sbin/policy-rc.d ]; then \
@@ -94,7 +105,18 @@ setup-system:
 	  else \
 	    echo "make: sudo is missing: install Debian's sudo package as root (apt-get install sudo); the power helper test (sudo -n hpcai-power-helper) needs it" >&2; exit 1; \
 	  fi; }
-	@# The tests start their own registry, munged and Slurm daemons: none at boot.
+	@# Prometheus (and promtool): the metrics exporter's test starts its own on a loopback port.
+	@{ command -v prometheus && command -v promtool; } >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    if [ ! -e /usr/sbin/policy-rc.d ]; then \
+	      printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && \
+	      trap 'rm -f /usr/sbin/policy-rc.d' EXIT; \
+	    fi; \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus; \
+	  else \
+	    echo "make: prometheus is missing: install Debian's prometheus package as root (apt-get install prometheus); the metrics exporter's Prometheus test needs it" >&2; exit 1; \
+	  fi; }
+	@# The tests start their own registry, munged, Slurm and Prometheus daemons: none at boot.
 	@tools/disable-test-services.sh
 
 # The Apptainer images of this host's flavour (detected, or FLAVOUR=cuda|rocm|cpu),
@@ -127,6 +149,7 @@ bench: setup
 	$(BIN)/python bench/inrun_sweep.py $(INRUN_ARGS)
 	$(BIN)/python bench/fleet_stats.py
 	$(BIN)/python bench/report_scaling.py $(REPORT_SCALING_ARGS)
+	$(BIN)/python bench/metrics_exporter.py
 
 lint: setup
 	$(BIN)/python -m pip install --quiet ruff==0.17.6

@@ -120,6 +120,7 @@ def main():
       hpcai-launch power show                 current power limits
       hpcai-launch power restore              undo a cap left by a killed run
       hpcai-launch report results/            tables, plots and the best cap
+      hpcai-launch plan results/ --mix mix.toml   which GPU to buy, which cap per partition
       hpcai-launch check results/RUN          the result's validity, check by check
       hpcai-launch resnet50 --slurm --nodes 2 a Slurm batch job across two nodes
       hpcai-launch resnet50 --slurm --nodes 2 --cap 200,300
@@ -266,6 +267,10 @@ def _window_and_power_options() -> list:
                       "30 power samples; less for the tiny and short presets)"),
     click.option("--max-window-s", type=click.FloatRange(min=0, min_open=True),
                  help="adaptive window: stop after this long, met or not (default: 600 s)"),
+    click.option("--settle-max-s", type=click.FloatRange(min=0, min_open=True),
+                 help="sweeps: after each cap change, wait until power and temperature "
+                      "are steady, but at most this long (default: 120 s; the tiny and "
+                      "short presets' are seconds)"),
     click.option("--stall-timeout-s", type=click.FloatRange(min=0, min_open=True),
                  help="end the run as failed, every rank stopped, after this long without "
                       "a completed step (default: the preset's; 600 s for test presets, "
@@ -363,7 +368,7 @@ _COMMAND_PARAMS = (
     "steps_per_epoch", "precision", "channels_last", "compile_", "sample_interval_ms",
     "no_telemetry", "output", "journal", "runtime", "image", "dry_run", "slurm", "nodes",
     "partition", "account", "time_limit", "array", "slurm_options", "vary", "scaling", "in_run",
-    "ci_target", "min_window_s", "max_window_s", "wait_for_gpus", "stall_timeout_s")
+    "ci_target", "min_window_s", "max_window_s", "settle_max_s", "wait_for_gpus", "stall_timeout_s")
 
 
 def _run_options_of(workload, v: dict, extra: dict, axes, batch):
@@ -392,7 +397,8 @@ def _run_options_of(workload, v: dict, extra: dict, axes, batch):
                   "steps_per_epoch": v["steps_per_epoch"],
                   "sample_interval_s": interval_ms / 1000 if interval_ms else None,
                   "ci_target": v["ci_target"], "min_window_s": v["min_window_s"],
-                  "max_window_s": v["max_window_s"], "stall_timeout_s": v["stall_timeout_s"]},
+                  "max_window_s": v["max_window_s"], "settle_max_s": v["settle_max_s"],
+                  "stall_timeout_s": v["stall_timeout_s"]},
     )
 
 
@@ -542,8 +548,18 @@ def power_restore(site, power_method, journal, force):
               show_default=True, help="what picks the recommended cap: least energy, facility cost "
                                       "or CO2 (site [facility]) within --max-slowdown, or least "
                                       "energy x time")
+@click.option("--energy-price", type=float, help="price per kWh, over what each result's site "
+              "recorded (price_per_kwh); prices are given at report time, never by measuring again")
+@click.option("--pue", type=float, help="the facility's PUE (>= 1), over what the results recorded")
+@click.option("--carbon-intensity", type=float, help="g CO2e per kWh, over what the results recorded")
+@click.option("--currency", help="the price's ISO 4217 code (e.g. EUR), over what the results recorded")
+@click.option("--mix", type=click.Path(dir_okay=False), help="a job mix (as `plan --mix`): the plan "
+              "for it is written under plan/ and what to buy and which cap to set head the report")
+@click.option("--prices", type=click.Path(dir_okay=False),
+              help="with --mix: the plan's prices file (as `plan --prices`); --energy-price etc. override it")
 def report(results, output, node_overhead_w, max_slowdown, work, noisy_cv, reference,
-           reference_file, power_run, title, combine_runs, objective):
+           reference_file, power_run, title, combine_runs, objective, energy_price, pue,
+           carbon_intensity, currency, mix, prices):
     """Tables, efficiency, the best cap and plots from result files or folders.
 
     RESULTS are result.json files, run folders, sweep folders or results
@@ -558,7 +574,9 @@ def report(results, output, node_overhead_w, max_slowdown, work, noisy_cv, refer
                          max_slowdown=max_slowdown, work=work, noisy_cv=noisy_cv,
                          reference=reference or reference_file is not None,
                          reference_file=reference_file, power_run=power_run, title=title,
-                         combine_runs=combine_runs, objective=objective)
+                         combine_runs=combine_runs, objective=objective,
+                         energy_price=energy_price, pue=pue, carbon_intensity=carbon_intensity,
+                         currency=currency, mix=mix, prices=prices)
     _run_guarded(build_report, list(results), opts)
 
 
@@ -656,6 +674,15 @@ main.add_command(exec_command(COMMAND_WORKLOADS["exec"], _workload_decorators(CO
 from hpcai.launcher.fleet.cli import fleet as _fleet_group  # noqa: E402
 
 main.add_command(_fleet_group, name="fleet")
+from hpcai.launcher.planner.cli import plan_command  # noqa: E402 (issue 42: the centre's plan)
+
+main.add_command(plan_command)
+from hpcai.launcher.metrics.cli import metrics as _metrics_group  # noqa: E402 (issue 44: live metrics)
+
+main.add_command(_metrics_group)
+from hpcai.launcher.slurm.cli import slurm as _slurm_group  # noqa: E402 (issue 42: the mix from sacct)
+
+main.add_command(_slurm_group)
 
 
 if __name__ == "__main__":

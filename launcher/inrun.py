@@ -178,9 +178,11 @@ def process_plan(plan: RunPlan, segments: int, spec: RunSpec | None = None) -> R
     segment writes one)."""
     from hpcai.launcher import runtime
     from hpcai.measure.adaptive import resolve_protocol
+    from hpcai.workloads.catalog import preset_windows
 
     spec = plan.spec if spec is None else spec
-    spec = spec.as_process(resolve_protocol(spec.protocol.to_json(), spec.preset, in_run=True),
+    windows = preset_windows(spec.workload, spec.preset)
+    spec = spec.as_process(resolve_protocol(spec.protocol.to_json(), windows, in_run=True),
                            control.CONTROL_DIR, segments)
     command = runtime.command(spec, plan.site, str(Path(spec.output_dir) / "spec.json"))
     return dataclasses.replace(plan, spec=spec, command=command)

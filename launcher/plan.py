@@ -226,7 +226,7 @@ def _window_protocol(spec: RunSpec) -> dict:
     protocol = spec.protocol.to_json()
     if adaptive_supported(spec.workload, spec.impl) is not None:
         protocol["ci_target"] = None
-    protocol = resolve_protocol(protocol, spec.preset)
+    protocol = resolve_protocol(protocol, catalog.preset_windows(spec.workload, spec.preset))
     problem = check_window_settings(protocol)
     if problem is not None:
         what, fix = problem.split(": ", 1)

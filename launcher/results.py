@@ -60,7 +60,7 @@ def load(path: Path) -> dict | None:
 
 def mark_crashed(doc: dict, exit_code: int) -> None:
     """A result left 'running' means the workload died without finishing it."""
-    from hpcai.workloads.result import now_iso
+    from hpcai.timestamps import now_iso
 
     doc["status"] = "failed"
     doc["error"] = {"type": "WorkloadCrashed",
@@ -70,7 +70,7 @@ def mark_crashed(doc: dict, exit_code: int) -> None:
 
 def mark_interrupted(doc: dict, why: str) -> None:
     """A result left 'running' by a signal that came before the workload could write one."""
-    from hpcai.workloads.result import now_iso
+    from hpcai.timestamps import now_iso
 
     doc["status"] = "interrupted"
     doc["error"] = {"type": "Interrupted", "message": f"{why} before the workload wrote a result"}

@@ -186,10 +186,12 @@ def check_site(selector: str | None) -> None:
     library = _check_gpus(site, report)
     try:
         _check_power(site, library, report)
+        _check_policy(site, library, report)
     finally:
         if library is not None:
             library.close()
     _check_node_power(site, report)
+    _check_tier(site, report)
     _check_binds(site, report)
     _check_images(site, report)
     _check_apptainer(site, report)
@@ -225,6 +227,19 @@ def _check_node_power(site: dict, report) -> None:
     for entry in status:
         level = {"ok": OK, "absent": OK, "unavailable": FAIL}[entry["status"]]
         report(level, f"node_power.{entry['source']}", f"{entry['status']}: {entry['detail']}")
+
+
+def _check_tier(site: dict, report) -> None:
+    """This node's measurement tier (docs/concepts/tiers.md): a node meter that was
+    never calibrated, or not lately, is a warning."""
+    from hpcai.launcher.tier import current_tier
+
+    tier = current_tier(site)
+    found = tier["agreement_within_frac"]
+    text = tier["tier"] + (f", agreement within {found:.1%}" if found is not None else "")
+    text += f" ({tier['reason']})" if tier["reason"] else ""
+    meter = bool(site["node_power"].get("sources"))
+    report(WARN if meter and tier["tier"] == "counter" else OK, "measurement tier", text)
 
 
 def _check_gpus(site: dict, report):
@@ -371,6 +386,35 @@ def _check_cap_range(cap_range, library, report) -> None:
                            "caps there will be refused")
     else:
         report(OK, what, f"{lo:g}-{hi:g} W, within every GPU's range")
+
+
+def _check_policy(site: dict, library, report) -> None:
+    """The [policy] in force (the file's parse already held each cap to the site's range),
+    and each cap against the range of this node's GPUs of that model."""
+    from hpcai.errors import HpcaiError
+    from hpcai.launcher.site_policy import describe, policy_entries
+    from hpcai.measure.gpu_names import short_name
+
+    lines = describe(site)
+    if not lines:
+        report(OK, "policy", "none: the Slurm prolog leaves each job's limits as they are")
+        return
+    cap_range = site["power"].get("allowed_cap_range_w")
+    within = f"within power.allowed_cap_range_w {cap_range[0]:g}-{cap_range[1]:g} W" if cap_range \
+        else "no power.allowed_cap_range_w: each GPU's own range applies"
+    try:
+        here = [(short_name(d.info().name), d.power_limits()) for d in library.devices()] if library else []
+    except HpcaiError as exc:
+        here = []
+        report(WARN, "policy", f"the GPUs' limits cannot be read: {exc.one_line()}")
+    for (where, entry), line in zip(policy_entries(site), lines):
+        cap = entry.get("cap_w")
+        outside = [_range(limits) for model, limits in here if cap is not None and model == entry["gpu"].upper()
+                   and not (limits.min_w or 0) <= cap <= (limits.max_w or float("inf"))]
+        if outside:
+            report(FAIL, where, f"{line}: outside this node's {entry['gpu']} range {outside[0]}")
+        else:
+            report(OK, where, f"{line}{'; ' + within if cap is not None else ''}")
 
 
 def _range(limits) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import fnmatch
 import json
+import math
 import os
 import socket
 from importlib import resources
@@ -131,11 +132,24 @@ def _check_consistency(raw: dict, path) -> None:
             if missing:
                 raise invalid(f"node_power.{kind}.{missing[0]}", f"is required when sources has {kind}",
                               f"name the BMC's {where} and a file holding its credentials")
+    _check_tier_settings(node_power, invalid)
+    from hpcai.launcher import site_policy
+
+    site_policy.check(raw, invalid)
     vendor = raw.get("gpu", {}).get("vendor", "auto")
     needs = {"nvml": "nvidia", "amdsmi": "amd"}.get(power.get("method", "auto"))
     if needs and vendor not in ("auto", needs):
         raise invalid("power.method", f"{power['method']!r} does not work with gpu.vendor {vendor!r}",
                       f"use {'amdsmi' if vendor == 'amd' else 'nvml'}, command or auto")
+
+
+def _check_tier_settings(node_power: dict, invalid) -> None:
+    """TOML has nan and inf, which the schema's bounds let through."""
+    for where, value in (("agreement_frac", node_power.get("agreement_frac")),
+                         ("max_calibration_age_days", node_power.get("max_calibration_age_days")),
+                         ("analyzer.agreement_frac", node_power.get("analyzer", {}).get("agreement_frac"))):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise invalid(f"node_power.{where}", f"{value} is not a finite number")
 
 
 def _merge(base: dict, over: dict) -> dict:

@@ -153,7 +153,7 @@ def end_every_rank(pgid: int | None, tag: str, exit_s: float = ORPHAN_EXIT_S,
 def mark_stalled(doc: dict, reason: str) -> None:
     """The run's result (or segment's) `failed` for the stall, whatever the
     workload managed to write before its ranks were stopped."""
-    from hpcai.workloads.result import now_iso
+    from hpcai.timestamps import now_iso
 
     doc["status"] = "failed"
     doc["error"] = {"type": "Stalled", "message": reason}

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpcai.timestamps import now_iso
 from hpcai.errors import HpcaiError, Interrupted, ResultError, UsageError, WorkloadError
 from hpcai.launcher.options import log
 from hpcai.launcher.plan import clock_label
@@ -353,7 +354,7 @@ def measure_idle(vendor: str, gpu_indices: list[int] | None, seconds: float,
         verdict = _idle_verdict(devices)
         baseline = {"available": verdict["available"], "source": discovery.kind,
                     "reason": verdict["reason"], "seconds": end.t - start.t,
-                    "measured": _now_iso(), "total_power_w": verdict["total_power_w"],
+                    "measured": now_iso(), "total_power_w": verdict["total_power_w"],
                     "devices": devices}
         if node is not None:
             summary = node.summary((start.t, end.t))
@@ -418,7 +419,7 @@ class Summary:
         from hpcai.launcher.output_check import write_error
         from hpcai.workloads.result import write_json_atomic
 
-        self.doc["updated"] = _now_iso()
+        self.doc["updated"] = now_iso()
         try:
             write_json_atomic(self.path, self.doc)
         except OSError as exc:
@@ -445,12 +446,6 @@ def _counts(runs: list[dict]) -> dict:
     for run in runs:
         counts[run["status"]] = counts.get(run["status"], 0) + 1
     return counts
-
-
-def _now_iso() -> str:
-    from datetime import datetime, timezone
-
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 # ---- the sweep ----------------------------------------------------------------------
@@ -624,7 +619,7 @@ def _new_summary(sweep: _Sweep) -> Summary:
         **_clock_axes(sweep.sm_clocks, sweep.mem_clocks),
         "repeat": opts.repeat, "order": opts.order, "in_run": sweep.in_run,
         **({"vary": [[name, values] for name, values in opts.vary]} if opts.vary else {}),
-        "seed": sweep.seed, "created": previous.doc.get("created") if previous else _now_iso(),
+        "seed": sweep.seed, "created": previous.doc.get("created") if previous else now_iso(),
         "idle_baseline": previous.doc.get("idle_baseline") if previous else None,
         "status": "running",
         "runs": [{"position": i, **({"point": dict(s.point)} if s.point else {}),

@@ -27,7 +27,8 @@ LAUNCHER = [sys.executable, "-m", "hpcai.launcher.cli"]
 # never skip, when the service is missing there).
 SERVICE_FIXTURES = {"chromium": "chromium", "apptainer_exe": "apptainer",
                     "tiny_image": "apptainer", "cpu_cv_image": "apptainer",
-                    "registry": "registry", "slurm_cluster": "slurm", "ipmi_bmc": "ipmi"}
+                    "registry": "registry", "slurm_cluster": "slurm", "ipmi_bmc": "ipmi",
+                    "prometheus_server": "prometheus"}
 
 
 def pytest_collection_modifyitems(config, items):

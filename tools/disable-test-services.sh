@@ -1,11 +1,11 @@
 #!/bin/sh
-# The tests start docker-registry, munged, slurmctld and slurmd themselves, as
+# The tests start docker-registry, munged, slurmctld, slurmd and prometheus themselves, as
 # private daemons (and ipmi_sim instead of the host's IPMI drivers, which
 # openipmi's init script loads); Debian's packages enable the system's own at
 # boot. Leave them disabled at boot (the install itself starts none: the Makefile sets a policy-rc.d).
 # Safe to rerun; a daemon running now is left running.
 # Usage: disable-test-services.sh [--root DIR]   (DIR: another root, as systemctl --root)
-SERVICES="docker-registry munge slurmctld slurmd openipmi"
+SERVICES="docker-registry munge slurmctld slurmd slurmdbd mariadb openipmi prometheus"
 ROOT_OPT=""
 if [ "${1:-}" = "--root" ] && [ -n "${2:-}" ]; then
   ROOT_OPT="--root=$2"

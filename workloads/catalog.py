@@ -145,6 +145,13 @@ def get_workload(name: str) -> Workload:
         ) from None
 
 
+def preset_windows(workload: str, preset: str | None) -> dict:
+    """The adaptive-window settings a preset declares (Preset.windows); {} for a
+    preset the workload does not declare (the protocol's defaults apply)."""
+    found = get_workload(workload).presets.get(preset)
+    return dict(found.windows) if found is not None else {}
+
+
 def family_workloads(family: str) -> list[str]:
     """The workloads an image family carries, in catalog order."""
     return [w.name for w in WORKLOADS.values() if w.image_family == family]

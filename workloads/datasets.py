@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+from hpcai.safe_files import write_json
 from hpcai.errors import UsageError
 
 MANIFEST = "manifest.json"
@@ -79,9 +80,7 @@ def make(workload: str, data_format: str, params: dict, samples: int, out: Path,
                     "files": files, "bytes": total, "seed": seed,
                     "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **extra}
         manifest["checksum"] = checksum(manifest)
-        tmp = out / f".{MANIFEST}.tmp"
-        tmp.write_text(json.dumps(manifest, indent=2) + "\n")
-        os.replace(tmp, out / MANIFEST)
+        write_json(out / MANIFEST, manifest, indent=2)
     except BaseException:
         _remove(out, created)
         raise

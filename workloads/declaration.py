@@ -44,6 +44,13 @@ PRESET_KINDS = {"paper": "comparable to the seed paper", "fast": "hpcai's best c
                 "test": "for quick checks and tests"}
 UPSTREAM = "RRZE-HPC/hpc-ai-perf-bench@52d1f50"
 
+# Windows for quick presets (Preset.windows), so an adaptive or in-run sweep on a
+# CPU or on fake GPUs takes seconds: `tiny` presets (seconds) and `short` ones (a minute).
+CPU_TINY_WINDOWS = {"min_window_s": 1.0, "min_window_samples": 5, "max_window_s": 8.0,
+                    "block_s": 0.2, "settle_window_s": 0.5, "settle_max_s": 3.0}
+CPU_SHORT_WINDOWS = {"min_window_s": 2.0, "min_window_samples": 10, "max_window_s": 15.0,
+                     "block_s": 0.3, "settle_window_s": 1.0, "settle_max_s": 5.0}
+
 # Command-line options every workload command has, by the run parameter they set.
 # An implementation lists those it applies (Impl.honours); the others are refused
 # when given, and dropped from a preset's parameters, so no spec records a setting
@@ -85,6 +92,20 @@ class Preset:
     # The repository@commit its sources cite, for a paper preset whose upstream is
     # not the seed paper's (None: UPSTREAM).
     upstream: str | None = None
+    # Its adaptive-window and settle settings (hpcai/measure/adaptive.py's
+    # WINDOW_DEFAULTS keys) where they differ from the protocol's defaults: a quick
+    # preset's seconds-long windows (CPU_TINY_WINDOWS). Declared here, by the workload,
+    # so the measurement core never matches a preset by its name.
+    windows: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        from hpcai.measure.adaptive import check_preset_windows
+
+        problem = check_preset_windows(self.windows)
+        if problem is not None:
+            raise UsageError(f"preset {self.name}: {problem}",
+                             "give windows only settings of hpcai.measure.adaptive.WINDOW_DEFAULTS, "
+                             "as positive numbers")
 
     def resolve(self, gpu_name: str | None = None, vendor: str | None = None,
                 gpu_memory_bytes: int | None = None) -> dict:

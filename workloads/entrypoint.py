@@ -12,6 +12,7 @@ import time
 import traceback
 from pathlib import Path
 
+from hpcai.timestamps import now_iso
 from hpcai import provenance
 from hpcai.errors import HpcaiError, Interrupted
 from hpcai.signals import deferred_signals, install_signal_handlers
@@ -48,6 +49,11 @@ def _absorb_further_signals(signum: int) -> None:
             signal.signal(sig, lambda s, f: None)
 
 
+def _rank_records(ranks: list[dict], throughput: dict) -> list[dict]:
+    return [{"rank": r["rank"], "device": r.get("device"), "throughput": t,
+             "peak_memory": r.get("peak_memory")} for r, t in zip(ranks, throughput["per_rank"])]
+
+
 class Run:
     """spec: a RunSpec (the entrypoint's, checked), or its JSON (tests build parts
     of one); workloads and the result read the JSON."""
@@ -57,7 +63,7 @@ class Run:
         self.out_dir = Path(out_dir)
         self.workload_def = catalog.get_workload(self.spec["workload"])
         self.impl = self.workload_def.impl(self.spec.get("impl"))
-        self.started = R.now_iso()
+        self.started = now_iso()
         self.progress = Progress()
         self.status, self.error = "running", None
         self.ctx = self.discovery = self.sampler = self.workload = None
@@ -70,10 +76,11 @@ class Run:
         self.result_file = "process.json" if self.in_run else RESULT_FILE
         self.segment: dict | None = None  # the segment being measured
         self.measurement: dict | None = None  # settle and adaptive window record
+        self.signalled: int | None = None  # the first signal this run received
 
     # ---- the run --------------------------------------------------------
     def execute(self) -> int:
-        with install_signal_handlers(_absorb_further_signals):
+        with install_signal_handlers(self._on_signal):
             # Before anything slow: a workload must not outlive its launcher.
             watcher = self.watcher = lifeline.watch(log)
             try:
@@ -81,41 +88,66 @@ class Run:
                 self._measure()
                 self.status = "complete"
             except (Interrupted, KeyboardInterrupt) as exc:
-                self.status = "interrupted"
-                message = str(exc) or "interrupted by SIGINT"
-                if watcher is not None and watcher.reason:
-                    message = f"{message}: {watcher.reason}"
-                self.error = {"type": "Interrupted", "message": message}
-                log(f"{self.error['message']}: writing a result marked interrupted")
+                self._mark_interrupted(exc)
             except HpcaiError as exc:
                 self.status, self.error = "failed", {"type": type(exc).__name__,
                                                      "message": exc.one_line()}
                 log(f"error: {exc.one_line()}")
             except Exception as exc:  # recorded in the result, traceback in the log
-                self.status = "failed"
-                self.error = {"type": type(exc).__name__, "message": str(exc)}
-                log(f"error: {type(exc).__name__}: {' '.join(str(exc).split())}")
-                try:
-                    traceback.print_exc()
-                except (OSError, ValueError):
-                    pass
-            # The run is over; more signals (under Slurm every process gets one,
-            # then srun forwards another) must not stop the result being written.
-            with deferred_signals():
-                if self.sampler is not None:
-                    self.sampler.stop()
-                if self.node_power is not None:
-                    self.node_power.stop()
-                if self.segment is not None:  # a segment cut short: never complete
-                    try:
-                        self._close_segment(None, self.status if self.status != "complete"
-                                            else "failed", self.error)
-                    except Exception as exc:
-                        log(f"cannot write the open segment's result: {exc}")
-                self._finish()
-            if watcher is not None:
-                watcher.stop()
+                if self.signalled is not None:
+                    # The signal landed inside a library that wrapped it (torch.compile's
+                    # InductorError, a DataLoader's worker error): still an interruption.
+                    self._mark_interrupted(exc)
+                else:
+                    self._mark_failed(exc)
+            self._after_run(watcher)
         return {"complete": 0, "interrupted": 130}.get(self.status, 1)
+
+    def _after_run(self, watcher) -> None:
+        """Stop the samplers, close an open segment, write the result."""
+        # The run is over; more signals (under Slurm every process gets one,
+        # then srun forwards another) must not stop the result being written.
+        with deferred_signals():
+            if self.sampler is not None:
+                self.sampler.stop()
+            if self.node_power is not None:
+                self.node_power.stop()
+            if self.segment is not None:  # a segment cut short: never complete
+                try:
+                    self._close_segment(None, self.status if self.status != "complete"
+                                        else "failed", self.error)
+                except Exception as exc:
+                    log(f"cannot write the open segment's result: {exc}")
+            self._finish()
+        if watcher is not None:
+            watcher.stop()
+
+    def _on_signal(self, signum: int) -> None:
+        """The first signal is remembered (a library may wrap the exception it raises)
+        and every later one absorbed."""
+        if self.signalled is None:
+            self.signalled = signum
+        _absorb_further_signals(signum)
+
+    def _mark_failed(self, exc: Exception) -> None:
+        self.status = "failed"
+        self.error = {"type": type(exc).__name__, "message": str(exc)}
+        log(f"error: {type(exc).__name__}: {' '.join(str(exc).split())}")
+        try:
+            traceback.print_exc()
+        except (OSError, ValueError):
+            pass
+
+    def _mark_interrupted(self, exc: BaseException) -> None:
+        self.status = "interrupted"
+        if isinstance(exc, (Interrupted, KeyboardInterrupt)):
+            message = str(exc) or "interrupted by SIGINT"
+        else:
+            message = f"interrupted by signal {self.signalled} (inside {type(exc).__name__})"
+        if self.watcher is not None and self.watcher.reason:
+            message = f"{message}: {self.watcher.reason}"
+        self.error = {"type": "Interrupted", "message": message}
+        log(f"{self.error['message']}: writing a result marked interrupted")
 
     def _setup(self) -> None:
         device = self.spec["devices"].get("type", "auto")
@@ -243,7 +275,7 @@ class Run:
                     f"{answer.get('enforced_w')}), results in {spec['output_dir']}")
             measurer.segment = segment + 1  # the epoch lines say which segment
             self.segment = {"index": segment, "spec": spec, "first_epoch": len(self.progress.epochs),
-                            "started": R.now_iso(), "t0": time.time(), "answer": answer}
+                            "started": now_iso(), "t0": time.time(), "answer": answer}
             if waves:  # the wave's client files go into the segment's folder
                 self.workload.wave_dir = Path(spec["output_dir"])
             settle = yield from measurer.settle()
@@ -453,24 +485,16 @@ class Run:
             "run_id": spec["run_id"],
             "workload": spec["workload"],
             "spec": spec,
-            "timestamps": {"started": started or self.started,
-                           "finished": None if status == "running" else R.now_iso(),
-                           "measured_start": window[0] if window else None,
-                           "measured_end": window[1] if window else None},
+            "timestamps": self._timestamps(status, started, window),
             "host": provenance.host_info(),
             "software": self._software(),
             "runtime": spec.get("runtime", {"kind": "host"}),
             "config": config,
             "protocol": self._protocol_record(spec, epochs),
             "epochs": epochs,
-            "ranks": [{"rank": r["rank"], "device": r.get("device"),
-                       "throughput": t, "peak_memory": r.get("peak_memory")}
-                      for r, t in zip(ranks, throughput["per_rank"])],
+            "ranks": _rank_records(ranks, throughput),
             "throughput": self._throughput_record(throughput, config, len(ranks)),
-            "work": {"unit": self._unit(), "measured_units": units,
-                     "measured_seconds": throughput["measured_seconds"],
-                     "first_loss": leader.get("first_loss"),
-                     "last_loss": epochs[-1]["loss"] if epochs else None},
+            "work": self._work_record(leader, units, throughput),
             "gpus": gpus,
             "cpu_packages": packages,
             "power": power,
@@ -494,6 +518,19 @@ class Run:
         # once its own block (enforced limits, idle baseline) is in.
         doc["validity"] = validity.evaluate(doc, "workload")
         return doc
+
+    def _timestamps(self, status: str, started: str | None, window) -> dict:
+        return {"started": started or self.started,
+                "finished": None if status == "running" else now_iso(),
+                "measured_start": window[0] if window else None,
+                "measured_end": window[1] if window else None}
+
+    def _work_record(self, leader: dict, units, throughput: dict) -> dict:
+        epochs = leader["epochs"]
+        return {"unit": self._unit(), "measured_units": units,
+                "measured_seconds": throughput["measured_seconds"],
+                "first_loss": leader.get("first_loss"),
+                "last_loss": epochs[-1]["loss"] if epochs else None}
 
     def _unit(self) -> str:
         """The unit of work: the workload's declared one, unless the run names its own (exec --units)."""

@@ -338,9 +338,6 @@ class LitgptPretrain(EngineWorkload):
 
     # ---- the run --------------------------------------------------------
     def run(self, protocol: dict, progress, on_epoch=None, program=None) -> None:
-        from litgpt import pretrain as litgpt_pretrain
-        from litgpt.args import EvalArgs, TrainArgs
-
         from hpcai.workloads.litgpt_hooks import MeasurementComplete, StepClock
 
         # A step is one optimizer step: `accumulation` micro-batches on each GPU.
@@ -362,8 +359,23 @@ class LitgptPretrain(EngineWorkload):
                               extra, micro_steps=self.accumulation)
 
         fabric, nodes = self._fabric(StepClock(on_step))
+        try:
+            self._litgpt_main(fabric, nodes, self._train_args(clock, tokens_per_step))
+        except MeasurementComplete:
+            # The energy counter is read at the window's end from the samples
+            # around it: let the sampler tick past the end before returning.
+            end = progress.epochs[-1].end
+            time.sleep(max(0.0, end + 2 * float(protocol["sample_interval_s"]) - time.time()))
+            return
+        raise WorkloadError(f"LitGPT's loop ended after {len(clock.steps)} of "
+                            f"{clock.total_steps} steps",
+                            "see its output above")
+
+    def _train_args(self, clock, tokens_per_step: int):
+        from litgpt.args import TrainArgs
+
         world = self.ctx.world_size
-        train = TrainArgs(
+        return TrainArgs(
             save_interval=None, log_interval=1,
             global_batch_size=self.micro_batch * self.accumulation * world,
             micro_batch_size=self.micro_batch,
@@ -373,6 +385,12 @@ class LitgptPretrain(EngineWorkload):
             max_seq_length=self.seq_len, max_norm=1.0, min_lr=self.min_lr,
             lr_warmup_steps=max(1, clock.total_steps // 4), tie_embeddings=False,
         )
+
+    def _litgpt_main(self, fabric, nodes: int, train) -> None:
+        """LitGPT's own pretraining main, its fit() wrapped to keep its state."""
+        from litgpt import pretrain as litgpt_pretrain
+        from litgpt.args import EvalArgs
+
         evaluation = EvalArgs(interval=10**9, max_iters=2, initial_validation=False,
                               final_validation=False)
         tokenizer = None
@@ -395,17 +413,8 @@ class LitgptPretrain(EngineWorkload):
                     config=self.config, data=self._data_module(), out_dir=self.out_dir,
                     tokenizer_dir=self.tokenizer_dir, tokenizer=tokenizer, train=train,
                     eval=evaluation, optimizer=copy.deepcopy(self.optimizer))  # LitGPT edits it
-        except MeasurementComplete:
-            # The energy counter is read at the window's end from the samples
-            # around it: let the sampler tick past the end before returning.
-            end = progress.epochs[-1].end
-            time.sleep(max(0.0, end + 2 * float(protocol["sample_interval_s"]) - time.time()))
-            return
         finally:
             litgpt_pretrain.fit = original_fit
-        raise WorkloadError(f"LitGPT's loop ended after {len(clock.steps)} of "
-                            f"{clock.total_steps} steps",
-                            "see its output above")
 
     def _observe(self) -> dict:
         """The dtypes the trained model and its optimizer state really hold

@@ -66,6 +66,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from hpcai.errors import UsageError, WorkloadError
+from hpcai.workloads import concurrency_ramp
 from hpcai.workloads import engine_process as proc
 from hpcai.measure import steady_state
 from hpcai.workloads import llm_assets
@@ -195,6 +196,8 @@ class SglangServe(EngineWorkload):
             raise UsageError("--length-range-ratio must be between 0 and 1",
                              f"got {self.range_ratio:g} (1: fixed lengths)")
         self.warmup_requests = int(p.warmup_requests or self.concurrency or 64)
+        self.ramp = concurrency_ramp.parse(p.concurrency_ramp)
+        self.ramp_result: dict | None = None  # the probes and the concurrency kept
         self.input_len, self.output_len = int(p.input_len), int(p.output_len)
         if self.input_len < 1 or self.output_len < 1:
             raise UsageError("--input-len and --output-len must be at least 1",
@@ -203,6 +206,8 @@ class SglangServe(EngineWorkload):
         self.request_rate = float(rate) if rate not in (None, "inf") else float("inf")
         if not self.request_rate > 0:
             raise UsageError("--request-rate must be positive", f"got {rate}")
+        self.ramp_skipped = concurrency_ramp.skipped_because(
+            self.ramp, spec.get("overridden") or (), self.request_rate)
         self.server_timeout_s = float(p.server_timeout_s)
         self.stop_grace_s = float(p.server_stop_grace_s)
         if not 0 < self.stop_grace_s <= MAX_SERVER_STOP_GRACE_S:
@@ -213,6 +218,20 @@ class SglangServe(EngineWorkload):
         self.gpus = len(gpu_indices) if devices.get("type") == "cuda" and gpu_indices else 1
         self.tp, self.dp = parallel_sizes(p.tp, p.dp, self.gpus)
         self.server_args = refuse_owned_flags(shlex.split(p.server_args or ""))
+        self._choose_model(p)
+        self.host, self.port = "127.0.0.1", int(p.port or 0)
+        self.server: proc.GroupProcess | None = None
+        self.client: proc.GroupProcess | None = None
+        self.model_info: dict | None = None
+        self.bench: dict | None = None
+        self.requests: list | None = None  # the measured wave's, wall-clock send times
+        self.window: dict | None = None
+        self.steady: dict | None = None
+        self.warmup_failures: list[str] = []
+
+    def _choose_model(self, p) -> None:
+        """Real weights from --weights, else a built-in configuration served with
+        dummy weights; either way the prompt must fit the model's context."""
         if p.weights:
             self.model_dir = llm_assets.resolve_site_path(
                 p.weights, llm_assets.MODELS_DIR_ENV, "model folder", "--weights")
@@ -234,15 +253,6 @@ class SglangServe(EngineWorkload):
         if limit is not None and self.input_len + self.output_len > limit:
             raise UsageError(f"{self.input_len} + {self.output_len} tokens exceed the model's "
                              f"context of {limit}", "shorten --input-len or --output-len")
-        self.host, self.port = "127.0.0.1", int(p.port or 0)
-        self.server: proc.GroupProcess | None = None
-        self.client: proc.GroupProcess | None = None
-        self.model_info: dict | None = None
-        self.bench: dict | None = None
-        self.requests: list | None = None  # the measured wave's, wall-clock send times
-        self.window: dict | None = None
-        self.steady: dict | None = None
-        self.warmup_failures: list[str] = []
 
     # ---- commands -------------------------------------------------------
     @property
@@ -258,12 +268,17 @@ class SglangServe(EngineWorkload):
             command += ["--load-format", "dummy"]
         return command + self.server_args
 
-    def client_command(self, num_prompts: int) -> list[str]:
+    def client_command(self, num_prompts: int, concurrency: int | None = None,
+                       folder: Path | None = None) -> list[str]:
+        """The client's command: `num_prompts` requests, at most `concurrency` (default
+        --batch-size) in flight, its files in `folder` (default the wave's folder)."""
+        concurrency = concurrency or self.concurrency
+        folder = folder or self.wave_dir
         rate = "inf" if self.request_rate == float("inf") else f"{self.request_rate:g}"
         # With real weights the client would decode its random ids to text (and drop
         # a BOS), which the server re-encodes: send the ids themselves instead.
         exact = [] if self.dummy else ["--tokenize-prompt"]
-        return [sys.executable, "-m", CLIENT_WRAPPER, str(self.wave_dir / CLIENT_REQUESTS),
+        return [sys.executable, "-m", CLIENT_WRAPPER, str(folder / CLIENT_REQUESTS),
                 "--backend", "sglang",
                 "--host", self.host, "--port", str(self.port),
                 "--model", str(self.model_dir), "--tokenizer", str(self.model_dir),
@@ -273,9 +288,9 @@ class SglangServe(EngineWorkload):
                 "--random-range-ratio", f"{self.range_ratio:.1f}" if self.range_ratio in (0, 1)
                 else f"{self.range_ratio:g}",
                 "--request-rate", rate,
-                *(["--max-concurrency", str(self.concurrency)] if self.concurrency else []),
+                *(["--max-concurrency", str(concurrency)] if concurrency else []),
                 "--seed", str(self.seed), "--warmup-requests", "0",  # hpcai warmed up
-                "--output-file", str(self.wave_dir / CLIENT_RESULT), "--disable-tqdm", *exact]
+                "--output-file", str(folder / CLIENT_RESULT), "--disable-tqdm", *exact]
 
     # ---- the run --------------------------------------------------------
     def run(self, protocol: dict, progress, on_epoch=None, program=None) -> None:
@@ -302,6 +317,8 @@ class SglangServe(EngineWorkload):
                 "the SGLang server", None if self.ctx.device_type == "cuda"
                 else "SGLang serves only on GPUs, and this run is on the CPU")
             if program is not None:
+                if self.ramp_skipped is None:
+                    self.ramp_skipped = "in-run sweep: every segment keeps --batch-size's concurrency"
                 self._serve_program(program, protocol, progress, on_epoch, env)
                 return
             for index in range(int(protocol["warmup_epochs"])):
@@ -309,6 +326,8 @@ class SglangServe(EngineWorkload):
                 progress.epochs.append(epoch)
                 if on_epoch is not None:
                     on_epoch(epoch, total)
+            if self.ramp_skipped is None:  # after the warm-up: the probes find a warm server
+                self._ramp_concurrency(env)
             epoch = self._measured_epoch(len(progress.epochs), int(protocol["steps_per_epoch"]), env)
             progress.epochs.append(epoch)
             if on_epoch is not None:
@@ -383,25 +402,50 @@ class SglangServe(EngineWorkload):
                                 f"({errors[0]})", f"see the server log: {self.server.log_path}")
         return Epoch(index, True, len(prompts), tokens, start_wall, end_wall, duration, None)
 
-    def _measured_epoch(self, index: int, num_prompts: int, env: dict) -> Epoch:
-        result_file = self.wave_dir / CLIENT_RESULT
+    def _ramp_concurrency(self, env: dict) -> None:
+        """One short wave of the client per probed concurrency (as many requests as in
+        flight, files in concurrency-ramp/cN/); the measured load runs at the smallest
+        within 3% of the best output tokens/s (workloads/concurrency_ramp.py)."""
+        probes = []
+        for concurrency in self.ramp:
+            folder = self.out_dir / "concurrency-ramp" / f"c{concurrency}"
+            folder.mkdir(parents=True, exist_ok=True)
+            bench, _ = self._run_client(concurrency, env, concurrency, folder, "probe")
+            probes.append(concurrency_ramp.probe_figures(
+                concurrency, bench, os.path.relpath(folder, self.out_dir)))
+        self.concurrency = concurrency_ramp.choose(probes)
+        self.ramp_result = concurrency_ramp.record(probes, self.concurrency)
+        figures = ", ".join(f"{p['concurrency']}: {p['output_tokens_per_s']:.0f}" for p in probes)
+        print(f"[hpcai] concurrency ramp (in flight: output tok/s) {figures}; measuring at "
+              f"{self.concurrency} in flight", file=sys.stderr, flush=True)
+
+    def _run_client(self, num_prompts: int, env: dict, concurrency: int | None, folder: Path,
+                    what: str) -> tuple[dict, float]:
+        """One run of SGLang's benchmark client: its parsed result and the wall time it exited."""
+        result_file = folder / CLIENT_RESULT
         result_file.unlink(missing_ok=True)
-        (self.wave_dir / CLIENT_REQUESTS).unlink(missing_ok=True)
-        self.bench = self.window = self.steady = None  # this wave's, once parsed
-        self.requests = None
-        self.client = proc.GroupProcess("SGLang benchmark client", self.client_command(num_prompts),
-                                        self.wave_dir / CLIENT_LOG, env, stop_grace_s=5)
+        (folder / CLIENT_REQUESTS).unlink(missing_ok=True)
+        self.client = proc.GroupProcess("SGLang benchmark client",
+                                        self.client_command(num_prompts, concurrency, folder),
+                                        folder / CLIENT_LOG, env, stop_grace_s=5)
         self.client.start(watch=(START_LINE, BANNER))
         code = self.client.wait()
         exit_wall = time.time()
         if code != 0:
             raise WorkloadError(f"SGLang's benchmark client exited with code {code}",
                                 f"see its log: {self.client.log_path}")
-        bench = self.bench = parse_bench_result(result_file)
-        completed = int(bench.get("completed", 0))
-        if completed == 0:
-            raise WorkloadError(f"none of the {num_prompts} measured requests succeeded",
+        bench = parse_bench_result(result_file)
+        if int(bench.get("completed", 0)) == 0:
+            raise WorkloadError(f"none of the {num_prompts} {what} requests succeeded",
                                 f"see the server log: {self.server.log_path}")
+        return bench, exit_wall
+
+    def _measured_epoch(self, index: int, num_prompts: int, env: dict) -> Epoch:
+        self.bench = self.window = self.steady = None  # this wave's, once parsed
+        self.requests = None
+        bench, exit_wall = self._run_client(num_prompts, env, self.concurrency, self.wave_dir, "measured")
+        self.bench = bench
+        completed = int(bench.get("completed", 0))
         if completed < num_prompts:
             print(f"[hpcai] warning: {num_prompts - completed} of {num_prompts} measured requests "
                   f"failed; see the server log: {self.server.log_path}", file=sys.stderr, flush=True)
@@ -482,6 +526,8 @@ class SglangServe(EngineWorkload):
             "batch_size_per_process": self.concurrency or "unlimited",
             "max_concurrency": self.concurrency or "unlimited",
             "warmup_requests": self.warmup_requests,
+            "concurrency_ramp": self.ramp_result or (
+                {"skipped": self.ramp_skipped} if self.ramp else None),
             "length_range_ratio": self.range_ratio,
             "request_rate": None if self.request_rate == float("inf") else self.request_rate,
             "input_len": self.input_len, "output_len": self.output_len,

@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+from hpcai.safe_files import Folder
+
 POLL_S = 0.1
 # The ready file's path, for the engine (this module runs as __main__ and is
 # imported again by the engine: an environment variable is what both see).
@@ -29,9 +31,9 @@ def say_ready(run_dir: Path) -> None:
     ready = os.environ.get(READY_ENV)
     if not ready:
         return
-    partial = Path(ready).with_suffix(".partial")
-    partial.write_text(str(run_dir))
-    os.replace(partial, ready)
+    ready = Path(ready)
+    with Folder.open(ready.parent) as folder:
+        folder.write_text(ready.name, str(run_dir))
 
 
 def wait_for_end(pid: int, events: Path) -> bool:

@@ -9,6 +9,8 @@ left out of it, or None there, takes the field's default.
 from __future__ import annotations
 
 import dataclasses
+import types
+import typing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +27,30 @@ def param(default: Any = None, *, flag: str | None = None, help: str = "", type:
     if isinstance(default, (dict, list)):
         return field(default_factory=lambda: type_copy(default), metadata={"option": option})
     return field(default=default, metadata={"option": option})
+
+
+def _is_of(value, hint) -> bool:
+    """Whether a preset's value fits its field's annotation (None is checked by the
+    caller: None always means the default). Any, and hints this does not model,
+    accept every value."""
+    if hint is Any:
+        return True
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_is_of(value, arg) for arg in typing.get_args(hint) if arg is not type(None))
+    if origin is not None:  # tuple[...], dict[...]: the container's type only
+        return isinstance(value, origin)
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is float:  # JSON and TOML write 1.0 as 1
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, hint) if isinstance(hint, type) else True
+
+
+def _type_name(hint) -> str:
+    return getattr(hint, "__name__", None) or str(hint)
 
 
 def type_copy(value):
@@ -47,11 +73,17 @@ class WorkloadParams:
 
     @classmethod
     def check(cls, values: dict, where: str) -> None:
-        """A UsageError for a key that is no field of this class."""
+        """A UsageError for a key that is no field of this class, or a value that
+        is not of its field's type (a preset's typo fails at import, not mid-run)."""
         unknown = sorted(set(values) - set(cls.names()))
         if unknown:
             raise UsageError(f"{where}: unknown parameter {', '.join(unknown)} for {cls.__name__}",
                              f"use fields of {cls.__name__}: {', '.join(cls.names())}")
+        hints = typing.get_type_hints(cls)
+        for name, value in values.items():
+            if value is not None and not _is_of(value, hints[name]):
+                raise UsageError(f"{where}: {name} = {value!r} is not {_type_name(hints[name])}",
+                                 f"give {name} a value of its field's type in {cls.__name__}")
 
     @classmethod
     def from_dict(cls, values: dict):

@@ -97,6 +97,24 @@ class KerasResNet50(StepWorkload):
         if self.compiled and self.replicas > 1:
             raise UsageError("--compile (XLA) is supported on one device with --impl tensorflow",
                              "drop --compile, or use --gpus 1")
+        self._build_model(keras)
+        self.loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True,
+                                                                  reduction="none")
+        self.parameters = int(self.model.count_params())
+        self.batch_size = None
+        self.images = self.labels = self._loss = None
+        self._train_step = tf.function(self._distributed_step, jit_compile=self.compiled or None)
+
+        self._settle_batch(p.batch_size, on_gpu=bool(gpus))
+        # Linear scaling rule (Goyal et al.): 0.1 per 256 images of global batch.
+        self.lr = float(p.lr or 0.1 * self.global_batch / 256)
+        self.optimizer.learning_rate = self.lr
+        self.flops = flops.keras_image_model_flops(self.model, self.batch_size or 1)
+        if ctx.device_type == "cpu":
+            batch_search.reset_peak_rss()  # peak memory counts the run, not the set-up
+
+    def _build_model(self, keras) -> None:
+        """Keras' ResNet50 and its SGD (loss-scaled for fp16) under the strategy."""
         with self.strategy.scope():
             self.model = keras.applications.ResNet50(
                 weights=None, input_shape=(self.image_size, self.image_size, 3),
@@ -107,29 +125,17 @@ class KerasResNet50(StepWorkload):
                 optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
             optimizer.build(self.model.trainable_variables)
             self.optimizer = optimizer
-        self.loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True,
-                                                                  reduction="none")
-        self.parameters = int(self.model.count_params())
-        self.batch_size = None
-        self.images = self.labels = self._loss = None
-        self._train_step = tf.function(self._distributed_step, jit_compile=self.compiled or None)
 
+    def _settle_batch(self, requested, on_gpu: bool) -> None:
+        """The batch asked for, or (auto) the one the search finds."""
         self.batch_size_search = None
-        requested = p.batch_size
-        if requested == "auto":
-            start = catalog.batch_search_start(spec)
-            self.batch_size_search = batch_search.find(
-                self._probe, on_gpu=bool(gpus), start=int(start))
-            self._reset_optimizer()
-            self.set_batch_size(self.batch_size_search["found"])
-        else:
+        if requested != "auto":
             self.set_batch_size(int(requested))
-        # Linear scaling rule (Goyal et al.): 0.1 per 256 images of global batch.
-        self.lr = float(p.lr or 0.1 * self.global_batch / 256)
-        self.optimizer.learning_rate = self.lr
-        self.flops = flops.keras_image_model_flops(self.model, self.batch_size or 1)
-        if ctx.device_type == "cpu":
-            batch_search.reset_peak_rss()  # peak memory counts the run, not the set-up
+            return
+        start = catalog.batch_search_start(self.spec)
+        self.batch_size_search = batch_search.find(self._probe, on_gpu=on_gpu, start=int(start))
+        self._reset_optimizer()
+        self.set_batch_size(self.batch_size_search["found"])
 
     # ---- placement ----------------------------------------------------------
     def _split_cpu(self, replicas: int) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import datetime, timezone
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from hpcai.measure import cap_binding
@@ -14,7 +14,7 @@ from hpcai.measure.node_power import energy_with_node, node_section
 from hpcai.measure.stats import throughput_stats
 from hpcai.measure.telemetry import integrate_power_j, window_stats
 
-RESULT_SCHEMA_VERSION = "1.0"
+RESULT_SCHEMA_VERSION = "1.1"  # 1.1: power.tier (issue 44)
 # Counter and integrated energy further apart than this: trust neither blindly.
 ENERGY_AGREEMENT_FRAC = 0.25
 # NVML's power sensor covers only part of each period on A100/H100 ("only 25%
@@ -25,10 +25,6 @@ MIN_WINDOW_S = 10.0
 MIN_SAMPLE_FRAC = 0.5
 # A counter that stays put this long while power is drawn has frozen.
 FROZEN_AFTER_S = 2.0
-
-
-def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
 def write_json_atomic(path: Path, doc: dict) -> None:
@@ -182,75 +178,27 @@ def power_section(spec: dict, discovery, sampler, window, units: int,
     node: the NodePowerSampler, or None; its figures go to power["node_power"]."""
     overhead_w = float(spec["power"].get("node_overhead_w", 100.0))
     used_indices = spec["devices"].get("gpu_indices")
-    gpus, packages = [], []
-    scope, energies, reasons = None, [], []
-    power_counts: list[int] = []  # power samples in the window, per measured source
-    if discovery is not None and sampler is not None and window is not None:
-        t0, t1 = window
-        if discovery.kind == "gpu":
-            scope = "gpus"
-            for i, device in enumerate(discovery.gpus):
-                info = device.info()
-                used = used_indices is None or info.index in used_indices
-                stats = window_stats(sampler.series(i, t0, t1))
-                energy = source_energy(sampler, i, t0, t1)
-                gpus.append({**info.to_dict(), "used": used, **stats, "energy_j": energy})
-                if used:
-                    power_counts.append(_power_samples(sampler, i, t0, t1))
-                    energies.append(energy["value"])
-                    if energy["note"]:
-                        reasons.append(f"GPU {info.index}: {energy['note']}")
-                    if info.mig_enabled:
-                        reasons.append(f"GPU {info.index} is in MIG mode: its power and energy are "
-                                       "the whole GPU's, shared by every MIG instance")
-        elif discovery.kind == "rapl":
-            scope = "cpu_packages"
-            for i, domain in enumerate(discovery.rapl):
-                stats = window_stats(sampler.series(i, t0, t1))
-                energy = source_energy(sampler, i, t0, t1)
-                packages.append({"name": domain.name, "path": str(domain.path), **stats,
-                                 "energy_j": energy})
-                power_counts.append(_power_samples(sampler, i, t0, t1))
-                energies.append(energy["value"])
+    read = _read_sources(discovery, sampler, window, used_indices)
+    energies = read.energies
     available = bool(energies) and all(e is not None for e in energies)
     window_s = (window[1] - window[0]) if window else None
     energy = sum(energies) if available else None
-    reason = None
-    if not available:
-        if discovery is None:
-            reason = ("telemetry was turned off for this run"
-                      if not spec["protocol"].get("telemetry", True)
-                      else "telemetry did not start (see the run's error)")
-        elif discovery.kind is None or (discovery.kind == "gpu" and not discovery.gpus):
-            reason = discovery.reason or "no GPU of the run could be read"
-        elif window is None:
-            reason = "no measured epoch completed"
-        else:
-            reason = "too few power samples in the measured window"
-    node_power = with_node = None
-    with_node_basis = None
+    node_power = with_node = with_node_basis = None
     if node is not None:
         node_power = node_section(node.summary(window), energy if available else None,
                                   window_s, node.status)
     if available or (node_power and node_power["node_energy_j"] is not None):
         with_node, with_node_basis = energy_with_node(node_power, energy, overhead_w, window_s)
-    quality = window_quality(sampler, window, power_counts)
-    if quality is not None:
-        if quality["window_short"]:
-            reasons.append(f"the measured window ({window_s:.1f} s) is shorter than "
-                           f"{MIN_WINDOW_S:g} s: the power sensor samples only part of each period")
-        if quality["samples_short"]:
-            reasons.append(f"only {quality['power_samples_min']} power samples where "
-                           f"{quality['power_samples_expected']} were expected")
+    quality = window_quality(sampler, window, read.power_counts)
     power = {
         "available": available,
-        "reason": reason,
+        "reason": None if available else _why_no_energy(spec, discovery, window),
         "source": (discovery.vendor if discovery and discovery.kind == "gpu"
                    else "rapl" if discovery and discovery.kind == "rapl" else None),
-        "energy_scope": scope,
-        "energy_source": _energy_source([g["energy_j"] for g in gpus if g["used"]] or
-                                        [p["energy_j"] for p in packages]),
-        "notes": reasons,
+        "energy_scope": read.scope,
+        "energy_source": _energy_source([g["energy_j"] for g in read.gpus if g["used"]] or
+                                        [p["energy_j"] for p in read.packages]),
+        "notes": read.notes + _quality_notes(quality, window_s),
         "quality": quality,
         "window_s": window_s,
         "energy_j": energy,
@@ -258,15 +206,93 @@ def power_section(spec: dict, discovery, sampler, window, units: int,
         "node_overhead_w": overhead_w,
         "energy_with_overhead_j": with_node,
         "energy_with_overhead_basis": with_node_basis,
-        "boundaries": _boundaries(discovery, scope, node_power, with_node_basis),
+        "boundaries": _boundaries(discovery, read.scope, node_power, with_node_basis),
         "node_power": node_power,
         "energy_per_unit_j": energy / units if available and units else None,
         "units_per_joule": units_per_joule(units, energy) if available else None,
         "units_per_joule_with_overhead": units_per_joule(units, with_node),
+        # What the energy figures stand on: counter, node-meter or analyzer (hpcai/measure/tier.py).
+        "tier": _tier(spec),
         # Did the cap bind over this window (hpcai/measure/cap_binding.py)?
         "cap_binding": cap_binding.section(sampler, discovery, window, used_indices),
     }
-    return gpus, packages, power
+    return read.gpus, read.packages, power
+
+
+def _tier(spec: dict) -> dict:
+    from hpcai.launcher.tier import current_tier
+
+    return current_tier(spec.get("node_power") or {})
+
+
+@dataclass
+class _Readings:
+    """What the window's sources gave: per-GPU and per-package entries, the used
+    sources' energies and power sample counts, and notes about them."""
+
+    scope: str | None = None
+    gpus: list = field(default_factory=list)
+    packages: list = field(default_factory=list)
+    energies: list = field(default_factory=list)
+    power_counts: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+
+
+def _read_sources(discovery, sampler, window, used_indices) -> _Readings:
+    read = _Readings()
+    if discovery is None or sampler is None or window is None:
+        return read
+    t0, t1 = window
+    if discovery.kind == "gpu":
+        read.scope = "gpus"
+        for i, device in enumerate(discovery.gpus):
+            info = device.info()
+            used = used_indices is None or info.index in used_indices
+            energy = source_energy(sampler, i, t0, t1)
+            read.gpus.append({**info.to_dict(), "used": used,
+                              **window_stats(sampler.series(i, t0, t1)), "energy_j": energy})
+            if not used:
+                continue
+            read.power_counts.append(_power_samples(sampler, i, t0, t1))
+            read.energies.append(energy["value"])
+            if energy["note"]:
+                read.notes.append(f"GPU {info.index}: {energy['note']}")
+            if info.mig_enabled:
+                read.notes.append(f"GPU {info.index} is in MIG mode: its power and energy are "
+                                  "the whole GPU's, shared by every MIG instance")
+    elif discovery.kind == "rapl":
+        read.scope = "cpu_packages"
+        for i, domain in enumerate(discovery.rapl):
+            energy = source_energy(sampler, i, t0, t1)
+            read.packages.append({"name": domain.name, "path": str(domain.path),
+                                  **window_stats(sampler.series(i, t0, t1)), "energy_j": energy})
+            read.power_counts.append(_power_samples(sampler, i, t0, t1))
+            read.energies.append(energy["value"])
+    return read
+
+
+def _why_no_energy(spec: dict, discovery, window) -> str:
+    if discovery is None:
+        return ("telemetry was turned off for this run" if not spec["protocol"].get("telemetry", True)
+                else "telemetry did not start (see the run's error)")
+    if discovery.kind is None or (discovery.kind == "gpu" and not discovery.gpus):
+        return discovery.reason or "no GPU of the run could be read"
+    if window is None:
+        return "no measured epoch completed"
+    return "too few power samples in the measured window"
+
+
+def _quality_notes(quality: dict | None, window_s: float | None) -> list[str]:
+    if quality is None:
+        return []
+    notes = []
+    if quality["window_short"]:
+        notes.append(f"the measured window ({window_s:.1f} s) is shorter than "
+                     f"{MIN_WINDOW_S:g} s: the power sensor samples only part of each period")
+    if quality["samples_short"]:
+        notes.append(f"only {quality['power_samples_min']} power samples where "
+                     f"{quality['power_samples_expected']} were expected")
+    return notes
 
 
 GPU_API = {"nvidia": "NVML (nvidia-ml-py)", "amd": "amdsmi", "rapl": "Linux powercap sysfs (intel-rapl)"}

@@ -32,6 +32,8 @@ def records(outputs) -> list[dict]:
 def write_requests(path: str, outputs) -> None:
     doc = {"format": 1, "clock": "perf_counter of the client process",
            "wall_minus_perf_s": time.time() - time.perf_counter(), "requests": records(outputs)}
+    # Not hpcai.safe_files: this runs in SGLang's client environment, where hpcai may
+    # not be installed (tests/integration/test_sglang_client.py runs it so).
     tmp = f"{path}.tmp"
     with open(tmp, "w") as fh:
         json.dump(doc, fh)

@@ -103,7 +103,12 @@ class TorchTrainer(StepWorkload):
         self._set_lr(self.lr)
         if self.compiled:
             self.model = torch.compile(self.ddp)
+            self.compile_frozen()
         self.flops = self.count_flops()
+
+    def compile_frozen(self) -> None:
+        """Compile the frozen parts a step runs besides the trained module (none
+        here); called once the batch is settled, as the trained module is."""
 
     def _set_lr(self, lr: float) -> None:
         for group in self.optimizer.param_groups:

@@ -23,6 +23,7 @@ import json
 import time
 from pathlib import Path
 
+from hpcai.timestamps import now_iso
 from hpcai.errors import WorkloadError
 from hpcai.workloads import result as R
 
@@ -74,7 +75,7 @@ class Gate:
         spec.update(answer["spec"])
         run.measurer.segment = k + 1  # the epoch lines say which segment
         run.segment = {"index": k, "spec": spec, "first_epoch": len(run.progress.epochs),
-                       "started": R.now_iso(), "t0": time.time(), "answer": answer}
+                       "started": now_iso(), "t0": time.time(), "answer": answer}
         self.next = k + 1
         return {"measure": True, "segment": k, "cap_w": answer["cap_w"],
                 "enforced_w": answer.get("enforced_w")}

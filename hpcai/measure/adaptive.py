@@ -14,7 +14,9 @@ before the minimum window (seconds and power samples), never after the maximum.
 """
 from __future__ import annotations
 
+import math
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from hpcai.measure.stats import relative_half_width
@@ -33,33 +35,38 @@ WINDOW_DEFAULTS = {
     "settle_temperature_c": 0.5,  # slope over settle_window_s, degrees C
     "settle_power_frac": 0.01,  # slope over settle_window_s, share of mean power
 }
-# CPU-sized windows for the test presets, so a sweep on fake GPUs takes seconds.
-PRESET_WINDOWS = {
-    "tiny": {"min_window_s": 1.0, "min_window_samples": 5, "max_window_s": 8.0,
-             "block_s": 0.2, "settle_window_s": 0.5, "settle_max_s": 3.0},
-    "short": {"min_window_s": 2.0, "min_window_samples": 10, "max_window_s": 15.0,
-              "block_s": 0.3, "settle_window_s": 1.0, "settle_max_s": 5.0},
-}
 SWEEP_CI_TARGET = 0.02  # sweeps measure adaptively unless told otherwise
 MIN_BLOCKS = 3  # a half-width from fewer blocks is no estimate
 
 
-def window_settings(protocol: dict, preset: str) -> dict:
+def check_preset_windows(windows: Mapping) -> str | None:
+    """What is wrong with a preset's declared windows (workloads/declaration.py's
+    Preset.windows), or None: only WINDOW_DEFAULTS' settings, as positive numbers."""
+    for key, value in windows.items():
+        if key not in WINDOW_DEFAULTS or key == "ci_target":
+            return f"windows: {key!r} is no window setting"
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not math.isfinite(value) or value <= 0:
+            return f"windows: {key} = {value!r} is not a positive number"
+    return None
+
+
+def window_settings(protocol: dict, windows: Mapping) -> dict:
     """The protocol with every window setting filled: given ones, then the
-    preset's (tiny/short), then the defaults."""
-    return {**WINDOW_DEFAULTS, **PRESET_WINDOWS.get(preset, {}),
-            **{k: v for k, v in protocol.items() if v is not None}}
+    preset's declared windows, then the defaults."""
+    return {**WINDOW_DEFAULTS, **windows, **{k: v for k, v in protocol.items() if v is not None}}
 
 
-def resolve_protocol(protocol: dict, preset: str, in_run: bool = False) -> dict:
-    """The run spec's protocol: window settings filled in where an adaptive window
-    (a ci_target) or an in-run sweep uses them; "off" becomes no ci_target. A
-    plain fixed-protocol run keeps its protocol as it was."""
+def resolve_protocol(protocol: dict, windows: Mapping, in_run: bool = False) -> dict:
+    """The run spec's protocol: window settings (the preset's `windows` over the
+    defaults) filled in where an adaptive window (a ci_target) or an in-run sweep
+    uses them; "off" becomes no ci_target. A plain fixed-protocol run keeps its
+    protocol as it was."""
     out = dict(protocol)
     if out.get("ci_target") == "off":
         out["ci_target"] = None
     if out.get("ci_target") is not None or in_run:
-        out = window_settings(out, preset)
+        out = window_settings(out, windows)
     else:
         for key in WINDOW_DEFAULTS:
             if out.get(key) is None:

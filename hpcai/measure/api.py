@@ -30,6 +30,8 @@ import threading
 import time
 from pathlib import Path
 
+from hpcai.safe_files import write_json
+
 EVENTS_ENV = "HPCAI_MEASURE_EVENTS"
 # Under an in-run sweep (exec --api --cap A,B): where each measured window asks
 # for its cap and waits until it is set (workloads/window_segments.py).
@@ -115,9 +117,7 @@ class _Reporter:
         k, self.measured = self.measured, self.measured + 1
         folder = Path(gate)
         request, reply = folder / f"open-{k}.json", folder / f"go-{k}.json"
-        temporary = request.with_suffix(".tmp")
-        temporary.write_text(json.dumps({"window": k, "pid": os.getpid(), "time": time.time()}))
-        os.replace(temporary, request)
+        write_json(request, {"window": k, "pid": os.getpid(), "time": time.time()})
         deadline = time.monotonic() + GATE_TIMEOUT_S
         while True:
             try:

@@ -75,15 +75,32 @@ def relative_half_width(values: list[float]) -> float | None:
     return t95(len(values) - 1) * stdev(values, mean) / math.sqrt(len(values)) / abs(mean)
 
 
-def percentile(values: list[float], q: float) -> float:
-    """Linear-interpolated percentile (numpy's default), without numpy."""
-    data = sorted(values)
-    if len(data) == 1:
-        return data[0]
-    pos = (len(data) - 1) * q / 100
-    lo = int(pos)
-    hi = min(lo + 1, len(data) - 1)
-    return data[lo] + (data[hi] - data[lo]) * (pos - lo)
+def mean_of_known(values) -> float | None:
+    """The mean of the values that are known (None: not measured, left out), exactly
+    rounded (statistics.fmean); None when none is known."""
+    known = [v for v in values if v is not None]
+    return statistics.fmean(known) if known else None
+
+
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    n = len(ordered)
+    if n == 0:
+        raise ValueError("median of no values")
+    mid = n // 2
+    return ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def quantile(values: list[float], q: float) -> float:
+    """The q quantile (0 <= q <= 1), linear between the closest ranks (numpy's
+    default), without numpy."""
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("quantile of no values")
+    pos = (len(ordered) - 1) * q
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
 def summarize(values: list[float]) -> dict | None:
@@ -93,7 +110,7 @@ def summarize(values: list[float]) -> dict | None:
         return None
     return {
         "mean": statistics.fmean(values),
-        "median": statistics.median(values),
-        "p95": percentile(values, 95),
+        "median": median(values),
+        "p95": quantile(values, 0.95),
         "max": max(values),
     }

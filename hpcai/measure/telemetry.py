@@ -17,7 +17,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from hpcai.gpu.base import GpuReading
-from hpcai.measure.stats import summarize
+from hpcai.measure.stats import mean_of_known, summarize
 
 SAMPLE_COLUMNS = [
     "t", "source", "power_w", "energy_j", "sm_clock_mhz", "memory_clock_mhz",
@@ -190,10 +190,6 @@ def integrate_power_j(series: list[tuple[float, GpuReading]]) -> float | None:
     return sum((t1 - t0) * (p0 + p1) / 2 for (t0, p0), (t1, p1) in zip(points, points[1:]))
 
 
-def _mean(values):
-    values = [v for v in values if v is not None]
-    return statistics.fmean(values) if values else None
-
 
 def window_stats(series: list[tuple[float, GpuReading]]) -> dict:
     """Power, clocks, temperature, utilisation and throttling over a window."""
@@ -208,11 +204,11 @@ def window_stats(series: list[tuple[float, GpuReading]]) -> dict:
         "samples": n,
         "power_w": summarize([r.power_w for r in readings]),
         "power_source": next((r.power_source for r in readings if r.power_source), None),
-        "sm_clock_mhz_mean": _mean([r.sm_clock_mhz for r in readings]),
-        "memory_clock_mhz_mean": _mean([r.memory_clock_mhz for r in readings]),
+        "sm_clock_mhz_mean": mean_of_known([r.sm_clock_mhz for r in readings]),
+        "memory_clock_mhz_mean": mean_of_known([r.memory_clock_mhz for r in readings]),
         "temperature_c": summarize([r.temperature_c for r in readings]),
-        "utilization_pct_mean": _mean([r.utilization_pct for r in readings]),
-        "power_limit_w": _mean([r.power_limit_w for r in readings]),
+        "utilization_pct_mean": mean_of_known([r.utilization_pct for r in readings]),
+        "power_limit_w": mean_of_known([r.power_limit_w for r in readings]),
         # Every reading's extremes: a limit changed and changed back mid-window shows.
         "power_limit_w_min": _extreme(min, [r.power_limit_w for r in readings]),
         "power_limit_w_max": _extreme(max, [r.power_limit_w for r in readings]),

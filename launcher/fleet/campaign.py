@@ -17,9 +17,9 @@ import os
 import re
 import socket
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
+from hpcai.timestamps import now_iso
 from hpcai.errors import ConfigError, UsageError
 
 CAMPAIGN_KIND = "hpcai.fleet.campaign"
@@ -31,10 +31,6 @@ STATES = ("pending", "selftest", "running", "done", "failed", "selftest_failed",
 # A JSON file bigger than this is not one hpcai wrote.
 MAX_JSON_BYTES = 64 * 1024 * 1024
 _SAFE_NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-
-
-def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def read_json(path: Path) -> dict | None:

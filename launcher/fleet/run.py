@@ -19,6 +19,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hpcai.timestamps import now_iso
 from hpcai.launcher.fleet.campaign import (
     FINAL_STATES,
     Campaign,
@@ -27,7 +28,6 @@ from hpcai.launcher.fleet.campaign import (
     check_resumable,
     create_or_resume,
     node_name,
-    now_iso,
     read_json,
     safe_dir,
 )

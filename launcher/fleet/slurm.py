@@ -15,9 +15,10 @@ import shlex
 import sys
 from pathlib import Path
 
+from hpcai.timestamps import now_iso
 from hpcai.errors import SlurmError, UsageError
 from hpcai.launcher.fleet.campaign import (FINAL_STATES, campaign_doc, check_resumable,
-                                           create_or_resume, node_name, now_iso, open_campaign,
+                                           create_or_resume, node_name, open_campaign,
                                            safe_dir, write_json)
 from hpcai.launcher.fleet.run import FleetRequest, measure_node
 

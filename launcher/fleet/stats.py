@@ -13,8 +13,9 @@ infinitely far out. A floor on the scale, a share of the median
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
+
+from hpcai.measure.stats import median, quantile
 
 # Iglewicz-Hoaglin's recommended cut-off for the modified z-score.
 DEFAULT_THRESHOLD = 3.5
@@ -24,27 +25,10 @@ MAD_TO_SIGMA = 1.4826
 DEFAULT_MIN_SPREAD = 0.01
 
 
-def median(values: list[float]) -> float:
-    ordered = sorted(values)
-    n = len(ordered)
-    if n == 0:
-        raise ValueError("median of no values")
-    mid = n // 2
-    return ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-
-
 def mad(values: list[float], centre: float | None = None) -> float:
     """Median absolute deviation from the median (unscaled)."""
     centre = median(values) if centre is None else centre
     return median([abs(v - centre) for v in values])
-
-
-def quantile(ordered: list[float], q: float) -> float:
-    """Linear interpolation between the closest ranks (numpy's default)."""
-    pos = (len(ordered) - 1) * q
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
 @dataclass(frozen=True)

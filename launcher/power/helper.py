@@ -5,6 +5,8 @@ Run through `sudo -n` by the launcher's `command` power method:
     hpcai-power-helper GPU-UUID WATTS        # set one GPU's power limit
     hpcai-power-helper restore --job ID      # put back every limit set for a job
                                              # (the Slurm epilog, as root)
+    hpcai-power-helper prolog | epilog       # the site's [policy] for $SLURM_JOB_ID, as root
+                                             # from Slurm's Prolog=/Epilog= (prolog.py)
 
 It takes nothing from the caller but those arguments and SUDO_UID (set by
 sudo). Which jobs the caller runs on this node, and which GPUs they hold, come
@@ -395,6 +397,11 @@ def _caller_uid() -> int | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] in (["prolog"], ["epilog"]):  # Slurm's Prolog=/Epilog= scripts: the site's policy
+        from hpcai.launcher.power.prolog import main as prolog_main
+
+        return prolog_main(argv)
     parser = argparse.ArgumentParser(prog="hpcai-power-helper", description=__doc__.split("\n")[0])
     parser.add_argument("target", help="a GPU UUID, or `restore`")
     parser.add_argument("watts", nargs="?", help="the power limit to set, W")

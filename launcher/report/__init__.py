@@ -15,28 +15,16 @@ and data files are made here.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 
-from hpcai.errors import ResultError, UsageError
+from hpcai.timestamps import now_iso
+from hpcai.errors import ResultError
 
-__all__ = ["ReportOptions", "build_report", "make_report"]
+# The options, the parts and the loading live in report/parts.py, which the planner
+# imports without this module (which imports the planner for --mix: no cycle).
+from hpcai.launcher.report.parts import ReportOptions, _Parts, load_results  # noqa: F401
 
-
-@dataclass
-class ReportOptions:
-    output: str | Path = "report"
-    node_overhead_w: float | None = None  # None: each result's stated overhead
-    max_slowdown: float = 0.10
-    work: float | None = None  # None: DEFAULT_WORK per unit
-    noisy_cv: float = 0.05
-    reference: bool = False
-    reference_file: str | Path | None = None
-    power_run: str | None = None
-    title: str = "hpcai report"
-    combine_runs: bool = False  # independent runs of one configuration as repeats
-    objective: str = "energy"  # energy | cost | co2 | edp: what picks the recommended cap
+__all__ = ["ReportOptions", "build_report", "load_results", "make_report"]
 
 
 def build_report(paths: list, opts: ReportOptions) -> int:
@@ -58,6 +46,8 @@ def build_report(paths: list, opts: ReportOptions) -> int:
     for name in ("markdown", "html", "json"):
         print(f"  {shown_path(written[name])}")
     print(f"  {len(written['csv'])} CSV file(s), {len(written['plots'])} plot(s) in {out}/plots")
+    if written.get("plan"):
+        print(f"  plan for the mix: {shown_path(written['plan']['paths']['html'])}")
     for line in written["skipped_plots"]:
         print(f"  no plot: {line}")
     shown = 20  # thousands of broken files or copies: the first, then the count
@@ -72,38 +62,6 @@ def build_report(paths: list, opts: ReportOptions) -> int:
         raise ResultError(f"no complete, valid result among the {written['runs']} file(s) read",
                           f"see why under \"Runs not included\" in {shown_path(written['html'])}")
     return 0
-
-
-@dataclass
-class _Parts:
-    """What one report is made of, gathered step by step by make_report."""
-
-    runs: list
-    sweeps: list
-    reference: object
-    out: Path
-    cells: list = field(default_factory=list)
-    analyses: list = field(default_factory=list)
-    work: dict = field(default_factory=dict)
-    overhead: str = ""
-    objective_note: str = ""
-    named: dict = field(default_factory=dict)  # the tables by role
-    all_tables: list = field(default_factory=list)
-    plots: list = field(default_factory=list)
-    skipped: list = field(default_factory=list)
-    roof: tuple = ((), (), (), ())  # tables, plots, skipped, notes
-    roof_points: list = field(default_factory=list)  # what the roofline plots draw
-    study: tuple = ({}, {}, {})  # tables, plots, notes by section key
-    study_drawing: tuple = ()  # what the studies' plots draw (scaling.draw)
-    power_run: object = None  # the run whose power samples are drawn
-    generated: str = ""
-    usable: int = 0
-    cells_csv: Path | None = None  # written by the figures' worker, as the JSON parts
-    json_parts: dict = field(default_factory=dict)  # report.json's key -> json_stream.Part
-    # CELL_TABLES made by the figures' worker: table key -> CSV path, and table key ->
-    # its rows' json_stream.Part.
-    worker_csvs: dict = field(default_factory=dict)
-    rows_parts: dict = field(default_factory=dict)
 
 
 _KEPT: list = []  # in build_report's worker: the report's parts, never freed (it ends with os._exit)
@@ -121,11 +79,15 @@ def _made_in_worker(paths: list, opts: ReportOptions) -> dict:
 def make_report(paths: list, opts: ReportOptions, keep: list | None = None) -> dict:
     """The report of the results under paths, written under opts.output; keep: a list
     the report's parts are added to, for a process that ends without freeing them."""
+    from hpcai.launcher.report import plan_screen
+    from hpcai.launcher.report.facility import override_facility
     from hpcai.launcher.report.forked import Claim, ForkedCall, Inbox
     from hpcai.launcher.report.load import shown_path
     from hpcai.launcher.report.tables import status_reason
 
     import gc
+
+    override, planned = plan_screen.given_at_report_time(opts)  # checked before anything is written
 
     # The figures (matplotlib: seconds at any size) and the cells' files are made by a
     # worker on another core while the tables and the other files are made here. It is
@@ -150,9 +112,11 @@ def make_report(paths: list, opts: ReportOptions, keep: list | None = None) -> d
     collecting = gc.isenabled()
     gc.disable()
     try:
-        parts = _load(paths, opts)
+        parts = load_results(paths, opts)
         gc.freeze()
+        parts.facility_note = override_facility(parts.runs, override)
         _analyse(parts, opts)
+        parts.plan = plan_screen.write(parts, planned, paths)  # {} without --mix
         cells_given.send(_cell_inputs(parts))
         _studies(parts, opts.power_run)
         studies_given.send(_study_inputs(parts))
@@ -190,38 +154,10 @@ def make_report(paths: list, opts: ReportOptions, keep: list | None = None) -> d
         keep.append(parts)
     return {"markdown": md_path, "html": html_path, "json": json_path, "csv": csv_paths,
             "plots": parts.plots, "skipped_plots": parts.skipped, "runs": len(runs),
-            "usable": parts.usable,
+            "usable": parts.usable, "plan": parts.plan,
             "excluded": [f"{shown_path(r.path)} ({r.status}): "
                          f"{'; '.join(r.problems) or status_reason(r)}"
                          for r in runs if not r.usable]}
-
-
-def _load(paths: list, opts: ReportOptions) -> _Parts:
-    from hpcai.launcher.report import origins
-    from hpcai.launcher.report.load import load_indexed, load_reference
-
-    if origins.pulled(paths):  # bundles pulled or unpacked, and verified, first
-        paths, where = origins.pull_and_verify(paths)
-        indexed = load_indexed(paths, allow_empty=opts.reference)
-    else:  # local folders walked once: for their results and their bundles
-        indexed = load_indexed(paths, allow_empty=opts.reference)
-        where = origins.verified(indexed.found.envelopes)
-    runs, sweeps = indexed.runs, indexed.sweeps
-    origins.mark(runs, where)
-    reference = load_reference(opts.reference_file) if opts.reference else None
-    if opts.power_run and all(r.run_id != opts.power_run for r in runs):
-        raise UsageError(f"--power-run {opts.power_run!r} is not among the results read",
-                         "give a run id from the report's runs table")
-    out = Path(opts.output)
-    try:
-        from hpcai.safe_files import Folder
-
-        Folder.open(out, create=True).close()  # never a link: nothing is written through one
-    except OSError as exc:
-        raise UsageError(f"cannot create report folder {out} ({exc.strerror}"
-                         f"{'; it is a symbolic link' if out.is_symlink() else ''})",
-                         "choose another with --output (give the real folder, not a link)") from None
-    return _Parts(runs, sweeps, reference, out)
 
 
 def _analyse(parts: _Parts, opts: ReportOptions) -> None:
@@ -441,7 +377,7 @@ def _meta(parts: _Parts, opts: ReportOptions) -> list[str]:
 
     runs = parts.runs
     usable = parts.usable = sum(r.usable for r in runs)
-    parts.generated = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    parts.generated = now_iso()
     meta = [(f"Generated {parts.generated} from {len(runs)} result file(s): {usable} complete "
              f"and valid, {len(runs) - usable} listed but not included."),
             parts.overhead,
@@ -455,6 +391,12 @@ def _meta(parts: _Parts, opts: ReportOptions) -> list[str]:
              f"{parts.objective_note} Noisy: coefficient of variation above {opts.noisy_cv:.0%}."),
             "Devices: " + "; ".join(sorted({f"{r.device} = {r.device_full}" for r in runs
                                             if r.usable})) if usable else "No usable runs."]
+    if parts.plan:  # the answer first: what to buy, which cap (report/plan_screen.py)
+        from hpcai.launcher.report.plan_screen import first_screen
+
+        meta[:0] = first_screen(parts.plan)
+    if parts.facility_note:
+        meta.append(parts.facility_note)
     unchecked = sum(1 for r in runs if r.usable and r.validity_verdict is None)
     if unchecked:
         meta.append(f"{unchecked} included result(s) predate validity checks (no `validity` "
@@ -516,7 +458,8 @@ def _write_pages(out: Path, title: str, meta: list[str], sections: list) -> tupl
 
     sections = for_pages(sections)  # long tables: the first rows, the rest in the CSV
     # Names from results (workloads, sites, devices) are text, never markup: escaped.
-    md = [f"# {md_text(title)}", "", *[f"{md_text(m)}  " for m in meta], ""]
+    md = [f"# {md_text(title)}", "", *[f"{m.markdown() if isinstance(m, html.Linked) else md_text(m)}  "
+                                       for m in meta], ""]
     for heading, items in sections:
         if not items:
             continue
@@ -560,7 +503,15 @@ def _write_json(parts: _Parts, opts: ReportOptions, paths: list) -> Path:
         "title": opts.title, "inputs": [shown_path(p) for p in paths],
         "options": {"node_overhead_w": opts.node_overhead_w, "max_slowdown": opts.max_slowdown,
                     "work": work, "noisy_cv": opts.noisy_cv, "reference": opts.reference,
-                    "combine_runs": opts.combine_runs, "objective": opts.objective},
+                    "combine_runs": opts.combine_runs, "objective": opts.objective,
+                    "facility": {"energy_price": opts.energy_price, "pue": opts.pue,
+                                 "carbon_intensity": opts.carbon_intensity, "currency": opts.currency},
+                    "mix": None if opts.mix is None else str(opts.mix),
+                    "prices": None if opts.prices is None else str(opts.prices)},
+        "facility_note": parts.facility_note,
+        "plan": ({"headline": parts.plan["headline"],
+                  **{k: str(p.relative_to(out)) for k, p in parts.plan["paths"].items()}}
+                 if parts.plan else None),
         "node_overhead": parts.overhead,
         "cells": parts.json_parts["cells"],
         "best_caps": parts.json_parts["best_caps"],

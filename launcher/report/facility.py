@@ -6,16 +6,42 @@ facility energy = node energy x pue; cost = facility kWh x price_per_kwh
 (+ node hours x node_hour_price, where the site prices node time);
 emissions = facility kWh x carbon_g_per_kwh. With a constant price and carbon
 intensity, cost and CO2 are proportional to energy and pick the same cap;
-only node_hour_price (time has a price) makes cost differ.
+only node_hour_price (time has a price) makes cost differ. `report --energy-price`,
+`--pue`, `--carbon-intensity` and `--currency` replace what the results recorded
+(override_facility), with the planner's rule for them (planner/inputs.py).
 """
 from __future__ import annotations
 
 from hpcai.errors import UsageError
+from hpcai.launcher.planner.inputs import ENERGY
+from hpcai.launcher.report import tiers
 from hpcai.launcher.report.efficiency import Analysis, edp_per_unit, fixed_work
 from hpcai.launcher.report.tables import Table, TCell, fmt
 
 OBJECTIVES = ("energy", "cost", "co2", "edp")
 NEEDS = {"cost": "price_per_kwh", "co2": "carbon_g_per_kwh"}
+REPORT_TIME = "--energy-price, --pue, --carbon-intensity, --currency, or --prices's [energy] with --mix"
+
+
+def override_facility(runs: list, override: dict) -> str:
+    """Each run's facility with override's keys replaced (in this report only; the
+    results are not changed); the meta line naming the override and what the
+    results had recorded. "" where nothing is overridden."""
+    if not override:
+        return ""
+    recorded = {key: sorted({_shown(r.facility[key]) for r in runs if key in r.facility})
+                for key in override}
+    merged: dict[int, dict] = {}  # runs of one site share their facility dict: so do the merged ones
+    for run in runs:
+        run.facility = merged.setdefault(id(run.facility), {**run.facility, **override})
+    given = ", ".join(f"{key} {_shown(value)}" for key, value in override.items())
+    had = "; ".join(f"{key} {' / '.join(values) or 'none'}" for key, values in recorded.items())
+    return (f"Facility figures given with this report ({given}: {REPORT_TIME}) replace what the "
+            f"results' site config recorded ({had}) in the facility table and --objective.")
+
+
+def _shown(value) -> str:
+    return f"{value:g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
 
 
 def facility_of(cell) -> dict:
@@ -50,9 +76,10 @@ def recommend_by(a: Analysis, objective: str, max_slowdown: float):
     allowed = [c for c in a.candidates if c.throughput >= (1 - max_slowdown) * a.fastest.throughput]
     scored = [(per_unit(c, objective), c) for c in allowed]
     if any(score is None for score, _ in scored):
-        raise UsageError(f"--objective {objective} needs {NEEDS[objective]} in the [facility] "
-                         f"section of the site config of {a.group.workload_label()}'s results",
-                         "set it in the site file and rerun, or use --objective energy|edp")
+        raise UsageError(f"--objective {objective} needs {NEEDS[objective]}, which the site config "
+                         f"of {a.group.workload_label()}'s results did not record",
+                         f"pass {ENERGY[NEEDS[objective]][0]} to report (prices are given at report "
+                         "time, nothing is measured again), or use --objective energy|edp")
     return min(scored, key=lambda sc: sc[0])[1]
 
 
@@ -106,4 +133,5 @@ def facility_table(analyses: list[Analysis], work: dict[str, float]) -> Table | 
                   "measured it, else GPUs plus the fixed overhead) × the site's PUE (1 where not "
                   "given). Cost: × price_per_kwh (+ node hours × node_hour_price where given). "
                   "Emissions: × carbon_g_per_kwh. From each result's site config. "
-                  "Bold: the recommended cap."])
+                  "Bold: the recommended cap.",
+                  tiers.note([r for a in analyses for c in a.candidates for r in c.runs])])

@@ -4,6 +4,7 @@ as data URIs, nothing fetched, so it opens offline and can be mailed around.
 from __future__ import annotations
 
 import base64
+from dataclasses import dataclass
 from html import escape
 
 from hpcai.launcher.report.tables import Table
@@ -49,6 +50,27 @@ window.addEventListener("load", function () {
 """
 
 
+@dataclass(frozen=True)
+class Linked:
+    """A line under the title that ends in a link to a file the report wrote beside
+    itself (href: relative, made by the report, never from a result)."""
+
+    text: str
+    href: str
+
+    def html(self) -> str:
+        return f'{escape(self.text)} <a href="{escape(self.href)}">{escape(self.href)}</a>'
+
+    def markdown(self) -> str:
+        from hpcai.launcher.report.safe_text import md_text
+
+        return f"{md_text(self.text)} [{md_text(self.href)}]({self.href})"
+
+
+def meta_html(line) -> str:
+    return line.html() if isinstance(line, Linked) else escape(line)
+
+
 def _long_word(text: str) -> bool:
     """A word that would hold its column wider than the page (a path, a run id)."""
     return any(len(word) > 24 for word in text.split())
@@ -84,7 +106,7 @@ def figure_html(plot) -> str:
 def page(title: str, meta: list[str], sections: list[tuple[str, list]]) -> str:
     """sections: (heading, [Table | Plot | str paragraph])."""
     body = [f"<h1>{escape(title)}</h1>",
-            '<div class="meta">' + "<br>".join(escape(m) for m in meta) + "</div>"]
+            '<div class="meta">' + "<br>".join(meta_html(m) for m in meta) + "</div>"]
     for heading, items in sections:
         if not items:
             continue

@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hpcai.measure.stats import mean_of_known
 from hpcai.errors import UsageError
 from hpcai.launcher.report.points import RefPoint
 from hpcai.measure.efficiency import units_per_joule
@@ -321,8 +322,8 @@ def _fill_context(run: Run, path: Path, doc: dict, spec: dict, used: list) -> No
     config = doc.get("config") or {}
     run.precision = config.get("precision")
     run.flops_per_unit, run.bytes_per_unit = config.get("flops_per_unit"), config.get("bytes_per_unit")
-    run.sm_clock_mhz = _mean([g.get("sm_clock_mhz_mean") for g in used])
-    run.memory_clock_mhz = _mean([g.get("memory_clock_mhz_mean") for g in used])
+    run.sm_clock_mhz = mean_of_known([g.get("sm_clock_mhz_mean") for g in used])
+    run.memory_clock_mhz = mean_of_known([g.get("memory_clock_mhz_mean") for g in used])
     samples = (doc.get("sidecar") or {}).get("samples")
     if samples and (path.parent / samples).is_file():
         run.samples_path = os.fspath(path.parent / samples)
@@ -334,10 +335,6 @@ def _fill_context(run: Run, path: Path, doc: dict, spec: dict, used: list) -> No
     run.input = doc.get("input")
     run.scaling = (spec.get("slurm") or {}).get("scaling")
 
-
-def _mean(values):
-    values = [v for v in values if v is not None]
-    return sum(values) / len(values) if values else None
 
 
 # ---- the seed paper's figures ------------------------------------------------------

@@ -13,16 +13,13 @@
 """
 from __future__ import annotations
 
+from hpcai.measure.stats import mean_of_known
 from hpcai.launcher.report.load import Run
 from hpcai.launcher.report.stats import Cell, cap_label, cap_sort_key
 from hpcai.launcher.report.tables import Table, TCell, fmt
 
 SIZE_AXES = ("batch_size", "image_size", "cube", "model")
 
-
-def _mean(values):
-    values = [v for v in values if v is not None]
-    return sum(values) / len(values) if values else None
 
 
 def _t(text) -> TCell:
@@ -61,11 +58,11 @@ def trend_tables(runs: list[Run]) -> list[Table]:
         for (workload, others, cap, value), members in sorted(
                 rows.items(), key=lambda kv: (kv[0][0], kv[0][1], cap_sort_key(kv[0][2]),
                                               _sort_value(kv[0][3]))):
-            tflops = _mean([r.achieved_tflops_node / r.processes for r in members
+            tflops = mean_of_known([r.achieved_tflops_node / r.processes for r in members
                             if r.achieved_tflops_node is not None])
             body.append([_t(workload), _t(others or "–"), _t(cap_label(cap)), _t(value),
-                         _t(len(members)), _v(_mean([r.per_gpu for r in members])),
-                         _v(tflops, 4), _v(_mean([r.fraction_of_peak for r in members]), 3)])
+                         _t(len(members)), _v(mean_of_known([r.per_gpu for r in members])),
+                         _v(tflops, 4), _v(mean_of_known([r.fraction_of_peak for r in members]), 3)])
         unit = runs[0].unit if runs else ""
         tables.append(Table(f"trend-{axis}", f"Trend against {axis.replace('_', ' ')}",
                             ["workload", "held fixed", "cap", axis, "runs",
@@ -85,7 +82,7 @@ def trend_points(runs: list[Run]) -> dict[str, dict[tuple, tuple]]:
     reads = (lambda r: r.per_gpu,
              lambda r: r.achieved_tflops_node / r.processes if r.achieved_tflops_node is not None else None,
              lambda r: r.fraction_of_peak)
-    return {axis: {key: tuple(_mean([read(r) for r in members]) for read in reads)
+    return {axis: {key: tuple(mean_of_known([read(r) for r in members]) for read in reads)
                    for key, members in _trend_rows(runs, axis).items()}
             for axis in SIZE_AXES}
 
@@ -211,12 +208,12 @@ def split_table(runs: list[Run]) -> Table | None:
     for (workload, device, processes, point, cap), members in sorted(
             cells.items(), key=lambda kv: (kv[0][:4], cap_sort_key(kv[0][4]))):
         inp = [r.input for r in members]
-        bandwidth = _mean([i.get("read_bandwidth_node_bytes_per_s") for i in inp])
+        bandwidth = mean_of_known([i.get("read_bandwidth_node_bytes_per_s") for i in inp])
         rows.append([_t(workload), _t(f"{device} ×{processes}"), _t(point or "–"), _t(cap_label(cap)),
-                     _t(len(members)), _v(_mean([r.per_gpu for r in members])),
-                     _v(_mean([i.get("data_wait_share") for i in inp]), 3),
-                     _v(_mean([i.get("data_wait_s") for i in inp]), 4),
-                     _v(_mean([i.get("compute_s") for i in inp]), 4),
+                     _t(len(members)), _v(mean_of_known([r.per_gpu for r in members])),
+                     _v(mean_of_known([i.get("data_wait_share") for i in inp]), 3),
+                     _v(mean_of_known([i.get("data_wait_s") for i in inp]), 4),
+                     _v(mean_of_known([i.get("compute_s") for i in inp]), 4),
                      _v(bandwidth / 1e6 if bandwidth is not None else None, 4),
                      _t(f"{inp[0].get('samples')} ({inp[0].get('bytes', 0) / 1e6:.4g} MB"
                         + (", larger than memory)" if inp[0].get("larger_than_memory") else ")")),
@@ -295,10 +292,10 @@ def node_scaling(runs: list[Run]) -> tuple[list[Table], list]:
         if len(by_nodes) < 2:
             continue
         base = by_nodes.get(1)
-        one = _mean([e["node"] for e in base]) if base else None
+        one = mean_of_known([e["node"] for e in base]) if base else None
         rows, points = [], []
         for n in sorted(by_nodes):
-            total = _mean([e["node"] for e in by_nodes[n]])
+            total = mean_of_known([e["node"] for e in by_nodes[n]])
             eff = total / (n * one) if one and total is not None else None
             rows.append([_t(n), _t(by_nodes[n][0]["gpus"]), _v(total),
                          _v(total / by_nodes[n][0]["gpus"] if total else None), _v(eff, 3)])

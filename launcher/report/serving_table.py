@@ -3,18 +3,14 @@ workload_metrics.serving_phases (hpcai/measure/serving_phases.py), so a
 centre sees which phase a cap or a clock changes."""
 from __future__ import annotations
 
-import statistics
 
+from hpcai.measure.stats import mean_of_known
 from hpcai.launcher.report.tables import Table, _t, fmt
 
 
-def _mean(values):
-    values = [v for v in values if v is not None]
-    return statistics.fmean(values) if values else None
-
 
 def _pick(phases: list[dict], phase: str, key: str) -> float | None:
-    return _mean([(p.get(phase) or {}).get(key) for p in phases])
+    return mean_of_known([(p.get(phase) or {}).get(key) for p in phases])
 
 
 def serving_table(cells: list) -> Table | None:

@@ -14,7 +14,7 @@ import statistics
 from dataclasses import dataclass, field, replace
 
 from hpcai.launcher.report.load import Run
-from hpcai.measure.stats import stdev, throughput_stats
+from hpcai.measure.stats import mean_of_known, stdev, throughput_stats
 
 
 @dataclass(frozen=True)
@@ -252,11 +252,11 @@ def _cell(group: Group, cap: float | None, runs: list[Run], overhead_w, noisy_cv
     # Efficiency only when every repeat measured power: a partial mean would mislead.
     cell.efficiency = describe(effs) if all(e is not None for e in effs) else describe([])
     gpu_effs = [r.gpu_efficiency() for r in runs]
-    cell.gpu_efficiency = _mean(gpu_effs) if all(e is not None for e in gpu_effs) else None
-    cell.node_throughput = _mean([r.node for r in runs])
-    cell.mean_power_w = _mean([r.mean_power_w for r in runs])
-    cell.sm_clock_mhz = _mean([r.sm_clock_mhz for r in runs])
-    cell.memory_clock_mhz = _mean([r.memory_clock_mhz for r in runs])
+    cell.gpu_efficiency = mean_of_known(gpu_effs) if all(e is not None for e in gpu_effs) else None
+    cell.node_throughput = mean_of_known([r.node for r in runs])
+    cell.mean_power_w = mean_of_known([r.mean_power_w for r in runs])
+    cell.sm_clock_mhz = mean_of_known([r.sm_clock_mhz for r in runs])
+    cell.memory_clock_mhz = mean_of_known([r.memory_clock_mhz for r in runs])
     flags = [r.enforced for r in runs]
     cell.enforced = (False if False in flags else True if flags and all(flags) else None) \
         if cap is not None else None
@@ -278,6 +278,3 @@ def _cv(values: list) -> float | None:
     return stdev(values, mean) / mean if mean else None
 
 
-def _mean(values):
-    values = [v for v in values if v is not None]
-    return sum(values) / len(values) if values else None

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from hpcai.launcher.report import cell_origins
 from hpcai.launcher.report import reference as ref
+from hpcai.launcher.report import tiers
 from hpcai.launcher.report.efficiency import Analysis, edp_per_unit, fixed_work
 from hpcai.launcher.report.long_tables import LongRows, split_columns, text_column
 from hpcai.launcher.report.load import Run, shown_path
@@ -99,6 +100,18 @@ def _mark_failed(tcell: TCell, names: list[str] | None) -> TCell:
         tcell.failed = list(names)
         tcell.text += f" {FAILED_MARK} " + ", ".join(names)
     return tcell
+
+
+def _with_tiers(table: Table, row_runs: list[list[Run]]) -> Table:
+    """The tier note; where rows stand on different tiers, a Tier column too."""
+    runs = [r for rr in row_runs for r in rr]
+    table.notes.append(tiers.note(runs))
+    if tiers.mixed(runs):
+        table.header.append(tiers.HEADER)
+        table.plain_columns = (*table.plain_columns, tiers.HEADER)
+        for row, rr in zip(table.rows, row_runs):
+            row.append(_t(tiers.row_label(rr)))
+    return table
 
 
 def cells_by_group(cells: list[Cell]) -> dict:
@@ -247,10 +260,11 @@ def efficiency_tables(cells: list[Cell], analyses: list[Analysis], overhead_note
             continue
         caps = sorted({c.cap_w for c in mine}, key=cap_sort_key)
         work = unit.split("/")[0]
-        rows = []
+        rows, row_runs = [], []
         index = cells_by_group(mine)
         for group in index:
             by_cap = index[group]
+            row_runs.append([r for c in by_cap.values() for r in c.runs])
             row = [_t(group.workload_label()), _t(group.device_label(sites))]
             for cap in caps:
                 cell = by_cap.get(cap)
@@ -261,11 +275,10 @@ def efficiency_tables(cells: list[Cell], analyses: list[Analysis], overhead_note
             if origins:
                 row.append(_t(cell_origins.row_text(list(by_cap.values()))))
             rows.append(row)
-        tables.append(_with_origin(Table(f"efficiency-{work}", f"Energy efficiency ({work} per joule, "
-                                         "node overhead included)", ["Workload", "GPU",
-                                                                     *[cap_label(c) for c in caps]],
-                                         rows, [overhead_note, BOLD_NOTE, PRECISION_NOTE],
-                                         flag_columns=True), origins))
+        tables.append(_with_tiers(_with_origin(Table(
+            f"efficiency-{work}", f"Energy efficiency ({work} per joule, node overhead included)",
+            ["Workload", "GPU", *[cap_label(c) for c in caps]], rows,
+            [overhead_note, BOLD_NOTE, PRECISION_NOTE], flag_columns=True), origins), row_runs))
     return tables
 
 
@@ -306,6 +319,7 @@ def recommendation_table(analyses: list[Analysis], max_slowdown: float,
         notes.insert(0, "No best cap for " + "; ".join(unranked) + ": power was not measured "
                      "(CPU runs without readable RAPL, or runs without telemetry), so there is "
                      "no work per joule to rank caps by.")
+    notes.append(tiers.note([r for a in analyses for c in a.candidates for r in c.runs]))
     return Table("recommendations", "Best cap per workload and GPU", header, rows, notes)
 
 
@@ -349,7 +363,9 @@ def fixed_work_table(analyses: list[Analysis], work: dict[str, float]) -> Table 
                         "source measured it, else its GPUs plus the node overhead (see "
                         "Measurement boundaries). Time is at the node's throughput (all its "
                         "GPUs). Bold: least energy × time."),
-                        "Change the amount with --work."], more=more)
+                        "Change the amount with --work.",
+                        tiers.note([r for a in analyses for c in a.candidates for r in c.runs])],
+                 more=more)
 
 
 def _number_column(values: list) -> tuple[list[str], list]:

@@ -1,6 +1,6 @@
 """`hpcai-launch selftest`: does hpcai measure this node correctly?
 
-Runs checks (library, gpus, power, caps, sampler, workloads), prints a table
+Runs checks (library, gpus, power, meter, caps, sampler, workloads), prints a table
 of ok / warn / FAIL / skipped rows, each with the value it measured, writes
 the same as JSON, and exits 1 when any row FAILed. On a machine without GPUs
 it runs what applies and says what it skipped.
@@ -16,15 +16,15 @@ from __future__ import annotations
 import json
 import socket
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
 import click
 
+from hpcai.timestamps import now_iso
 from hpcai.errors import DeviceError, PowerPermissionError, StaleJournalError, UsageError
 from hpcai.launcher.selftest.base import STATUSES, Check, Context
 
-CHECKS = ("library", "gpus", "power", "caps", "sampler", "workloads")
+CHECKS = ("library", "gpus", "power", "meter", "caps", "sampler", "workloads")
 DEFAULT_LOAD_S = 20.0
 
 
@@ -118,7 +118,7 @@ def run_selftest(site_selector: str | None = None, only=None, as_json: bool = Fa
                              "run it on a GPU node")
         if not gpus:
             ctx.rapl, _ = find_rapl_domains()
-        started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        started = now_iso()
         rows = _run_checks(ctx, selected, library_failed, reasons, workloads)
     finally:
         if library is not None:
@@ -138,11 +138,12 @@ def run_selftest(site_selector: str | None = None, only=None, as_json: bool = Fa
 def _run_checks(ctx: Context, selected, library_failed: bool, reasons: list,
                 workloads: str | None) -> list[Check]:
     """Each selected check's rows; one check failing must not hide the others'."""
-    from hpcai.launcher.selftest import gpu_checks, workload_checks
+    from hpcai.launcher.selftest import gpu_checks, meter_check, workload_checks
 
     rows: list[Check] = []
     runners = {"library": gpu_checks.check_library, "gpus": gpu_checks.check_gpus,
-               "power": gpu_checks.check_power, "caps": gpu_checks.check_caps,
+               "power": gpu_checks.check_power, "meter": meter_check.check_meter,
+               "caps": gpu_checks.check_caps,
                "sampler": gpu_checks.check_sampler,
                "workloads": lambda c: workload_checks.check_workloads(
                    c, [w for w in (workloads or "").split(",") if w])}
@@ -178,7 +179,7 @@ def _document(rows: list[Check], ctx: Context, started: str) -> dict:
     return {
         "kind": "hpcai.selftest",
         "started": started,
-        "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "finished": now_iso(),
         "host": provenance.host_info(),
         "vendor": ctx.vendor,
         "gpus": [info.to_dict() for _, info, _ in ctx.gpus],
@@ -215,6 +216,7 @@ def selftest_command(fn_guard):
         """Check that hpcai measures this node correctly: the GPU library, each
         GPU's identity and MIG state, power fields and their update period,
         idle power, the energy counter against integrated power under load,
+        the counters against the node's meter (stored as the node's calibration),
         caps (min, middle, default; only where permitted), the sampler's cost,
         and a short run of each installed workload. Exit status 1 on any FAIL."""
         rv = fn_guard(run_selftest, site, only, as_json, output, load, load_s, power_method,

@@ -9,7 +9,7 @@ STATUSES = ("ok", "warn", "FAIL", "skipped")
 
 @dataclass
 class Check:
-    check: str  # the group --only selects: library, gpus, power, caps, sampler, workloads
+    check: str  # the group --only selects: library, gpus, power, meter, caps, sampler, workloads
     item: str  # what was checked, e.g. "GPU 0 idle"
     status: str  # one of STATUSES
     value: str  # the measured value, in words with units

@@ -8,9 +8,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from hpcai.timestamps import now_iso
 from hpcai.errors import ResultError
 from hpcai.launcher import results
-from hpcai.launcher.slurm.job import AGGREGATE_FILE, Job, node_dir, now_iso
+from hpcai.launcher.slurm.job import AGGREGATE_FILE, Job, node_dir
 from hpcai.measure.efficiency import units_per_joule
 
 AGGREGATE_VERSION = 1
@@ -130,7 +131,16 @@ def _power(docs: list[dict]) -> dict:
             "mean_power_w": sum(p["mean_power_w"] for p in powers),
             "units_per_joule": units_per_joule(units, energy),
             "units_per_joule_with_overhead": with_node,
-            "energy_with_overhead_basis": basis}
+            "energy_with_overhead_basis": basis, **_tiers(powers)}
+
+
+def _tiers(powers: list[dict]) -> dict:
+    """The sum stands on its nodes' weakest measurement tier (hpcai/measure/tier.py)."""
+    from hpcai.measure.tier import TIERS
+
+    names = [(p.get("tier") or {}).get("tier") or "unstated" for p in powers]
+    order = ("unstated", *TIERS)
+    return {"tier": min(names, key=order.index), "tiers": sorted(set(names), key=order.index)}
 
 
 def _scaling(job: Job, first: dict, per_gpu: float) -> dict:

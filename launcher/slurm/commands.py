@@ -106,6 +106,11 @@ def job_records(job_id: str) -> list[dict[str, str]]:
     return [parse_fields(line) for line in done.stdout.splitlines() if line.strip()]
 
 
+def accounting(args: list[str]) -> str:
+    """sacct's output: Slurm's accounting (slurmdbd) of jobs that ran, launcher/slurm/mix.py's."""
+    return _run(["sacct", *args], "reading Slurm's accounting (sacct)")
+
+
 def hostnames(nodelist: str) -> list[str]:
     out = _run(["scontrol", "show", "hostnames", nodelist], "expanding the node list")
     return out.split()

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from hpcai.timestamps import now_iso
 from hpcai.errors import ConfigError
 
 JOB_FILE = "job.json"
@@ -55,10 +56,6 @@ class RunSlot:
 
 def stamp() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")[:-4]
-
-
-def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def node_dir(job_dir: Path, run_id: str, node_rank: int) -> Path:

@@ -12,7 +12,8 @@ import shlex
 import sys
 
 import hpcai
-from hpcai.launcher.slurm.job import Job, now_iso
+from hpcai.timestamps import now_iso
+from hpcai.launcher.slurm.job import Job
 from hpcai.launcher.slurm.script_values import check_value, sbatch_word
 
 PYTHON_MODULE = ["-m", "hpcai.launcher.cli"]

@@ -7,11 +7,12 @@ import shutil
 import sys
 from pathlib import Path
 
+from hpcai.timestamps import now_iso
 from hpcai.errors import HpcaiError, SlurmError, UsageError
 from hpcai.launcher import sites
 from hpcai.launcher.slurm import commands
 from hpcai.launcher.slurm.job import (SCRIPT_FILE, Job, RunSlot, SlurmOptions, log_path,
-                                      new_job_doc, now_iso, stamp)
+                                      new_job_doc, stamp)
 from hpcai.workloads.catalog import get_workload
 
 

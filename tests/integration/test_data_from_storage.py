@@ -38,6 +38,9 @@ def test_resnet50_reads_jpegs_and_records_the_wait_for_data(cpu_node, tmp_path, 
     inp = doc["input"]
     assert inp["source"] == "storage" and inp["path"] == str(data)
     assert inp["workers"] == 1 and inp["manifest_checksum"] == manifest["checksum"]
+    # On a CPU: decoded by the workers, uint8 through them, normalised where the model runs.
+    assert (inp["jpeg_decode"], inp["wire_dtype"], inp["normalised_on"]) == ("cpu", "uint8", "device")
+    assert inp["wait_timing"] == "host clock" and inp["device_prefetch"] is None
     # Every measured step waited for its batch a little (loader, decode, copy)...
     assert 0 < inp["data_wait_share"] < 1
     measured = [e for e in doc["epochs"] if not e["warmup"]]

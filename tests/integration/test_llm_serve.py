@@ -267,3 +267,39 @@ def test_the_paper_request_mix_reaches_bench_serving(tmp_path, result_schema):
     assert c["preset_kind"] == "paper" and c["comparable_to_paper"] is False
     assert c["reasons"] == [c["reasons"][0]] and c["reasons"][0].startswith(
         "--steps-per-epoch 40 overrides the paper preset's 2048")
+
+
+def test_the_concurrency_ramp_probes_each_and_measures_at_the_one_kept(cpu_node, result_schema):
+    """`fast`'s ramp, shortened: one wave of the client at 2 and at 4 in flight, each
+    probe's figures in the result, the measured load at the concurrency the rule keeps."""
+    node = with_standin(cpu_node)
+    done = node.launch(*TINY, "--concurrency-ramp", "2,4", "-o", str(node.results))
+    assert done.returncode == 0, done.stderr
+    doc = node.only_result()
+    assert_valid_result(doc, result_schema)
+    found = doc["config"]["concurrency_ramp"]
+    assert found["probed"] == [2, 4] and [p["concurrency"] for p in found["probes"]] == [2, 4]
+    folder = run_dir(node)
+    for probe in found["probes"]:
+        assert probe["requests"] == probe["concurrency"] and probe["output_tokens"] == probe["requests"] * 8
+        assert probe["output_tokens_per_s"] > 0
+        result = (folder / probe["folder"] / "sglang-bench.jsonl").read_text()
+        assert f'"max_concurrency": {probe["concurrency"]}' in result  # the client ran at it
+    best = max(p["output_tokens_per_s"] for p in found["probes"])
+    kept = min(p["concurrency"] for p in found["probes"] if p["output_tokens_per_s"] >= 0.97 * best)
+    assert found["chosen"] == kept == doc["config"]["max_concurrency"]
+    assert doc["workload_metrics"]["steady_state"]["target_concurrency"] == kept
+    assert doc["workload_metrics"]["requests"]["completed"] == 8
+    assert f"measuring at {kept} in flight" in done.stderr
+    assert_server_gone(folder)
+
+
+def test_a_given_batch_size_skips_the_ramp(cpu_node, result_schema):
+    node = with_standin(cpu_node)
+    done = node.launch(*TINY, "--concurrency-ramp", "2,4", "--batch-size", "3", "-o", str(node.results))
+    assert done.returncode == 0, done.stderr
+    doc = node.only_result()
+    assert_valid_result(doc, result_schema)
+    assert doc["config"]["max_concurrency"] == 3
+    assert "--batch-size given" in doc["config"]["concurrency_ramp"]["skipped"]
+    assert not (run_dir(node) / "concurrency-ramp").exists()

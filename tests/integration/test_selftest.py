@@ -95,7 +95,7 @@ def test_without_gpus_it_says_what_it_skipped(cpu_node, tmp_path):
     doc = json.loads(out.read_text())
     library = _rows(doc, "library")["GPU library"]
     assert library["status"] == "skipped" and "nvidia" in library["value"] and "amd" in library["value"]
-    assert {r["check"] for r in doc["checks"]} == {"library", "gpus", "power", "caps", "sampler", "workloads"}
+    assert {r["check"] for r in doc["checks"]} == {"library", "gpus", "power", "meter", "caps", "sampler", "workloads"}
     assert doc["summary"]["FAIL"] == 0
     workloads = _rows(doc, "workloads")
     assert workloads["resnet50 (pytorch)"]["value"] == "no GPU: the short runs are on a GPU"

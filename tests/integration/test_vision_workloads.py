@@ -170,3 +170,33 @@ def test_sd2_loads_real_weights_from_a_local_folder(tmp_path):
         assert torch.equal(a, b)
     assert loaded.describe()["weights"] == str(tmp_path)
     assert loaded.step() == 1 and loaded.latest_loss() > 0
+
+
+def test_sd2_channels_last_puts_unet_vae_and_images_in_nhwc_and_compiles_the_frozen_parts():
+    """SD2 `fast` (issue 43): channels-last for the UNet and the VAE (their convolutions)
+    and their inputs; with --compile the frozen VAE encoder and text tower are compiled
+    too, not only the UNet. (Compilation itself is lazy: nothing compiles here.)"""
+    import torch
+
+    from hpcai.workloads.distributed import Context
+    from hpcai.workloads.sd2 import StableDiffusion2
+
+    ctx = Context(0, 1, 0, 1, "cpu", torch.device("cpu"), None, 2, socket.gethostname())
+    spec = {"workload": "sd2", "preset": "tiny", "seed": 0,
+            "params": {"batch_size": 1, "image_size": 32, "model_size": "tiny",
+                       "precision": "fp32", "channels_last": True}}
+    sd2 = StableDiffusion2(spec, ctx)
+    conv = next(m for m in sd2.module.modules() if isinstance(m, torch.nn.Conv2d))
+    assert conv.weight.is_contiguous(memory_format=torch.channels_last)
+    vae_conv = next(m for m in sd2.vae.modules() if isinstance(m, torch.nn.Conv2d))
+    assert vae_conv.weight.is_contiguous(memory_format=torch.channels_last)
+    assert sd2.images.is_contiguous(memory_format=torch.channels_last)
+    assert sd2.step() == 1 and sd2.latest_loss() > 0
+    assert sd2.describe()["channels_last"] is True
+
+    spec["params"].update(channels_last=False, compile=True)
+    compiled = StableDiffusion2(spec, ctx)
+    assert not compiled.images.is_contiguous(memory_format=torch.channels_last)
+    for part in (compiled.encode_images, compiled.encode_text):
+        assert hasattr(part, "_torchdynamo_orig_callable")  # what torch.compile returns
+    assert compiled.describe()["frozen_parts_compiled"] is True

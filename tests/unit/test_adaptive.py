@@ -7,6 +7,7 @@ import statistics
 import pytest
 
 from hpcai.measure import adaptive
+from hpcai.workloads.declaration import CPU_TINY_WINDOWS
 from hpcai.measure.adaptive import Block, StopRule
 
 
@@ -78,7 +79,7 @@ def test_relative_half_width_is_students_t_interval_over_the_mean():
 
 
 def test_settle_needs_both_drifts_below_their_thresholds():
-    protocol = adaptive.window_settings({}, "paper")
+    protocol = adaptive.window_settings({}, {})
     window = protocol["settle_window_s"]
     times = [i * 0.1 for i in range(200)]  # 20 s at 100 ms
     rng = random.Random(3)
@@ -100,12 +101,12 @@ def test_settle_needs_both_drifts_below_their_thresholds():
 
 
 def test_window_settings_and_their_checks():
-    assert adaptive.resolve_protocol({"epochs": 3}, "paper") == {"epochs": 3}
-    filled = adaptive.resolve_protocol({"ci_target": 0.01}, "tiny")
-    assert filled["min_window_s"] == adaptive.PRESET_WINDOWS["tiny"]["min_window_s"]
-    assert adaptive.resolve_protocol({"ci_target": 0.01}, "paper")["min_window_s"] == 30.0
-    assert adaptive.resolve_protocol({"ci_target": "off"}, "tiny").get("ci_target") is None
-    assert adaptive.resolve_protocol({}, "tiny", in_run=True)["settle_max_s"] > 0
+    assert adaptive.resolve_protocol({"epochs": 3}, {}) == {"epochs": 3}
+    filled = adaptive.resolve_protocol({"ci_target": 0.01}, CPU_TINY_WINDOWS)
+    assert filled["min_window_s"] == CPU_TINY_WINDOWS["min_window_s"]
+    assert adaptive.resolve_protocol({"ci_target": 0.01}, {})["min_window_s"] == 30.0
+    assert adaptive.resolve_protocol({"ci_target": "off"}, CPU_TINY_WINDOWS).get("ci_target") is None
+    assert adaptive.resolve_protocol({}, CPU_TINY_WINDOWS, in_run=True)["settle_max_s"] > 0
     assert "between 0 and 1" in adaptive.check_window_settings({"ci_target": 1.0})
     assert "shorter than" in adaptive.check_window_settings(
         {"min_window_s": 30.0, "max_window_s": 10.0})

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -21,7 +22,7 @@ from fakes import fake_gpu_state
 from report_docs import crafted_set
 
 NOT_WORKLOADS = {"list", "info", "power", "report", "check", "jobs", "site", "images", "data",
-                 "selftest", "slurm-node", "slurm-aggregate", "results", "fleet"}
+                 "selftest", "slurm-node", "slurm-aggregate", "results", "fleet", "plan"}
 BLOCKS = all_blocks()
 RUN_HERE = [(b.where, c) for b in BLOCKS if not b.needs for c in b.commands]
 
@@ -59,6 +60,7 @@ def node(tmp_path_factory):
     fake_gpu_state.write_state(state, fake_gpu_state.make_devices(4))
     crafted_set(base / "results")
     crafted_set(base / "other-centre" / "results")
+    shutil.copytree(ROOT / "examples", base / "examples")  # the plan's mix and prices files
     env = dict(os.environ, HPCAI_FAKE_GPU_STATE=str(state), HPCAI_STATE_DIR=str(base / "state"),
                PYTHONPATH=os.pathsep.join([str(FAKES), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
     env.pop("HPCAI_SITE", None)

@@ -3,6 +3,7 @@ in-run programs (inrun.Measurer) run their epochs through protocol.run_epoch,
 so what one records (the data-wait counters of --data) the other does too."""
 from hpcai.workloads import distributed, inrun, protocol
 from hpcai.measure.adaptive import resolve_protocol
+from hpcai.workloads.declaration import CPU_TINY_WINDOWS
 from hpcai.workloads.protocol import Progress
 
 
@@ -44,7 +45,7 @@ def test_the_fixed_protocol_records_each_epochs_data_wait():
 def test_in_run_epochs_record_the_data_wait_as_a_single_run_does():
     assert inrun.run_epoch is protocol.run_epoch  # one loop, not a copy
     progress, seen = Progress(), []
-    segments = resolve_protocol(PROTOCOL, "tiny", in_run=True)  # as the launcher resolves it
+    segments = resolve_protocol(PROTOCOL, CPU_TINY_WINDOWS, in_run=True)  # as the launcher resolves it
     measurer = inrun.Measurer(ReadsData(), segments, distributed.single("cpu"), None, progress,
                               on_epoch=lambda epoch, total: seen.append((epoch.index, total)))
 
@@ -62,7 +63,7 @@ def test_the_epoch_lines_of_a_sweep_say_where_the_measurement_is():
     """In-run epochs have no fixed total (the callback's was the epoch's own number:
     "epoch 3/3"): the measurer's status gives the phase and its measured progress."""
     progress, seen = Progress(), []
-    segments = resolve_protocol(PROTOCOL, "tiny", in_run=True)
+    segments = resolve_protocol(PROTOCOL, CPU_TINY_WINDOWS, in_run=True)
     measurer = inrun.Measurer(ReadsData(), segments, distributed.single("cpu"), None, progress,
                               on_epoch=lambda epoch, total: seen.append(measurer.status()))
 

@@ -182,3 +182,14 @@ def test_accumulation_follows_from_global_and_micro_batch(global_batch, micro, w
 def test_a_global_batch_that_does_not_divide_is_a_usage_error(global_batch):
     with pytest.raises(UsageError, match="--global-batch-size"):
         P.accumulation_steps(global_batch, 4, 4)
+
+
+@pytest.mark.parametrize("gpus, accumulated", [(1, 32), (4, 8), (8, 4), (32, 1)])
+def test_the_fast_preset_accumulates_to_64_sequences_of_2048_tokens(gpus, accumulated):
+    """`fast` (issue 43): an optimizer step every 64 x 2048 tokens, on any usual node size,
+    not one per 2,048-token micro-batch per GPU."""
+    params = LLAMA3_8B_PRETRAIN.preset("fast").params
+    micro = params["batch_size"]
+    assert micro >= 2 and params["seq_len"] == 2048
+    assert P.accumulation_steps(params["global_batch_size"], micro, gpus) == accumulated
+    assert micro * accumulated * gpus == 64

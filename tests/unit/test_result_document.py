@@ -3,6 +3,7 @@ workloads/result.py), without running a workload: epochs as a run would have
 recorded them, turned into a schema-valid document with hand-checked numbers."""
 import pytest
 
+from hpcai.errors import Interrupted
 from hpcai.launcher.results import validation_errors
 from hpcai.launcher.runtime import HOST
 from hpcai.launcher.spec import build_spec
@@ -71,3 +72,41 @@ def test_software_separates_the_torch_build_from_the_gpu_a_run_used():
     gpu = distributed.Context(0, 1, 0, 1, "cuda", None, None, 2, "node-a")
     with_gpu = framework_versions(gpu, "torch")
     assert with_gpu["gpu_used"] is True and with_gpu["cuda"] == torch.version.cuda
+
+
+class _InductorError(RuntimeError):
+    """Stands in for torch._inductor.exc.InductorError: torch.compile catches the
+    exception a signal raised inside its compile workers' wait and raises its own."""
+
+
+def _run_that_is_signalled_inside_a_library(tmp_path, monkeypatch, signalled: bool):
+    import signal
+
+    run = Run(_spec(tmp_path), tmp_path)
+    written = {}
+
+    def setup():
+        if signalled:
+            run._on_signal(signal.SIGTERM)  # what the handler does before raising
+        try:
+            raise Interrupted(signal.SIGTERM) if signalled else ValueError("bad shape")
+        except Exception as inner:
+            raise _InductorError(f"compiling: {inner}") from None  # the cause not kept
+
+    monkeypatch.setattr(run, "_setup", setup)
+    monkeypatch.setattr(run, "_finish", lambda: written.update(status=run.status, error=run.error))
+    monkeypatch.setattr("hpcai.workloads.entrypoint.lifeline.watch", lambda log: None)
+    return run.execute(), written
+
+
+def test_a_signal_during_compile_is_an_interruption_not_a_failure(tmp_path, monkeypatch):
+    code, written = _run_that_is_signalled_inside_a_library(tmp_path, monkeypatch, signalled=True)
+    assert code == 130 and written["status"] == "interrupted"
+    assert written["error"]["type"] == "Interrupted"
+    assert "inside _InductorError" in written["error"]["message"]
+
+
+def test_a_library_error_without_a_signal_is_still_a_failure(tmp_path, monkeypatch):
+    code, written = _run_that_is_signalled_inside_a_library(tmp_path, monkeypatch, signalled=False)
+    assert code == 1 and written["status"] == "failed"
+    assert written["error"]["type"] == "_InductorError"

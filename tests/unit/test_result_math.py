@@ -6,7 +6,7 @@ import pytest
 from hpcai.gpu.base import GpuReading
 from hpcai.launcher.results import apply_limits, cap_held
 from hpcai.workloads import result as R
-from hpcai.measure.stats import percentile, summarize, throughput_stats
+from hpcai.measure.stats import quantile, summarize, throughput_stats
 from hpcai.measure.telemetry import Mark, Sampler, integrate_power_j
 
 
@@ -36,9 +36,9 @@ def test_throughput_stats_match_a_hand_computed_t_interval():
     assert stats["ci95"] == [pytest.approx(12 - half), pytest.approx(12 + half)]
 
 
-def test_percentile_and_trapezoid():
-    assert percentile([1, 2, 3, 4], 50) == 2.5
-    assert percentile([0, 10], 95) == pytest.approx(9.5)
+def test_quantile_and_trapezoid():
+    assert quantile([1, 2, 3, 4], 0.5) == 2.5
+    assert quantile([0, 10], 0.95) == pytest.approx(9.5)
     series = [(0.0, GpuReading(power_w=100)), (1.0, GpuReading(power_w=300)),
               (3.0, GpuReading(power_w=300))]
     assert integrate_power_j(series) == pytest.approx(200 + 600)

@@ -68,7 +68,7 @@ def test_system_packages_come_without_recommends_and_services_stay_off_at_boot()
     _, recipe = _recipe("setup-system")
     assert "tools/disable-test-services.sh" in recipe
     script = (ROOT / "tools/disable-test-services.sh").read_text()
-    for service in ("docker-registry", "munge", "slurmctld", "slurmd", "openipmi"):
+    for service in ("docker-registry", "munge", "slurmctld", "slurmd", "openipmi", "prometheus"):
         assert service in script
 
 
@@ -100,7 +100,7 @@ def test_the_disable_script_turns_off_exactly_the_test_services_at_boot(tmp_path
     units, wants = tmp_path / "lib/systemd/system", tmp_path / "etc/systemd/system/multi-user.target.wants"
     units.mkdir(parents=True)
     wants.mkdir(parents=True)
-    names = ["docker-registry", "munge", "slurmctld", "slurmd", "openipmi", "avahi-daemon"]
+    names = ["docker-registry", "munge", "slurmctld", "slurmd", "openipmi", "prometheus", "avahi-daemon"]
     for name in names:
         (units / f"{name}.service").write_text(
             f"[Unit]\nDescription={name}\n[Service]\nExecStart=/bin/true\n"
@@ -110,7 +110,7 @@ def test_the_disable_script_turns_off_exactly_the_test_services_at_boot(tmp_path
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in wants.iterdir()) == ["avahi-daemon.service"]  # not ours: kept
-    assert done.stderr.count("disabled") == 5
+    assert done.stderr.count("disabled") == 6
     again = subprocess.run([str(ROOT / "tools/disable-test-services.sh"), "--root", str(tmp_path)],
                            capture_output=True, text=True, timeout=60)
     assert again.returncode == 0 and again.stderr == ""  # safe to rerun

@@ -16,6 +16,7 @@ from hpcai.launcher.runtime import HOST
 from hpcai.launcher.slurm import inrun_node
 from hpcai.launcher.sweep import Slot
 from hpcai.measure.adaptive import resolve_protocol
+from hpcai.workloads.declaration import CPU_TINY_WINDOWS
 from hpcai.spec import RunSpec
 from hpcai.workloads.catalog import get_workload
 
@@ -43,7 +44,7 @@ def _expected_plan_json(results) -> dict:
         node_overhead_w=100.0, site={"name": "default", "path": None},
         output_dir=str(results), runtime=dict(HOST)).to_json()
     spec = json.loads(json.dumps(built))
-    spec["protocol"] = resolve_protocol(spec["protocol"], "tiny")
+    spec["protocol"] = resolve_protocol(spec["protocol"], CPU_TINY_WINDOWS)
     spec["node_power"] = {"sources": []}
     spec["power"]["clocks"] = {"sm_mhz": 1410, "mem_mhz": None}
     spec["run_id"] += "-sm1410MHz"
@@ -88,7 +89,7 @@ def test_an_in_run_process_and_its_segments_are_new_specs(planned, tmp_path):
     assert plan.spec.to_json() == before and "inrun" not in before
     doc = process.spec.to_json()
     assert doc["inrun"] == {"channel": "control", "segments": 3}
-    assert doc["protocol"] == resolve_protocol(before["protocol"], "tiny", in_run=True)
+    assert doc["protocol"] == resolve_protocol(before["protocol"], CPU_TINY_WINDOWS, in_run=True)
     assert {k: v for k, v in doc.items() if k not in ("inrun", "protocol")} == \
         {k: v for k, v in before.items() if k != "protocol"}
 

@@ -64,7 +64,6 @@ def test_every_implementation_declares_only_known_generic_options():
     (("llama3-8b-inference", "--compile"), "--compile"),
     (("llama3-8b-inference", "--precision", "fp32"), "--precision"),
     (("vit-l16", "--channels-last"), "--channels-last"),
-    (("sd2", "--no-channels-last"), "--channels-last"),
     (("resnet50", "--impl", "tensorflow", "--channels-last"), "--channels-last"),
     (("llama3-8b-pretrain", "--channels-last"), "--channels-last"),
 ])

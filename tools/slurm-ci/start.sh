@@ -36,6 +36,11 @@ if ! { munge -n | unmunge; } </dev/null >/dev/null 2>&1; then
 fi
 
 mkdir -p "$CONFDIR"/{state,spool/node1,spool/node2,log,run}
+# HPCAI_SLURM_CI_ACCOUNTING=1: job accounting for sacct (a private MariaDB and slurmdbd,
+# tools/slurm-ci/accounting.sh) and two GPUs a node as GRES, so that sacct reports
+# gres/gpu in AllocTRES. Their File= are /dev/null and /dev/zero: slurmd drops a GPU
+# without a file, and with TaskPlugin=task/none no device is constrained.
+ACCOUNTING=${HPCAI_SLURM_CI_ACCOUNTING:-0}
 # Two CPUs a node (both nodes share this machine's cores; Slurm does not mind),
 # one on a single-core machine, where slurmd would mark CPUs=2 invalid.
 CPUS=$(( $(nproc) >= 2 ? 2 : 1 ))
@@ -54,7 +59,7 @@ MpiDefault=none
 MailProg=/bin/true
 ReturnToService=2
 KillWait=30
-# Finished jobs stay known to scontrol for 10 minutes (there is no sacct here).
+# Finished jobs stay known to scontrol for 10 minutes (sacct only with HPCAI_SLURM_CI_ACCOUNTING=1).
 MinJobAge=600
 # Schedule a batch job when it is submitted (the default waits up to 3 s).
 SchedulerParameters=batch_sched_delay=0
@@ -68,6 +73,19 @@ NodeName=node1 NodeHostname=$HOST NodeAddr=127.0.0.1 Port=$NODE1_PORT CPUs=$CPUS
 NodeName=node2 NodeHostname=$HOST NodeAddr=127.0.0.1 Port=$NODE2_PORT CPUs=$CPUS RealMemory=8000
 PartitionName=ci Nodes=node1,node2 Default=YES MaxTime=INFINITE State=UP
 CONF
+if [ "$ACCOUNTING" = 1 ]; then
+  sed -i 's/^\(NodeName=node[12] .*\)$/\1 Gres=gpu:2/' "$SLURM_CONF"
+  cat >>"$SLURM_CONF" <<CONF
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=127.0.0.1
+AccountingStoragePort=$((BASE + 7))
+AccountingStorageTRES=gres/gpu
+GresTypes=gpu
+CONF
+  printf 'Name=gpu File=/dev/null\nName=gpu File=/dev/zero\n' >"$CONFDIR/gres.conf"
+  "$(dirname "$0")/accounting.sh" "$CONFDIR" $((BASE + 6)) $((BASE + 7)) || {
+    echo "$0: job accounting did not start; see $CONFDIR/log/slurmdbd.log and mariadb.log" >&2; exit 1; }
+fi
 
 # What went wrong, from the daemons' logs; stop.sh cleans up what did start.
 fail() {

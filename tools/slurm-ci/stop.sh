@@ -43,6 +43,11 @@ for pidfile in "$CONFDIR"/run/slurmd-*.pid "$CONFDIR/run/slurmctld.pid"; do
     kill -TERM "$pid" 2>/dev/null && pids+=("$pid:$name")
 done
 wait_pids 15 "${pids[@]}"
+# Job accounting (HPCAI_SLURM_CI_ACCOUNTING=1): slurmdbd, then its database.
+for daemon in slurmdbd mariadbd; do
+  pid=$(cat "$CONFDIR/run/$daemon.pid" 2>/dev/null) && is_daemon "$pid" "$daemon" &&
+    kill -TERM "$pid" 2>/dev/null && wait_pids 30 "$pid:$daemon"
+done
 rm -f "$CONFDIR"/run/*.pid
 if [ -s "$CONFDIR/munged.started" ]; then
   pid=$(cat "$CONFDIR/munged.started")

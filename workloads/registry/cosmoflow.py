@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hpcai.workloads.declaration import Impl, Preset, Workload
+from hpcai.workloads.declaration import CPU_SHORT_WINDOWS, CPU_TINY_WINDOWS, Impl, Preset, Workload
 from hpcai.workloads.params import TrainParams, param
 
 @dataclass(frozen=True)
@@ -95,14 +95,12 @@ WORKLOAD = Workload(
             "short",
             "the reference model on 64^3 cubes, batch 2, few steps: about a minute on a 2-core CPU",
             params={"batch_size": 2, **_ARCH, "cube": 64},
-            protocol={"warmup_epochs": 1, "epochs": 2, "steps_per_epoch": 3},
-        ),
+            protocol={"warmup_epochs": 1, "epochs": 2, "steps_per_epoch": 3}, windows=CPU_SHORT_WINDOWS),
         "tiny": Preset(
             "tiny",
             "32^3 cubes, a quarter of the width, batch 2: seconds on CPU, for tests",
             params={"batch_size": 2, **_ARCH, "cube": 32, "width_mult": 0.25},
-            protocol={"warmup_epochs": 1, "epochs": 2, "steps_per_epoch": 2},
-        ),
+            protocol={"warmup_epochs": 1, "epochs": 2, "steps_per_epoch": 2}, windows=CPU_TINY_WINDOWS),
     },
     cpu_default_preset="tiny",
     data_format="npy",

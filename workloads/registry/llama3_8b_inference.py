@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hpcai.workloads.declaration import Impl, Preset, Workload
+from hpcai.workloads.declaration import CPU_SHORT_WINDOWS, CPU_TINY_WINDOWS, Impl, Preset, Workload
 from hpcai.workloads.params import WorkloadParams, param
 from hpcai.workloads.registry._seed_paper import _FAST_SOURCE
 
@@ -30,6 +30,11 @@ class LlmServeParams(WorkloadParams):
                                     help="seconds to wait for the server to be ready")
     server_args: str | None = param(flag="--server-args", help="more arguments for sglang.launch_server, "
                                     "e.g. '--mem-fraction-static 0.85'")
+    concurrency_ramp: str | None = param(
+        flag="--concurrency-ramp",
+        help="requests in flight to probe before the measured load, e.g. 64,128,256 (one short "
+             "wave each); the load runs at the smallest within 3% of the best output tokens/s. "
+             "'off': none. Skipped when --batch-size or --request-rate is given")
     warmup_requests: int | None = None  # None: the concurrency, else 64
     server_stop_grace_s: float = 20.0
     port: int | None = None  # None: a free one
@@ -90,8 +95,11 @@ WORKLOAD = Workload(
         "fast": Preset(
             "fast",
             "hpcai's serving check: Llama-3-8B, dummy weights, one replica per GPU (--dp), "
-            "1024 tokens in, 1024 out, 64 requests in flight, 640 requests measured",
-            params={"model": "Llama-3-8B", "batch_size": 64, "input_len": 1024,
+            "1024 tokens in, 1024 out; the requests in flight measured, not fixed: a short wave "
+            "at each of 64, 128 and 256, the smallest within 3% of the best output tokens/s kept "
+            "(--batch-size N skips the ramp and keeps N), 640 requests measured",
+            params={"model": "Llama-3-8B", "batch_size": 64, "concurrency_ramp": "64,128,256",
+                    "input_len": 1024,
                     "output_len": 1024, "server_timeout_s": 1200, "server_stop_grace_s": 20},
             protocol={"warmup_epochs": 1, "epochs": 1, "steps_per_epoch": 640},
             kind="fast", sources={"all": _FAST_SOURCE},
@@ -101,15 +109,13 @@ WORKLOAD = Workload(
             "Llama-3-8B, dummy weights, 256 in, 256 out, 32 in flight, 128 requests: a quick GPU check",
             params={"model": "Llama-3-8B", "batch_size": 32, "input_len": 256,
                     "output_len": 256, "server_timeout_s": 1200, "server_stop_grace_s": 20},
-            protocol={"warmup_epochs": 1, "epochs": 1, "steps_per_epoch": 128},
-        ),
+            protocol={"warmup_epochs": 1, "epochs": 1, "steps_per_epoch": 128}, windows=CPU_SHORT_WINDOWS),
         "tiny": Preset(
             "tiny",
             "a 2-layer Llama-style model, 16 in, 8 out, 4 in flight, 8 requests: for tests",
             params={"model": "tiny-llama-2l", "batch_size": 4, "input_len": 16,
                     "output_len": 8, "server_timeout_s": 120, "server_stop_grace_s": 3},
-            protocol={"warmup_epochs": 1, "epochs": 1, "steps_per_epoch": 8},
-        ),
+            protocol={"warmup_epochs": 1, "epochs": 1, "steps_per_epoch": 8}, windows=CPU_TINY_WINDOWS),
     },
     cpu_default_preset="tiny",
 )

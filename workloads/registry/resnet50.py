@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hpcai.workloads.declaration import Impl, Preset, Workload
+from hpcai.workloads.declaration import CPU_SHORT_WINDOWS, CPU_TINY_WINDOWS, Impl, Preset, Workload
 from hpcai.workloads.registry._seed_paper import (
     _CUDNN, _CV_GPUS_SOURCE, _CV_PRECISION_SOURCE, _CV_PROTOCOL_SOURCE, _FAST_SOURCE, _NO_COMPILE, _SEARCH,
 )
@@ -78,14 +78,12 @@ WORKLOAD = Workload(
             "short",
             "paper input size, few steps: about a minute on a 2-core CPU",
             params={"batch_size": 8, "image_size": 224, "num_classes": 1000},
-            protocol={"warmup_epochs": 1, "epochs": 3, "steps_per_epoch": 3},
-        ),
+            protocol={"warmup_epochs": 1, "epochs": 3, "steps_per_epoch": 3}, windows=CPU_SHORT_WINDOWS),
         "tiny": Preset(
             "tiny",
             "64x64 images, batch 4, a few steps: seconds on CPU, for tests",
             params={"batch_size": 4, "image_size": 64, "num_classes": 100},
-            protocol={"warmup_epochs": 1, "epochs": 2, "steps_per_epoch": 2},
-        ),
+            protocol={"warmup_epochs": 1, "epochs": 2, "steps_per_epoch": 2}, windows=CPU_TINY_WINDOWS),
     },
     data_format="jpeg",
     vary_params=("image_size",),

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hpcai.workloads.declaration import Impl, Preset, Workload
+from hpcai.workloads.declaration import CPU_SHORT_WINDOWS, CPU_TINY_WINDOWS, Impl, Preset, Workload
 from hpcai.workloads.params import TrainParams
 from hpcai.workloads.registry._seed_paper import (
     _CUDNN, _CV_GPUS_SOURCE, _CV_PRECISION_SOURCE, _CV_PROTOCOL_SOURCE, _FAST_SOURCE, _NO_COMPILE, _SEARCH,
@@ -75,14 +75,12 @@ WORKLOAD = Workload(
             "short",
             "the full model at 224x224, batch 2, few steps: minutes on a 2-core CPU",
             params={"batch_size": 2, "image_size": 224, "num_classes": 1000, "model_size": "full"},
-            protocol={"warmup_epochs": 1, "epochs": 2, "steps_per_epoch": 2},
-        ),
+            protocol={"warmup_epochs": 1, "epochs": 2, "steps_per_epoch": 2}, windows=CPU_SHORT_WINDOWS),
         "tiny": Preset(
             "tiny",
             "a shrunk ViT (2 layers, width 64) on 64x64 images, batch 4: seconds on CPU, for tests",
             params={"batch_size": 4, "image_size": 64, "num_classes": 100, "model_size": "tiny"},
-            protocol={"warmup_epochs": 1, "epochs": 2, "steps_per_epoch": 2},
-        ),
+            protocol={"warmup_epochs": 1, "epochs": 2, "steps_per_epoch": 2}, windows=CPU_TINY_WINDOWS),
     },
     cpu_default_preset="tiny",
     data_format="jpeg",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hpcai.workloads.declaration import Impl, Preset, Workload
+from hpcai.workloads.declaration import CPU_SHORT_WINDOWS, CPU_TINY_WINDOWS, Impl, Preset, Workload
 from hpcai.workloads.params import TrainParams, param
 
 
@@ -37,10 +37,10 @@ WORKLOAD = Workload(
                        kind="fast"),
         "short": Preset("short", "4 x 1024 units, batch 256: seconds on a 2-core CPU",
                         params={"batch_size": 256},
-                        protocol={"warmup_epochs": 1, "epochs": 3, "steps_per_epoch": 10}),
+                        protocol={"warmup_epochs": 1, "epochs": 3, "steps_per_epoch": 10}, windows=CPU_SHORT_WINDOWS),
         "tiny": Preset("tiny", "2 x 64 units, batch 16: a second on CPU, for tests",
                        params={"batch_size": 16, "features": 32, "hidden": 64, "layers": 2},
-                       protocol={"warmup_epochs": 1, "epochs": 2, "steps_per_epoch": 4}),
+                       protocol={"warmup_epochs": 1, "epochs": 2, "steps_per_epoch": 4}, windows=CPU_TINY_WINDOWS),
     },
     cpu_default_preset="short",
     gpu_default_preset="fast",

@@ -1,0 +1,159 @@
+"""`hpcai-power-helper prolog` and `epilog`: the site's cap policy, applied by Slurm.
+
+Run as root by slurmd (the scripts named by `Prolog=` and `Epilog=` in
+slurm.conf; docs/how-to/power-helper.md). The job is SLURM_JOB_ID, which
+slurmd sets; its partition, user, name, account, QOS and the GPUs it holds
+on this node come from `scontrol show job -d`, never from the job's
+environment. The policy is the `[policy]` section of the site file named by
+the helper's settings (`site = ...`).
+
+The prolog caps each of the job's GPUs at the policy's setting for the job's
+partition and the GPU's model (a `[[classes]]` rule's override first, else
+the partition's default), through the node's cap authority and the same job
+record the helper leaves for a user's cap. So the user's own later
+`hpcai-power-helper UUID W` (within the site's range) replaces it for the
+job, and the epilog, which is `restore --job`, puts back the limit the GPU
+had before the prolog.
+"""
+from __future__ import annotations
+
+import os
+import pwd
+import re
+import sys
+
+from hpcai.errors import ConfigError, HpcaiError, PowerError, UsageError
+from hpcai.launcher.power import helper
+from hpcai.launcher.power.authority import GpuAuthority, read_private_json, write_private_json
+
+# The lines of the scripts that slurm.conf's Prolog= and Epilog= name, as
+# docs/how-to/power-helper.md shows them ({helper}: the console script's absolute path).
+PROLOG_LINE = "{helper} prolog"
+EPILOG_LINE = "{helper} epilog"
+
+
+def job_id_from_slurmd() -> str:
+    """SLURM_JOB_ID as slurmd sets it for the prolog and epilog."""
+    job_id = os.environ.get("SLURM_JOB_ID", "")
+    if not re.fullmatch(r"[0-9]+(_[0-9]+)?", job_id):
+        raise UsageError(f"SLURM_JOB_ID {job_id!r} is not a Slurm job id",
+                         "run prolog and epilog from Slurm's Prolog= and Epilog= scripts, as root")
+    return job_id
+
+
+def policy_site(config: dict) -> dict | None:
+    """The site file the helper's settings name, or None (no policy to apply)."""
+    if not config.get("site"):
+        return None
+    from pathlib import Path
+
+    from hpcai.launcher import sites
+
+    path = Path(config["site"])
+    if helper._trusted_file(path, "site file") is None:
+        raise ConfigError(f"the site file {path} named in {helper.HELPER_CONFIG} does not exist")
+    return sites.load(str(path))
+
+
+def job_facts(config: dict, job_id: str) -> tuple[dict, str]:
+    """The job's fields and its `scontrol show job -d -o` line."""
+    out = helper.scontrol(config, "show", "job", "-d", "-o", job_id)
+    line = out.splitlines()[0] if out.strip() else ""
+    fields = helper._fields(line)
+    if fields.get("JobId") != job_id:
+        raise PowerError(f"Slurm does not describe job {job_id}")
+    return fields, line
+
+
+def _owner(fields: dict) -> tuple[int, str]:
+    found = re.search(r"^(.*)\((\d+)\)$", fields.get("UserId", ""))
+    if not found:
+        raise PowerError(f"Slurm names no user for job {fields.get('JobId')}")
+    uid = int(found.group(2))
+    try:
+        return uid, pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return uid, found.group(1)
+
+
+def apply_policy(job_id: str, config: dict) -> list[str]:
+    """Cap the job's GPUs on this node as the site's policy says; one line per GPU."""
+    from hpcai.gpu import open_library
+    from hpcai.launcher.site_policy import job_class, job_fields, policy_entries
+
+    site = policy_site(config)
+    if site is None or not policy_entries(site):
+        return [f"job {job_id}: no [policy] in the site file named by {helper.HELPER_CONFIG}"]
+
+    fields, line = job_facts(config, job_id)
+    held = helper.job_gpus_here(config, fields, helper.this_nodes(config), line)
+    if held is not None and not held:
+        return [f"job {job_id}: holds no GPU on this node"]
+    class_name = job_class(site.get("classes", []), job_fields(fields.get("JobName"), fields.get("Account"),
+                                                               fields.get("QOS")))
+    library = open_library("auto")
+    if library is None:
+        raise PowerError("no GPU management library sees a GPU on this node")
+    try:
+        devices = [d for d in library.devices() if held is None or d.info().index in held]
+        return [_apply_one(device, site, fields, class_name, config) for device in devices]
+    finally:
+        library.close()
+
+
+def _apply_one(device, site: dict, fields: dict, class_name: str | None, config: dict) -> str:
+    from hpcai.launcher.site_policy import setting_for
+    from hpcai.measure.gpu_names import short_name
+
+    info = device.info()
+    partition, job_id = fields.get("Partition", ""), fields["JobId"]
+    found = setting_for(site, partition, short_name(info.name), class_name)
+    if found is None:
+        return f"GPU {info.uuid}: the policy names no cap for partition {partition} on {short_name(info.name)}"
+    setting, why = found
+    if "cap_w" not in setting:
+        key = next(iter(setting))
+        return f"GPU {info.uuid}: {why} sets {key}, which the prolog does not apply; limit left as it is"
+    cap_job(device, job_id, _owner(fields), setting["cap_w"], config)
+    return f"GPU {info.uuid}: power limit {setting['cap_w']:g} W for Slurm job {job_id} ({why})"
+
+
+def cap_job(device, job_id: str, owner: tuple[int, str], watts: float, config: dict) -> None:
+    """Set one GPU's limit for a job under the node's authority, recording the first
+    holder's original and a job record naming the job's owner (as helper.set_limit does
+    for a user's own cap), so that `restore --job` puts it back."""
+    uuid, limits = device.info().uuid, device.power_limits()
+    with GpuAuthority([uuid], f"slurm-job-{job_id}-prolog", wait_s=10.0, job_id=job_id) as authority:
+        other = read_private_json(helper._job_record_path(uuid))
+        if other and other.get("job_id") != job_id and helper.job_state(config, other["job_id"]) == "RUNNING":
+            raise PowerError(f"GPU {uuid} is capped for Slurm job {other['job_id']} "
+                             f"(user {other.get('user')})", "that job holds this GPU too; check its GRES")
+        original = authority.original_w(uuid, limits.current_w)
+        helper._check_range(watts, limits, config, restoring=abs(watts - original) <= helper.TOLERANCE_W)
+        device.set_power_limit_w(watts)
+        got = device.power_limits().current_w
+        if abs(got - watts) > helper.TOLERANCE_W:
+            raise PowerError(f"GPU {uuid} reads {got:g} W after setting {watts:g} W")
+        record = {**authority.holder_record(), "uid": owner[0], "user": owner[1], "set_by": "prolog"}
+        write_private_json(helper._job_record_path(uuid), record)
+
+
+def main(argv: list[str]) -> int:
+    """`prolog` or `epilog`, no other arguments; as root, straight from slurmd."""
+    try:
+        if len(argv) != 1 or argv[0] not in ("prolog", "epilog"):
+            raise UsageError(f"{argv[0]} takes no arguments (the job is SLURM_JOB_ID)")
+        if helper._caller_uid() is not None:
+            raise UsageError(f"{argv[0]} is for Slurm's {argv[0].capitalize()}= script, run as root, not through sudo")
+        config = helper.load_config()
+        job_id = job_id_from_slurmd()
+        if argv[0] == "prolog":
+            lines = apply_policy(job_id, config)
+        else:
+            lines = helper.restore_job(job_id, None, config) or [f"nothing to restore for job {job_id}"]
+        for line in lines:
+            print(line)
+        return 0
+    except HpcaiError as exc:
+        print(f"hpcai-power-helper: {exc.one_line()}", file=sys.stderr)
+        return exc.exit_code
