@@ -2,11 +2,12 @@
 its result finished and summarised."""
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 from pathlib import Path
 
-from hpcai.errors import WorkloadError
+from hpcai.errors import HpcaiError, WorkloadError
 from hpcai.launcher import output_check, results
 from hpcai.launcher.options import Options, log
 from hpcai.launcher.plan import RunPlan, check_limits, clock_request, make_plan, preflight
@@ -39,18 +40,38 @@ def execute(run: RunPlan) -> int:
     """One workload process under the plan's limits; its result finished."""
     spec, run_dir = run.spec, Path(run.spec.output_dir)
     end_limits: dict[int, float | None] = {}
-    with WorkloadProcess(run) as proc:
-        # Only now, with the cap in place, does the run leave anything on disk:
-        # the folder, its spec and a `running` result that any ending will mark.
-        output_check.first_write(run_dir, spec.to_json(), placeholder_result(spec, run_dir))
-        proc.attach()
-        devices = spec.devices
-        log(f"run {spec.run_id}: {spec.workload} preset {spec.preset} on "
-            f"{devices.nproc} {'GPU' if devices.type == 'cuda' else 'CPU process'}(es); "
-            f"results in {run_dir}")
-        proc.run()  # a signal from here on marks the `running` result interrupted
-        # Before the limits come back: what was in force when the workload ended.
-        end_limits = proc.limits_now()
+    proc = None
+    try:
+        with WorkloadProcess(run) as proc:
+            end_limits = _run_workload(proc, run_dir, spec)
+    except HpcaiError:
+        if proc is not None and proc.code is not None:
+            # The workload ended but a limit did not come back (a lost GPU): its result
+            # still gets the launcher's step, never left `complete` without it.
+            with contextlib.suppress(HpcaiError, OSError):
+                write_result(run_dir, spec, proc, end_limits)
+        raise
+    return _after_limits(run, proc, end_limits)
+
+
+def _run_workload(proc: WorkloadProcess, run_dir: Path, spec: RunSpec) -> dict:
+    """Inside the limits: the run's first files, the workload, and the limits in
+    force as it ended."""
+    # Only now, with the cap in place, does the run leave anything on disk:
+    # the folder, its spec and a `running` result that any ending will mark.
+    output_check.first_write(run_dir, spec.to_json(), placeholder_result(spec, run_dir))
+    proc.attach()
+    devices = spec.devices
+    log(f"run {spec.run_id}: {spec.workload} preset {spec.preset} on "
+        f"{devices.nproc} {'GPU' if devices.type == 'cuda' else 'CPU process'}(es); "
+        f"results in {run_dir}")
+    proc.run()  # a signal from here on marks the `running` result interrupted
+    # Before the limits come back: what was in force when the workload ended.
+    return proc.limits_now()
+
+
+def _after_limits(run: RunPlan, proc: WorkloadProcess, end_limits: dict) -> int:
+    spec, run_dir = run.spec, Path(run.spec.output_dir)
     interrupted = proc.interrupted
     if interrupted is not None and proc.signals.under_slurm:
         await_file(run_dir / "result.json", ORPHAN_WAIT_S, result_is_final)

@@ -22,6 +22,28 @@ from hpcai.ownership import written_by_us  # noqa: F401 (imported from here by t
 # The rule itself lives in hpcai/ownership.py: the workloads' batch cache uses it too.
 
 
+def folder_chain_problem(folder: Path) -> str | None:
+    """Why a folder or one above it may not be trusted under the rule above (a
+    folder missing at the bottom is skipped: only the one above could make it);
+    None when every one may. Root code reads a file it trusts only from such a
+    folder: one that others can write lets them remove or replace the file."""
+    folder = Path(os.path.realpath(folder))
+    for part in (folder, *folder.parents):
+        try:
+            st = os.lstat(part)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            return f"{part} cannot be read ({exc.strerror})"
+        if not stat.S_ISDIR(st.st_mode):
+            return f"{part} is not a folder"
+        if not _owner_ok(st.st_uid):
+            return f"{part} belongs to uid {st.st_uid}"
+        if not written_by_us(st, folder=True):
+            return f"{part} can be written by other users (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
 def untrusted(result: Path) -> str | None:
     """Why the result file cannot be trusted, in a few words naming the path; None if it can."""
     result = Path(result)

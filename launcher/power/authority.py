@@ -78,9 +78,15 @@ def check_private_dir(path: Path, create: bool) -> Path:
                          "a root launcher or hpcai-power-helper creates it") from None
     problem = private_problem(st, os.geteuid(), directory=True)
     if problem:
-        raise PowerError(f"refusing the cap authority folder {path}: {problem}",
-                         f"remove it (root creates it again, 0700), e.g. `rm -rf {path}`")
+        raise PowerError(f"refusing the cap authority folder {path}: {problem}", _MOVE_ASIDE.format(path=path))
     return path
+
+
+# Removing the folder (or a lock in it) while a run holds a lock would let a second
+# run lock a new file beside the first: first make sure no run holds one.
+_MOVE_ASIDE = ("make sure no hpcai run or hpcai-power-helper is using it (`fuser -v {path}`, "
+               "`ls -l /proc/*/fd | grep {path}`), then move it aside as root (`mv {path} {path}.bad`); "
+               "root creates it again, 0700")
 
 
 def private_problem(st: os.stat_result, uid: int, directory: bool) -> str | None:
@@ -104,8 +110,59 @@ def _open_lock(path: Path) -> int:
     problem = private_problem(os.fstat(fd), os.geteuid(), directory=False)
     if problem:
         os.close(fd)
-        raise PowerError(f"refusing the GPU lock {path}: {problem}", f"remove it: `rm -f {path}`")
+        raise PowerError(f"refusing the GPU lock {path}: {problem}", _MOVE_ASIDE.format(path=path))
     return fd
+
+
+def names_locked_file(path: Path, fd: int) -> bool:
+    """Whether `path` still names the file open as `fd` (a lock on a file that was
+    removed or replaced since it was opened guards nothing)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    held = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (held.st_dev, held.st_ino)
+
+
+def orphaned_holders(path: Path) -> list[int]:
+    """Live processes holding an flock on a removed `path`: a holder whose lock
+    folder (or lock file) was deleted under it still guards its GPU, though no new
+    lock at `path` can tell. The kernel lists every flock (/proc/locks: pid and
+    inode) and names a removed file "<path> (deleted)" in /proc/PID/fd."""
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    try:
+        folder = os.stat(path.parent).st_dev
+    except OSError:
+        return []
+    device = f"{os.major(folder):02x}:{os.minor(folder):02x}"  # /proc/locks: MAJ:MIN:INODE
+    gone, found = f"{path} (deleted)", []
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 6 or fields[1] != "FLOCK" or not fields[4].isdigit():
+            continue
+        pid, (where, _, inode) = int(fields[4]), fields[5].rpartition(":")
+        if where == device and pid != os.getpid() and pid not in found and _holds_removed(pid, inode, gone):
+            found.append(pid)
+    return found
+
+
+def _holds_removed(pid: int, inode: str, gone: str) -> bool:
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for name in names:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{name}") == gone and str(os.stat(f"/proc/{pid}/fd/{name}").st_ino) == inode:
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def read_private_json(path: Path) -> dict | None:
@@ -201,8 +258,12 @@ class GpuAuthority:
         self._started = time.monotonic()
         deadline = self._started + max(PROBE_GRACE_S, self.wait_s)
         try:
-            for uuid in self.uuids:  # sorted: two runs never wait on each other in a circle
-                self._take(uuid, deadline)
+            while True:
+                for uuid in self.uuids:  # sorted: two runs never wait on each other in a circle
+                    self._take(uuid, deadline)
+                if not self.lost_locks():  # after the waits for the later GPUs, the earlier still ours
+                    break
+                self._release()
             record = self.holder_record()
             for uuid in self.uuids:
                 write_private_json(self.root / f"gpu-{uuid}.holder.json", record)
@@ -221,28 +282,53 @@ class GpuAuthority:
                 "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "since_unix": time.time()}
 
     def _take(self, uuid: str, deadline: float) -> None:
-        fd = _open_lock(self.root / f"gpu-{uuid}.lock")
+        """The GPU's lock, on the file its path names now (re-checked after every
+        wait: the folder may have been removed meanwhile), with no holder left
+        orphaned on a removed one."""
+        path = self.root / f"gpu-{uuid}.lock"
         told = self.on_wait is None or self.wait_s <= 0
         while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                self._fds[uuid] = fd
-                return
-            except OSError as exc:
-                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                    os.close(fd)
-                    raise PowerError(f"cannot lock GPU {uuid}: {exc}") from exc
+            check_private_dir(self.root, create=True)
+            fd = _open_lock(path)
+            orphans = orphaned_holders(path)
+            if not orphans and self._try_flock(fd, uuid):  # closes fd when it raises
+                if names_locked_file(path, fd):
+                    self._fds[uuid] = fd
+                    return
+                os.close(fd)  # removed or replaced while we waited: lock the file there now
+                continue
+            os.close(fd)
             if time.monotonic() >= deadline:
-                os.close(fd)
-                holder = read_private_json(self.root / f"gpu-{uuid}.holder.json")
-                waited = f" after waiting {self.wait_s:g} s" if self.wait_s > 0 else ""
-                raise GpuBusyError(
-                    f"GPU {uuid} is held by another run{waited} ({describe_holder(holder)})",
-                    "wait for it to end, or pass --wait-for-gpus SECONDS to queue behind it")
+                raise self._busy(uuid, orphans)
             if not told and time.monotonic() >= self._started + WAIT_NOTICE_S:
                 told = True
                 self.on_wait(uuid, describe_holder(read_private_json(self.root / f"gpu-{uuid}.holder.json")))
             time.sleep(POLL_S)
+
+    @staticmethod
+    def _try_flock(fd: int, uuid: str) -> bool:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                os.close(fd)
+                raise PowerError(f"cannot lock GPU {uuid}: {exc}") from exc
+            return False
+
+    def _busy(self, uuid: str, orphans: list[int]) -> GpuBusyError:
+        waited = f" after waiting {self.wait_s:g} s" if self.wait_s > 0 else ""
+        if orphans:
+            holder = (f"pid {', '.join(map(str, orphans))}, whose lock file {self.root}/gpu-{uuid}.lock "
+                      "was removed under it")
+        else:
+            holder = describe_holder(read_private_json(self.root / f"gpu-{uuid}.holder.json"))
+        return GpuBusyError(f"GPU {uuid} is held by another run{waited} ({holder})",
+                            "wait for it to end, or pass --wait-for-gpus SECONDS to queue behind it")
+
+    def lost_locks(self) -> list[str]:
+        """The GPUs whose lock path no longer names the file this run locked."""
+        return [u for u, fd in self._fds.items() if not names_locked_file(self.root / f"gpu-{u}.lock", fd)]
 
     # ---- the first holder's limits ----------------------------------------------------------
     def original_w(self, uuid: str, current_w: float) -> float:

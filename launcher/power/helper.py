@@ -34,6 +34,7 @@ from pathlib import Path
 
 from hpcai.errors import ConfigError, HpcaiError, PowerError, UsageError
 from hpcai.launcher.power.authority import (
+    _SAFE_UUID,
     LOCK_ROOT,
     GpuAuthority,
     check_uuid,
@@ -62,7 +63,14 @@ def _toml():
 
 
 def _trusted_file(path: Path, what: str) -> bytes | None:
-    """A root-owned file no one else can write; None when absent."""
+    """A root-owned file no one else can write, in folders no one else can write
+    (else deleting it would lift every limit); None when absent."""
+    from hpcai.launcher.trust import folder_chain_problem
+
+    problem = folder_chain_problem(path.parent)
+    if problem:
+        raise ConfigError(f"refusing the {what} {path}: {problem}",
+                          "it and the folders above it must be owned by root and writable by root alone")
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -217,77 +225,162 @@ def set_limit(uuid: str, watts: float, uid: int, config: dict) -> str:
         raise PowerError("no GPU management library sees a GPU on this node")
     try:
         device = _device_by_uuid(library, uuid)
-        index, limits = device.info().index, device.power_limits()
+        index = device.info().index
         job_id = caller_job_holding(config, uid, index)
         with GpuAuthority([uuid], f"slurm-job-{job_id}", wait_s=10.0, job_id=job_id) as authority:
+            # Asked again under the lock: the job may have ended while we waited, and its
+            # epilog (which takes this lock to restore) must not run before this cap lands.
+            _require_job(config, uid, index, job_id)
             other = read_private_json(_job_record_path(uuid))
             if other and other.get("job_id") != job_id and job_state(config, other["job_id"]) == "RUNNING":
                 raise PowerError(f"GPU {uuid} is capped for Slurm job {other['job_id']} "
                                  f"(user {other.get('user')})", "wait for that job to end")
+            limits = device.power_limits()
             original = authority.original_w(uuid, limits.current_w)
-            restoring = abs(watts - original) <= TOLERANCE_W or (
-                limits.default_w is not None and abs(watts - limits.default_w) <= TOLERANCE_W)
-            _check_range(watts, limits, config, restoring)
-            device.set_power_limit_w(watts)
-            got = device.power_limits().current_w
-            if abs(got - watts) > TOLERANCE_W:
-                raise PowerError(f"GPU {uuid} reads {got:g} W after setting {watts:g} W")
+            _check_range(watts, limits, config, original)
+            _set_checked(device, uuid, watts)
             if abs(watts - original) <= TOLERANCE_W:
                 authority.forget_original(uuid)
                 _job_record_path(uuid).unlink(missing_ok=True)
             else:
                 write_private_json(_job_record_path(uuid), authority.holder_record())
+                _undo_if_job_ended(config, uid, index, job_id, device, authority, original)
     finally:
         library.close()
     return f"GPU {uuid}: power limit {watts:g} W for Slurm job {job_id}"
 
 
-def _check_range(watts: float, limits, config: dict, restoring: bool) -> None:
+def _require_job(config: dict, uid: int, index: int, job_id: str) -> None:
+    if caller_job_holding(config, uid, index) != job_id:
+        raise PowerError(f"Slurm job {job_id} no longer holds GPU {index} on this node", "nothing was changed")
+
+
+def _set_checked(device, uuid: str, watts: float) -> None:
+    device.set_power_limit_w(watts)
+    got = device.power_limits().current_w
+    if abs(got - watts) > TOLERANCE_W:
+        raise PowerError(f"GPU {uuid} reads {got:g} W after setting {watts:g} W")
+
+
+def _undo_if_job_ended(config, uid, index, job_id, device, authority, original: float) -> None:
+    """The job ended while its cap was being set: put the original back now, so that
+    no cap outlives its job (an epilog that gave up waiting for the lock missed it)."""
+    try:
+        _require_job(config, uid, index, job_id)
+        return
+    except PowerError:
+        pass
+    uuid = authority.uuids[0]
+    _set_checked(device, uuid, original)
+    authority.forget_original(uuid)
+    _job_record_path(uuid).unlink(missing_ok=True)
+    raise PowerError(f"Slurm job {job_id} ended while GPU {uuid} was being capped",
+                     f"its limit is back at {original:g} W")
+
+
+def _check_range(watts: float, limits, config: dict, original: float) -> None:
+    """The GPU's range; and, unless it puts back the limit from before any job's cap,
+    the site's allowed caps and that limit (an admin's node cap): a user never
+    raises a GPU above either, whatever the board's default."""
     if (limits.min_w is not None and watts < limits.min_w - TOLERANCE_W) or (
             limits.max_w is not None and watts > limits.max_w + TOLERANCE_W):
         raise PowerError(f"{watts:g} W is outside the GPU's range {limits.min_w:g}-{limits.max_w:g} W")
+    if abs(watts - original) <= TOLERANCE_W:
+        return
     allowed = config.get("allowed_cap_range_w")
-    if allowed and not restoring and not allowed[0] <= watts <= allowed[1]:
+    if allowed and not allowed[0] <= watts <= allowed[1]:
         raise PowerError(f"{watts:g} W is outside the site's allowed caps {allowed[0]:g}-{allowed[1]:g} W",
                          "pick a cap in that range")
+    if watts > original + TOLERANCE_W:
+        raise PowerError(f"{watts:g} W is above the GPU's limit before any job's cap ({original:g} W, "
+                         "set by the site)", f"pick a cap of at most {original:g} W")
 
 
 def restore_job(job_id: str, uid: int | None, config: dict) -> list[str]:
-    """Every limit set for this job back at its first holder's original."""
+    """Every limit set for this job back at its first holder's original, each read
+    and restored under its GPU's lock (a cap being set now lands first, or is refused).
+    A GPU that cannot be restored (lost) does not stop the others: PowerError after
+    them, naming it, its record kept for a later restore."""
     from hpcai.gpu import open_library
 
     if not re.fullmatch(r"[0-9]+(_[0-9]+)?", job_id):
         raise UsageError(f"{job_id!r} is not a Slurm job id")
+    recorded = _recorded_gpus()
+    for uuid in recorded:  # before anything changes: only root or the job's owner
+        record = read_private_json(_job_record_path(uuid)) or {}
+        if uid is not None and record.get("job_id") == job_id and record.get("uid") != uid:
+            raise PowerError(f"Slurm job {job_id} is not yours", "only root or the job's owner may restore it")
+    library = open_library("auto")
+    done, failures = [], []
+    try:
+        devices = {d.info().uuid: d for d in library.devices()} if library is not None else {}
+        # Every GPU of the node (a cap being set now has no record yet) and every
+        # recorded one (a lost GPU is not among the devices).
+        for uuid in sorted(set(devices) | set(recorded)):
+            try:
+                done += _restore_for_job(uuid, job_id, devices)
+            except HpcaiError as exc:
+                failures.append(exc.one_line())
+    finally:
+        if library is not None:
+            library.close()
+    if failures:
+        restored = f"{'; '.join(done)}; " if done else ""
+        raise PowerError(f"{restored}could not restore {'; '.join(failures)}",
+                         f"run `hpcai-power-helper restore --job {job_id}` again once the GPU is back "
+                         "(its record is kept)")
+    return done
+
+
+def _recorded_gpus() -> list[str]:
+    """The GPUs whose job record is in the node's authority folder."""
     if not LOCK_ROOT.is_dir():
         return []
-    records = []
-    for path in sorted(LOCK_ROOT.glob("gpu-*.job.json")):
-        record = read_private_json(path)
-        if record and record.get("job_id") == job_id:
-            if uid is not None and record.get("uid") != uid:
-                raise PowerError(f"Slurm job {job_id} is not yours", "only root or the job's owner may restore it")
-            records.append(path.name[len("gpu-"):-len(".job.json")])
-    if not records:
+    names = {p.name[len("gpu-"):-len(".job.json")] for p in LOCK_ROOT.glob("gpu-*.job.json")}
+    return sorted(n for n in names if _SAFE_UUID.match(n))
+
+
+def _restore_for_job(uuid: str, job_id: str, devices: dict) -> list[str]:
+    authority = _epilog_lock(uuid, job_id)
+    if authority is None:
         return []
-    library = open_library("auto")
-    done = []
     try:
-        for uuid in records:
-            device = _device_by_uuid(library, uuid)
-            with GpuAuthority([uuid], f"slurm-job-{job_id}-restore", wait_s=30.0, job_id=job_id) as authority:
-                original = read_private_json(LOCK_ROOT / f"gpu-{uuid}.original.json") or {}
-                want = original.get("limit_w")
-                if isinstance(want, (int, float)):
-                    device.set_power_limit_w(float(want))
-                    got = device.power_limits().current_w
-                    if abs(got - want) > TOLERANCE_W:
-                        raise PowerError(f"GPU {uuid} reads {got:g} W after restoring {want:g} W")
-                    authority.forget_original(uuid)
-                    done.append(f"GPU {uuid}: restored to {want:g} W")
-                _job_record_path(uuid).unlink(missing_ok=True)
+        record = read_private_json(_job_record_path(uuid))
+        if not record or record.get("job_id") != job_id:
+            return []
+        device = devices.get(uuid)
+        if device is None:
+            raise PowerError(f"GPU {uuid}: it is unreachable (lost, or gone from this node) and may still be capped")
+        original = read_private_json(LOCK_ROOT / f"gpu-{uuid}.original.json") or {}
+        want = original.get("limit_w")
+        line = []
+        if isinstance(want, (int, float)):
+            try:
+                _set_checked(device, uuid, float(want))
+            except HpcaiError as exc:  # e.g. lost now: name the GPU, its record stays
+                raise PowerError(f"GPU {uuid}: {exc.message}; it may still be capped") from None
+            authority.forget_original(uuid)
+            line = [f"GPU {uuid}: restored to {want:g} W"]
+        _job_record_path(uuid).unlink(missing_ok=True)
+        return line
     finally:
-        library.close()
-    return done
+        authority.__exit__(None, None, None)
+
+
+def _epilog_lock(uuid: str, job_id: str):
+    """The GPU's lock for the epilog; None where another run holds it whose GPU carries
+    no record of this job (a root run's hours-long hold must not stall the epilog)."""
+    from hpcai.launcher.power.authority import GpuBusyError
+
+    try:
+        return GpuAuthority([uuid], f"slurm-job-{job_id}-restore", job_id=job_id).__enter__()
+    except GpuBusyError:
+        holder = read_private_json(LOCK_ROOT / f"gpu-{uuid}.holder.json") or {}
+        record = read_private_json(_job_record_path(uuid)) or {}
+        if job_id not in (holder.get("job_id"), record.get("job_id")):
+            return None
+    # A cap for this job being set now: wait for it, then restore it.
+    return GpuAuthority([uuid], f"slurm-job-{job_id}-restore", wait_s=30.0, job_id=job_id).__enter__()
 
 
 # ---- the command ----------------------------------------------------------------------------

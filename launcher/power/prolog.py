@@ -129,7 +129,7 @@ def cap_job(device, job_id: str, owner: tuple[int, str], watts: float, config: d
             raise PowerError(f"GPU {uuid} is capped for Slurm job {other['job_id']} "
                              f"(user {other.get('user')})", "that job holds this GPU too; check its GRES")
         original = authority.original_w(uuid, limits.current_w)
-        helper._check_range(watts, limits, config, restoring=abs(watts - original) <= helper.TOLERANCE_W)
+        helper._check_range(watts, limits, config, original)
         device.set_power_limit_w(watts)
         got = device.power_limits().current_w
         if abs(got - watts) > helper.TOLERANCE_W:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import socket
+import time
 from pathlib import Path
 
 from hpcai.errors import (
@@ -31,6 +32,7 @@ from hpcai.signals import install_signal_handlers
 
 log = logging.getLogger(__name__)
 
+JOURNAL_POLL_S = 0.2
 RESTORE_HINT = "run `hpcai-launch power restore` (as root, or with the site's power command)"
 
 __all__ = ["CapSession", "check_cap_range", "install_signal_handlers", "restore_from_journal"]
@@ -115,6 +117,7 @@ class CapSession(RestoringSession):
         self.authority = None
         self.on_wait = on_wait  # on_wait(message): a run queued behind a holder says so
         self._asked: dict[int, list[float]] = {}  # every limit this run set, per GPU
+        self._queued: float | None = None  # when this run began to wait for a live run's journal
 
     # -- entry --------------------------------------------------------------------
     def __enter__(self) -> CapSession:
@@ -143,10 +146,14 @@ class CapSession(RestoringSession):
                 "changed_during_run_w": None,
             }
         # Uncapped too: GPUs a killed run left capped would make its label wrong.
-        self._refuse_stale_journal()
+        # With --wait-for-gpus, a live run's journal is not stale: queue behind it.
+        self._queued = time.monotonic() if self._journal_of_live_run() else None
+        if self._queued is None:
+            self._refuse_stale_journal()
         if self.cap_w is None:
             if self.hold and self.indices:
                 self._take_authority()
+                self._await_journal()
             else:
                 self._note_holders()
             return self
@@ -158,6 +165,7 @@ class CapSession(RestoringSession):
 
         self._take_authority()  # before anything changes: a held GPU is refused here
         try:
+            self._await_journal()
             # Read again under the lock: a run we waited for may have changed them since.
             limits = {i: self.backend.limits(i) for i in self.indices}
             for i in self.indices:
@@ -199,6 +207,35 @@ class CapSession(RestoringSession):
         except BaseException:
             self._release_authority()
             raise
+
+    def _journal_of_live_run(self) -> bool:
+        """A journal at our path whose run still lives (not this process), while this
+        run may wait (--wait-for-gpus) and will hold the GPUs' lock."""
+        if self.wait_s <= 0 or (self.cap_w is None and not self.hold) or not self.journal_path.exists():
+            return False
+        try:
+            record = load_journal(self.journal_path) or {}
+        except (ConfigError, PowerError):
+            return False
+        return pid_alive(record.get("pid"))
+
+    def _await_journal(self) -> None:
+        """Queued behind a live run of ours: wait (holding our GPUs' lock) until it has
+        removed its journal; then the usual check (a dead run's journal is refused)."""
+        if self._queued is None:
+            return
+        deadline = self._queued + self.wait_s
+        told = False
+        while self._journal_of_live_run() and time.monotonic() < deadline:
+            if not told:
+                told = True
+                (self.on_wait or log.warning)(f"the run that wrote {self.journal_path} is still running: "
+                                              f"waiting up to {self.wait_s:g} s for it")
+            time.sleep(JOURNAL_POLL_S)
+        if self._journal_of_live_run():
+            raise StaleJournalError(f"the run that wrote {self.journal_path} is still running after "
+                                    f"waiting {self.wait_s:g} s", "wait for it to end, or pass a longer --wait-for-gpus")
+        self._refuse_stale_journal()
 
     def _waiting(self, uuid: str, holder: str) -> None:
         message = f"GPU {uuid} is held by another run ({holder}): waiting up to {self.wait_s:g} s for it"
@@ -374,6 +411,8 @@ def check_journal_gpus(backend, record: dict, by_uuid: dict, path) -> None:
     for entry in record["gpus"]:
         uuid = entry.get("uuid")
         index = by_uuid.get(uuid) if uuid else int(entry["index"])  # no UUID: an old journal
+        if index is None and unreachable_gpus(backend):
+            continue  # perhaps that lost one: the others are restored, its entry kept
         if index is None or index not in by_uuid.values():
             raise PowerError(f"the power journal {path} names GPU {uuid or index!r}, which this node does not have",
                              "it does not belong to this node; check it and delete it")
@@ -383,6 +422,17 @@ def check_journal_gpus(backend, record: dict, by_uuid: dict, path) -> None:
                 lim.max_w is not None and want > lim.max_w + 1.0):
             raise PowerError(f"the power journal {path} asks for {want:g} W on GPU {uuid}, outside its range "
                              f"{_fmt(lim.min_w)}-{_fmt(lim.max_w)} W", "check it and delete it")
+
+
+def unreachable_gpus(backend) -> str:
+    """The node's GPUs its library counts but cannot open (lost, or another job's),
+    in a few words; "" when there are none."""
+    skipped = getattr(getattr(backend, "library", None), "inaccessible", None) or []
+    return "; ".join(f"GPU {g.get('index')}: {g.get('reason')}" for g in skipped)
+
+
+LOST_HINT = ("keep the journal: it still names the limit to put back; run `hpcai-launch power restore` "
+             "again once the GPU is back (after a reset or a reboot, when it holds its default again)")
 
 
 def restore_authority(backend, uuids: list):
@@ -445,7 +495,7 @@ def _restore_entries(backend, record: dict, by_uuid: dict, path, authority) -> d
         results.append(result)
         try:
             if index is None:
-                raise PowerError(f"no visible GPU has UUID {uuid}")
+                raise PowerError(f"it is unreachable ({unreachable_gpus(backend)}) and may still be capped")
             if authority is not None and uuid:  # the node-wide record knows the first holder's limit
                 want = float((original_of_held(authority, uuid) or {}).get("limit_w", want))
                 result["limit_w"] = want
@@ -462,7 +512,8 @@ def _restore_entries(backend, record: dict, by_uuid: dict, path, authority) -> d
             failures.append(f"GPU {entry['index']} ({uuid}): {exc.one_line()}")
     summary = {"journal": str(path), "found": True, "gpus": results}
     if failures:
-        error = PowerError(f"could not restore power limits from {path}: {'; '.join(failures)}", RESTORE_HINT)
+        hint = LOST_HINT if any(r["index"] is None for r in results) else RESTORE_HINT
+        error = PowerError(f"could not restore power limits from {path}: {'; '.join(failures)}", hint)
         error.result = dict(summary, message=error.message)
         raise error
     remove_journal(path)

@@ -179,6 +179,11 @@ def _dev(handle: _Handle, feature: str | None = None) -> dict:
     if not isinstance(handle, _Handle) or handle.index >= len(devices):
         raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
     dev = devices[handle.index]
+    # A GPU lost after its handle was taken: every call on it returns
+    # NVML_ERROR_GPU_IS_LOST ("if the target GPU has fallen off the bus or is
+    # otherwise inaccessible", the Return values of each nvmlDevice* query and set).
+    if dev.get("inaccessible") == "gpu_is_lost":
+        raise NVMLError(NVML_ERROR_GPU_IS_LOST)
     if feature and feature in dev.get("not_supported", []):
         raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
     if feature and feature in dev.get("errors", {}):

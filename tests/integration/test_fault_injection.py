@@ -13,6 +13,18 @@ PyTorch on the CPU, is hit 20 times at a random moment by one of:
 - stall: one workload rank is SIGSTOP'ed (hung: in a session of its own, deaf
   to all but SIGKILL) under a short --stall-timeout-s (issue 25): the launcher
   must end by itself, with every rank gone the moment it exits.
+- lockdir: the node's lock files for the sweep's GPUs are removed while it holds
+  them (issue 40; what `rm -rf /run/hpcai` does to them: the folder itself is
+  shared with every other test on this machine), then a second launcher comes
+  as in `concurrent`: it must be refused naming the holder, never cap alongside.
+- jobend: hpcai-power-helper caps a GPU of a Slurm job (tests/helper_child.py;
+  the job's state is the stubbed answer of Slurm) while the job ends at a random
+  moment and the epilog's `restore --job` runs: no cap and no record may outlive
+  the job.
+- epilog_lost: a job's two GPUs capped through the helper, one lost (the FAKE
+  NVML's GPU_IS_LOST) at a random moment of the epilog: the healthy one must be
+  restored; the lost one, if missed, reported in one line with its record kept,
+  and restored by the epilog run again once it is back.
 
 After each, as an operator would, `power restore` where a launcher was
 killed (retried while the workload still stops), and the invariants:
@@ -31,6 +43,7 @@ import os
 import random
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -42,7 +55,10 @@ from disks import small_disk
 pytestmark = pytest.mark.slow
 ROUNDS = int(os.environ.get("HPCAI_FAULT_ROUNDS") or 20)  # fewer only to try a change quickly
 # HPCAI_FAULT_KINDS=stall: only those faults (a shorter loop to check one kind).
-KINDS = tuple((os.environ.get("HPCAI_FAULT_KINDS") or "launcher,rank,disk,concurrent,stall").split(","))
+KINDS = tuple((os.environ.get("HPCAI_FAULT_KINDS")
+               or "launcher,rank,disk,concurrent,stall,lockdir,jobend,epilog_lost").split(","))
+HELPER_KINDS = ("jobend", "epilog_lost")  # hpcai-power-helper's rounds: no sweep
+HELPER_CHILD = Path(__file__).resolve().parents[1] / "helper_child.py"
 CAPS = ("300", "400")
 # Stall rounds: the watchdog's timeout. The clock starts with the workload, so a
 # loaded machine's slow start-up may end a stalled round's run before its first
@@ -77,6 +93,94 @@ def second_launcher(node, tmp_path: Path, round_: int, site: Path, first) -> lis
     if other_state.exists() and list(other_state.glob("*.json")):
         problems.append(f"the second launcher left a journal: {list(other_state.glob('*.json'))}")
     return problems
+
+
+def remove_lock_files(node) -> None:
+    """What removing the lock folder does to this node's GPUs' files."""
+    for device in node.devices():
+        for leftover in Path("/run/hpcai").glob(f"gpu-{device['uuid']}.*"):
+            leftover.unlink(missing_ok=True)
+
+
+def helper_run(env: dict, *args: str, wait: bool = True):
+    command = [sys.executable, str(HELPER_CHILD), *args]
+    if wait:
+        return subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def helper_round(kind: str, tmp_path: Path, round_: int, rng: random.Random, node) -> list[str]:
+    """A job's caps set through the helper while the job ends (jobend), or its epilog
+    with a GPU lost (epilog_lost), on a fake node of their own. The violations."""
+    from fakes import fake_gpu_state as fgs
+
+    state = tmp_path / f"helper-gpus-{round_:02d}.json"
+    fgs.write_state(state, fgs.make_devices(2, "nvidia"))
+    uuids = [d["uuid"] for d in fgs.read_state(state)["devices"]]
+    job = tmp_path / f"job-{round_:02d}"
+    job.write_text("RUNNING")
+    env = dict(node.env, HPCAI_FAKE_GPU_STATE=str(state))
+    try:
+        if kind == "jobend":
+            return _job_ends_while_capping(env, state, uuids, job, rng)
+        return _gpu_lost_in_epilog(env, state, uuids, job, rng)
+    finally:
+        for uuid in uuids:
+            for leftover in Path("/run/hpcai").glob(f"gpu-{uuid}.*"):
+                leftover.unlink(missing_ok=True)
+
+
+def _helper_left(state: Path, uuids: list[str]) -> list[str]:
+    from fakes import fake_gpu_state as fgs
+
+    problems = []
+    limits = [d["current_limit_w"] for d in fgs.read_state(state)["devices"]]
+    if limits != [700.0] * len(uuids):
+        problems.append(f"limits {limits} outlived the job")
+    problems += [f"a job record outlived the job: {p}" for u in uuids for p in Path("/run/hpcai").glob(f"gpu-{u}.job.json")]
+    return problems
+
+
+def _job_ends_while_capping(env, state, uuids, job, rng) -> list[str]:
+    setter = helper_run(env, "set", uuids[0], "300", str(job), f"{rng.uniform(0.0, 2.5):.2f}", wait=False)
+    time.sleep(rng.uniform(0.0, 3.0))  # the helper's start-up is about a second: before, during, after
+    job.write_text("COMPLETING")  # Slurm: the job ends, its epilog starts
+    epilog = helper_run(env, "restore")
+    _, err = setter.communicate(timeout=120)
+    problems = [f"{what} printed a traceback: {text}" for what, text in (("the set", err), ("the epilog", epilog.stderr))
+                if "Traceback" in text]
+    if epilog.returncode != 0:
+        problems.append(f"the epilog failed: {epilog.stderr}")
+    return problems + _helper_left(state, uuids)
+
+
+def _gpu_lost_in_epilog(env, state, uuids, job, rng) -> list[str]:
+    from fakes import fake_gpu_state as fgs
+
+    for uuid, watts in zip(uuids, ("300", "350")):
+        done = helper_run(env, "set", uuid, watts, str(job))
+        if done.returncode != 0:
+            return [f"the helper could not cap {uuid}: {done.stderr}"]
+    job.write_text("COMPLETING")
+    epilog = helper_run(env, "restore", wait=False)
+    time.sleep(rng.uniform(0.0, 1.5))
+    fgs.update_device(state, 0, inaccessible="gpu_is_lost")
+    out, err = epilog.communicate(timeout=120)
+    problems = []
+    limits = [d["current_limit_w"] for d in fgs.read_state(state)["devices"]]
+    if limits[1] != 700.0:
+        problems.append(f"the epilog left the healthy GPU at {limits[1]} W ({err.strip()})")
+    if epilog.returncode != 0:
+        lines = err.strip().splitlines()
+        if len(lines) != 1 or "could not restore" not in lines[0] or f"GPU {uuids[0]}: " not in lines[0]:
+            problems.append(f"the epilog failed without one line naming the lost GPU: {err}")
+        if not (Path("/run/hpcai") / f"gpu-{uuids[0]}.job.json").exists():
+            problems.append("the lost GPU's record was not kept")
+    fgs.update_device(state, 0, inaccessible=None)  # the GPU is back: the epilog again
+    again = helper_run(env, "restore")
+    if again.returncode != 0:
+        problems.append(f"the epilog run again failed: {again.stderr}")
+    return problems + _helper_left(state, uuids)
 
 
 def workload_processes(marker: bytes) -> list[int]:
@@ -169,6 +273,12 @@ def test_twenty_random_faults_leave_every_invariant_intact(fake_nvidia_node, tmp
               flush=True)
         for round_ in range(ROUNDS):
             kind = rng.choice(KINDS)
+            if kind in HELPER_KINDS:
+                where = f"round {round_} ({kind}, seed {seed})"
+                violations += [f"{where}: {v}" for v in helper_round(kind, tmp_path, round_, rng, node)]
+                injected[kind] += 1
+                print(f"{where}: injected", flush=True)
+                continue
             nproc = 2 if kind in ("rank", "stall") else 1  # torchrun where a rank is the target
             delay = rng.uniform(0.5, 10.0)
             results = tmp_path / "disk" / f"round-{round_:02d}"
@@ -194,8 +304,10 @@ def test_twenty_random_faults_leave_every_invariant_intact(fake_nvidia_node, tmp
             elif kind == "disk" and proc.poll() is None:
                 fill(tmp_path / "disk", mounted)
                 hit = True
-            elif kind == "concurrent" and proc.poll() is None:
+            elif kind in ("concurrent", "lockdir") and proc.poll() is None:
                 hit = True
+                if kind == "lockdir":
+                    remove_lock_files(node)
                 violations += [f"{where}: {v}" for v in second_launcher(node, tmp_path, round_, site, proc)]
             limit_s = 240 + (STALL_TIMEOUT_S if kind == "stall" else 0)
             try:
