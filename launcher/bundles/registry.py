@@ -11,6 +11,7 @@ from pathlib import Path
 from hpcai.errors import UsageError
 from hpcai.launcher.bundles.bundle import ENVELOPE_FILE, pack, unpack
 from hpcai.launcher.bundles.files import read_regular
+from hpcai.install import install_hint
 
 SCHEME = "oras://"
 ARTIFACT_TYPE = "application/vnd.hpcai.result-bundle.v1"
@@ -38,7 +39,7 @@ def _client(https: bool):
         import oras.client
     except ImportError:
         raise UsageError("the ORAS Python client (`oras`) is not installed",
-                         "pip install 'hpcai[results]'") from None
+                         install_hint('results')) from None
     return oras.client.OrasClient(insecure=not https)
 
 

@@ -18,6 +18,7 @@ import click
 from hpcai.launcher.fleet.analysis import Settings, analyse, outliers
 from hpcai.launcher.fleet.campaign import safe_dir
 from hpcai.launcher.fleet.metrics import METRICS
+from hpcai.install import install_hint
 
 
 def build(campaigns: list[str], output: str | None, as_json: bool, settings: Settings,
@@ -70,7 +71,7 @@ def write(folder: Path, doc: dict) -> None:
 
         plots = make_plots(folder / "plots", doc)
     except ImportError:
-        click.echo("note: matplotlib is not installed: no plots (pip install 'hpcai[report]')",
+        click.echo(f"note: matplotlib is not installed: no plots ({install_hint('report')})",
                    err=True)
     (folder / "fleet.md").write_text(markdown(doc, [p.relative_to(folder) for p in plots]))
 
