@@ -13,7 +13,7 @@ from hpcai.launcher.report.efficiency import Analysis, edp_per_unit, fixed_work
 from hpcai.launcher.report.long_tables import LongRows, split_columns, text_column
 from hpcai.launcher.report.load import Run, shown_path
 from hpcai.launcher.report.points import RefPoint, workload_key
-from hpcai.launcher.report.stats import Cell, cap_label, cap_sort_key, group_of, with_series
+from hpcai.launcher.report.stats import Cell, cap_label, cap_sort_key, group_of, origin, with_series
 
 NOISY_MARK = "†"
 UNIT_TITLES = {"images/s": "Vision workloads (images/s per GPU)",
@@ -84,12 +84,16 @@ FAILED_NOTE = (f"{FAILED_MARK} name: a run at this cap failed that validity chec
                "check FILE shows it) and is not in the figure; see \"Runs not included\".")
 
 
-def failed_checks_by_cell(runs: list[Run] | None) -> dict[tuple, list[str]]:
-    """(group without series, cap) -> names of the validity checks its left-out runs failed."""
+def failed_checks_by_cell(runs: list[Run] | None, cells: list[Cell]) -> dict[tuple, list[str]]:
+    """(row's group, cap) -> names of the validity checks its left-out runs failed. A
+    left-out run's row is its origin's (its sweep's run set: stats._series), never every
+    run set of its configuration; an origin with no usable run keeps the row without one."""
+    rows = {(with_series(c.group, ""), origin(r)): c.group for c in cells for r in c.runs}
     found: dict[tuple, list[str]] = {}
     for run in runs or []:
         if run.failed_checks and not run.usable and run.cap_read:
-            names = found.setdefault((group_of(run), run.cap_w), [])
+            group = group_of(run)
+            names = found.setdefault((rows.get((group, origin(run)), group), run.cap_w), [])
             names += [n for n in run.failed_checks if n not in names]
     return found
 
@@ -133,7 +137,7 @@ def throughput_tables(cells: list[Cell], analyses: list[Analysis],
     tables = []
     best = {a.group: a.best for a in analyses}
     sites = _with_site(cells)
-    failed = failed_checks_by_cell(runs)
+    failed = failed_checks_by_cell(runs, cells)
     origins = _origin_column(cells, runs)
     # With no results of ours, the reference's tables alone.
     units = sorted(({c.group.unit for c in cells} | {g.unit for g, _ in failed})
@@ -161,7 +165,7 @@ def throughput_tables(cells: list[Cell], analyses: list[Analysis],
                 cell = by_cap.get(cap)
                 tcell = (_value_cell(cell.throughput, enforced=cell.enforced, noisy=cell.noisy,
                                      best=cell is best.get(group)) if cell else _t("–"))
-                row.append(_mark_failed(tcell, failed.get((with_series(group, ""), cap))))
+                row.append(_mark_failed(tcell, failed.get((group, cap))))
             if refs:
                 _beside_the_paper(row[2:], group, [by_cap.get(cap) for cap in caps], caps, refs,
                                   why_not)
@@ -237,7 +241,7 @@ def efficiency_tables(cells: list[Cell], analyses: list[Analysis], overhead_note
                       runs: list[Run] | None = None) -> list[Table]:
     """The same layout, work per joule with the node overhead; the best cap marked."""
     tables = []
-    failed = failed_checks_by_cell(runs)
+    failed = failed_checks_by_cell(runs, cells)
     best = {a.group: a.best for a in analyses}
     sites = _with_site(cells)
     origins = _origin_column(cells, runs)
@@ -257,7 +261,7 @@ def efficiency_tables(cells: list[Cell], analyses: list[Analysis], overhead_note
                 tcell = (_value_cell(cell.efficiency.mean, enforced=cell.enforced,
                                      noisy=cell.noisy, best=cell is best.get(group))
                          if cell else _t("–"))
-                row.append(_mark_failed(tcell, failed.get((with_series(group, ""), cap))))
+                row.append(_mark_failed(tcell, failed.get((group, cap))))
             if origins:
                 row.append(_t(cell_origins.row_text(list(by_cap.values()))))
             rows.append(row)
