@@ -116,6 +116,7 @@ def markdown(doc: dict, plots: list[Path]) -> str:
              f"Caps: {', '.join(f'{c:g} W' for c in doc['caps_w'])}. Outlier: |robust z| > "
              f"{doc['settings']['threshold']:g} (Iglewicz-Hoaglin), scale at least "
              f"{doc['settings']['min_spread']:.1%} of the median.", "",
+             *[f"Note: {line}." for line in doc.get("small_sets") or []], "",
              "## GPUs that did not pass", ""]
     rows = outliers(doc)
     for node in doc.get("nodes_not_measured") or []:
@@ -167,6 +168,8 @@ def print_summary(doc: dict, output: str | None) -> None:
         if tp and tp["robust_cv"] is not None:
             click.echo(f"  spread at {cap} W: throughput robust CV {tp['robust_cv']:.2%} "
                        f"over {tp['n']} GPU(s)")
+    for line in doc.get("small_sets") or []:
+        click.echo(f"  note: {line}")
     if output:
         click.echo(f"report: {Path(output) / 'fleet.md'} (CSV for ticketing: "
                    f"{Path(output) / 'outliers.csv'})")
