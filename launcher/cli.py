@@ -312,8 +312,10 @@ def _run_options() -> list:
     click.option("--image", type=click.Path(dir_okay=False),
                  help="apptainer: this SIF instead of the images folder's"),
     click.option("--dry-run", is_flag=True,
-                 help="print the run spec and command (with --slurm: the batch script); "
-                      "run nothing"),
+                 help="print the plan: runs, caps, order, the wall time the protocol allows, the "
+                      "command (with --slurm: the batch script); run nothing"),
+    click.option("--json", "json_plan", is_flag=True,
+                 help="with --dry-run: the plan as JSON (the run spec, or the sweep's runs)"),
     ]
 
 
@@ -348,6 +350,8 @@ def _check_combinations(v: dict, batch) -> None:
     if batch is not None and any(c is not None and len(c) > 1 for c in (v["sm_clocks"], v["mem_clocks"])):
         raise click.UsageError("clock sweeps are not submitted to Slurm yet: give one "
                                "--sm-clock/--mem-clock per job")
+    if v["json_plan"] and not v["dry_run"]:
+        raise click.UsageError("--json goes with --dry-run (the plan as JSON): add --dry-run, or drop --json")
     low, high = v["min_window_s"], v["max_window_s"]
     if low is not None and high is not None and high < low:
         raise click.UsageError(f"--max-window-s {high:g} is shorter than "
@@ -361,7 +365,7 @@ _COMMAND_PARAMS = (
     "preset", "impl", "caps", "sm_clocks", "mem_clocks", "repeat", "seed", "order", "idle_s",
     "power_method", "site", "device", "gpus", "nproc", "batch_size", "epochs", "warmup_epochs",
     "steps_per_epoch", "precision", "channels_last", "compile_", "sample_interval_ms",
-    "no_telemetry", "output", "journal", "runtime", "image", "dry_run", "slurm", "nodes",
+    "no_telemetry", "output", "journal", "runtime", "image", "dry_run", "json_plan", "slurm", "nodes",
     "partition", "account", "time_limit", "array", "slurm_options", "vary", "scaling", "in_run",
     "ci_target", "min_window_s", "max_window_s", "wait_for_gpus", "stall_timeout_s")
 
@@ -379,7 +383,8 @@ def _run_options_of(workload, v: dict, extra: dict, axes, batch):
         caps=(caps or [None]) if sweep else None, repeat=v["repeat"], seed=v["seed"],
         order=v["order"], idle_s=v["idle_s"], power_method=v["power_method"], site=v["site"],
         device=v["device"], gpus=v["gpus"], nproc=v["nproc"], output=v["output"],
-        dry_run=v["dry_run"], telemetry=not v["no_telemetry"], journal=v["journal"],
+        dry_run=v["dry_run"], dry_run_json=v["json_plan"], telemetry=not v["no_telemetry"],
+        journal=v["journal"],
         runtime=v["runtime"], image=v["image"], slurm=batch, vary=axes or None,
         scaling=v["scaling"],
         sm_clock_mhz=sm_clocks[0] if sm_clocks and len(sm_clocks) == 1 else None,

@@ -3,7 +3,6 @@ its result finished and summarised."""
 from __future__ import annotations
 
 import json
-import shlex
 from pathlib import Path
 
 from hpcai.errors import WorkloadError
@@ -27,8 +26,9 @@ def run_single(opts: Options, placement: dict | None = None, run_id: str | None 
     clocks = clock_request(opts)
     check_limits(run, [opts.cap_w], [(clocks["sm_mhz"], clocks["mem_mhz"])] if clocks else [])
     if opts.dry_run:
-        print(json.dumps(spec.to_json(), indent=2))
-        print("command: " + shlex.join(run.command))
+        from hpcai.launcher.dry_run import print_run
+
+        print_run(spec, run.command, opts.dry_run_json)
         return 0
     preflight(run, Path(spec.output_dir).parent)
     return execute(run)

@@ -206,7 +206,7 @@ def test_a_single_run_with_a_ci_target_settles_and_measures_adaptively(fake_nvid
     assert window["blocks"] == result["protocol"]["measured_epochs_completed"]
     assert result["measurement"]["settle"]["stopped"] in ("settled", "max_settle")
     # Without --ci-target a single run keeps the preset's fixed epochs.
-    plain = node.launch(*TINY, "--cap", "300", "--dry-run", "-o", str(node.results))
+    plain = node.launch(*TINY, "--cap", "300", "--dry-run", "--json", "-o", str(node.results))
     assert plain.returncode == 0 and '"ci_target"' not in plain.stdout
 
 
