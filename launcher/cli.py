@@ -429,9 +429,17 @@ def _run_workload(workload, values: dict):
 
 def _workload_decorators(workload) -> list:
     """Every option of `hpcai-launch WORKLOAD` (`exec` builds on them too)."""
-    return [*_choice_options(workload), *_sweep_options(workload), *_window_and_power_options(),
-            *_run_options(), *_slurm_decorators(),
-            *(_workload_option(o) for o in workload.options), *data_options(workload)]
+    return [d for _, group in _workload_option_groups(workload) for d in group]
+
+
+def _workload_option_groups(workload) -> list[tuple[str, list]]:
+    """The options by the section of --help they are listed under."""
+    return [("Preset and implementation", _choice_options(workload)),
+            ("Caps, clocks and sweeps", _sweep_options(workload)),
+            ("Measurement window and power", _window_and_power_options()),
+            ("Run", _run_options()), ("Slurm", _slurm_decorators()),
+            (f"{workload.name}'s own settings", [_workload_option(o) for o in workload.options]),
+            ("Data from storage", data_options(workload))]
 
 
 def _workload_command(workload):
@@ -440,12 +448,16 @@ def _workload_command(workload):
     def command(**values):
         return _run_workload(workload, values)
 
-    decorators = _workload_decorators(workload)
-    for decorate in reversed(decorators):
+    from hpcai.launcher.help_sections import SectionedCommand, section_names
+
+    groups = _workload_option_groups(workload)
+    for decorate in reversed([d for _, group in groups for d in group]):
         command = decorate(command)
     help_text = (f"{workload.summary}.\n\nPresets: " + ", ".join(
         f"{p.name} ({p.kind_label()})" for p in workload.presets.values()) + ".")
-    return main.command(name=workload.name, help=help_text)(command)
+    made = main.command(name=workload.name, help=help_text, cls=SectionedCommand)(command)
+    made.sections = [(title, section_names(group)) for title, group in groups]
+    return made
 
 
 for _w in WORKLOADS.values():
