@@ -45,7 +45,7 @@ def execute(run: RunPlan) -> int:
         proc.attach()
         devices = spec.devices
         log(f"run {spec.run_id}: {spec.workload} preset {spec.preset} on "
-            f"{devices.nproc} {'GPU' if devices.type == 'cuda' else 'CPU process'}(es); "
+            f"{devices.nproc} {'GPU(s)' if devices.type == 'cuda' else 'CPU process(es)'}; "
             f"results in {run_dir}")
         proc.run()  # a signal from here on marks the `running` result interrupted
         # Before the limits come back: what was in force when the workload ended.

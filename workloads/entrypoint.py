@@ -296,8 +296,8 @@ class Run:
         head = f"epoch {epoch.index + 1} ({status})" if status else f"epoch {epoch.index + 1}/{total} ({kind})"
         line = f"{head}: {epoch.throughput:.1f} {self._unit()}/s per process"
         power = self._epoch_power(epoch)
-        if power is not None:
-            line += f", power {power:.0f} W"
+        if power is not None:  # the sources' sum (every GPU measured on this node), not per process
+            line += f", power {power:.0f} W on this node's measured GPUs"
         if epoch.loss is not None:
             line += f", loss {epoch.loss:.3f}"
         log(line)

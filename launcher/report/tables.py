@@ -369,6 +369,16 @@ def _group_labels(cells: list[Cell], sites: bool) -> tuple[list[str], list[str]]
     return list(workloads), list(devices)
 
 
+def _interval_text(cell: Cell, n: int, half: float | None) -> str:
+    """"± 12.3 (n = 5 epochs)"; an interval that reaches below zero (two epochs: t = 12.7)
+    says nothing a throughput can be, so it says there are too few instead."""
+    if half is None:
+        return "–"
+    if cell.throughput is not None and cell.throughput - half < 0:
+        return f"too few {cell.basis} for an interval (n = {n})"
+    return f"± {fmt(half)} (n = {n} {cell.basis})"
+
+
 def stats_table(cells: list[Cell]) -> Table:
     sites = _with_site(cells)
     header = ["Workload", "GPU", "Cap", "Enforced", "Repeats", "Epochs", "Throughput per GPU",
@@ -388,8 +398,7 @@ def stats_table(cells: list[Cell]) -> Table:
         text_column([enforced[c.enforced] for c in cells]),
         text_column([str(c.repeats.n) for c in cells]), text_column([str(c.epochs.n) for c in cells]),
         _number_column([c.throughput for c in cells]),
-        ([f"± {fmt(h)} (n = {s.n} {c.basis})" if h is not None else "–"
-          for c, s, h in zip(cells, spreads, half)], half),
+        ([_interval_text(c, s.n, h) for c, s, h in zip(cells, spreads, half)], half),
         ([f"{v:.1%}" if v is not None else "–" for v in cv], cv),
         text_column(["yes" if c.noise else "no" for c in cells]),
         _number_column(per_gpu_w), _number_column(power),

@@ -1,0 +1,38 @@
+"""Labels that said something else than they meant (issue 41, item 12): the settle
+phase past its limit, a 95% interval below zero at n = 2, and the "Does the cap
+bind?" rows without the site where several sites meet."""
+from __future__ import annotations
+
+from hpcai.launcher.report import tables as T
+from hpcai.launcher.report.binding_table import binding_table
+from hpcai.launcher.report.efficiency import analyse
+from hpcai.launcher.report.load import load_results
+from hpcai.launcher.report.stats import aggregate
+from hpcai.workloads.inrun import _settling
+from report_docs import make_result, write_result
+
+
+def test_the_settle_line_says_why_it_runs_past_its_limit():
+    assert _settling(2.5, 3.0) == "settling 2.5 s of at most 3 s"
+    assert _settling(49.7, 3.0) == "settling 49.7 s: past its 3 s limit, ends with this epoch"
+
+
+def _cells(tmp_path, docs):
+    for doc in docs:
+        write_result(tmp_path, doc)
+    return aggregate(load_results([tmp_path])[0], None, 0.05)
+
+
+def test_an_interval_below_zero_is_too_few_epochs(tmp_path):
+    cells = _cells(tmp_path, [make_result(cap_w=300.0, epochs=[1000.0, 200.0]),
+                              make_result(cap_w=400.0, gpu="NVIDIA H200", epochs=[1000.0, 990.0, 1010.0])])
+    table = T.stats_table(cells)
+    ci = {row[1].text: row[7].text for row in table.rows}
+    assert ci["H100 ×4"] == "too few epochs for an interval (n = 2)"
+    assert ci["H200 ×4"].startswith("± ") and ci["H200 ×4"].endswith("(n = 3 epochs)")
+
+
+def test_the_binding_rows_name_the_site_where_several_meet(tmp_path):
+    cells = _cells(tmp_path, [make_result(cap_w=300.0, site="alpha"), make_result(cap_w=300.0, site="beta")])
+    table = binding_table(analyse(cells, 0.10))
+    assert sorted(row[1].text for row in table.rows) == ["H100 ×4 @ alpha", "H100 ×4 @ beta"]
