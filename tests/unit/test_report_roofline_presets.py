@@ -2,7 +2,6 @@
 `tiny` run were one row, the mean throughput of both times the `short` run's FLOPs,
 and the paper's rows took the FLOPs of whichever run was read first). Every figure
 below is checked against a computation by hand."""
-import numpy as np
 import pytest
 
 from hpcai.launcher.report import roofline
@@ -72,12 +71,9 @@ def test_correlations_are_per_preset(mixed):
     corrs = {(c.source, c.config, c.measure, c.figure): c for c in roofline.correlations(roofline.collect(mixed, None))
              if c.cap_w == 700.0}
     tiny = corrs[("ours", "tiny", "throughput per GPU", "memory bandwidth (TB/s)")]
-    # tiny on three devices: H100 400 (mean of 300, 500), H200 700, MI300X 450 against
-    # 3.35, 4.8 and 5.3 TB/s (device table).
-    assert tiny.n == 3
-    assert tiny.pearson == pytest.approx(np.corrcoef([3.35, 4.8, 5.3], [400.0, 700.0, 450.0])[0, 1])
-    # Spearman: ranks of bandwidth 1, 2, 3 against throughput 1, 3, 2.
-    assert tiny.spearman == pytest.approx(np.corrcoef([1, 2, 3], [1, 3, 2])[0, 1])
+    # tiny on three devices: H100 400 (mean of 300, 500), H200 700, MI300X 450: counted per
+    # device model, and too few models for a coefficient (issue 41: at n = 3 it is noise).
+    assert tiny.n == 3 and tiny.pearson is None and tiny.spearman is None
     # paper and short ran on the H100 only: one device, no coefficients.
     assert corrs[("ours", "paper", "throughput per GPU", "memory bandwidth (TB/s)")].n == 1
     assert corrs[("ours", "paper", "throughput per GPU", "memory bandwidth (TB/s)")].pearson is None
