@@ -19,6 +19,7 @@ achieved TFLOP/s, and a note says why.
 """
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from dataclasses import dataclass
@@ -110,10 +111,33 @@ def configurations(runs: list[Run]) -> dict[int, str]:
             else f"{r.preset}, {r.flops_per_unit / 1e9:.5g} GFLOP/{r.work_unit.rstrip('s')}" for r in runs}
 
 
-def paper_flops(runs: list[Run]) -> dict[str, tuple[float | None, float | None, str]]:
+@functools.lru_cache(maxsize=None)
+def model_flops(key: str) -> tuple[float | None, float | None, str]:
+    """(FLOPs, bytes per unit, basis) of the paper preset from the workload's FLOP model,
+    counted on PyTorch's meta device (not taken from a run); (None, None, why not) for a
+    workload whose engine counts at run time only, or without its framework here."""
+    from hpcai.workloads.catalog import WORKLOADS
+
+    workload = next((w for name, w in WORKLOADS.items() if workload_key(name) == key), None)
+    if workload is None or "paper" not in workload.presets:
+        return None, None, "no `paper` preset of this workload in the catalog"
+    impl = workload.impls[workload.default_impl]
+    if impl.flop_model is None:
+        return None, None, "its engine counts FLOPs at run time only: no run of `--preset paper` to count them"
+    try:
+        counted = impl.flops(dict(workload.presets["paper"].params))
+    except ImportError as exc:
+        return None, None, f"its FLOP model needs {exc.name or 'its framework'}, which is not installed here"
+    flops = next((v for k, v in counted.items() if k.startswith("train_per_")), None)
+    moved = next((v for k, v in counted.items() if k.startswith("train_bytes_per_")), None)
+    return flops, moved, "the workload's FLOP model for the `paper` preset (computed, not a run)"
+
+
+def paper_flops(runs: list[Run], reference_keys=()) -> dict[str, tuple[float | None, float | None, str]]:
     """workload key -> (FLOPs, bytes per unit, where they come from) of the paper's
-    configuration: our runs of the `paper` preset, comparable ones first. Several
-    counts among them (an overridden input size) leave the FLOPs unknown."""
+    configuration: our runs of the `paper` preset, comparable ones first; for a workload
+    of reference_keys that none ran, its FLOP model's count. Several counts among our
+    runs (an overridden input size) leave the FLOPs unknown."""
     out: dict[str, tuple[float | None, float | None, str]] = {}
     by_workload: dict[str, list[Run]] = {}
     for r in runs:
@@ -128,6 +152,8 @@ def paper_flops(runs: list[Run]) -> dict[str, tuple[float | None, float | None, 
             continue
         flops, moved = counts.pop()
         out[key] = (flops, moved, "a comparable `paper` run" if comparable else "a `paper` preset run")
+    for key in sorted(set(reference_keys) - set(out)):
+        out[key] = model_flops(key)
     return out
 
 
@@ -148,7 +174,7 @@ def collect(runs: list[Run], reference: list[RefPoint] | None) -> list[Point]:
                             statistics.fmean(r.per_gpu for r in rs),
                             statistics.fmean(joules) if joules else None,
                             devices.peak_precision(precision), rs[0].flops_per_unit, rs[0].bytes_per_unit))
-    counted = paper_flops(usable)
+    counted = paper_flops(usable, {workload_key(p.workload) for p in reference or []})
     for p in reference or []:
         flops, moved, _ = counted.get(workload_key(p.workload), (None, None, ""))
         points.append(Point("paper", p.workload, "paper", p.unit, f"{p.gpu} (paper)",
@@ -159,7 +185,7 @@ def collect(runs: list[Run], reference: list[RefPoint] | None) -> list[Point]:
 
 def paper_flops_notes(runs: list[Run], reference: list[RefPoint]) -> list[str]:
     """Where the paper's rows took their FLOPs per unit from, or why they have none."""
-    counted = paper_flops([r for r in runs if r.usable])
+    counted = paper_flops([r for r in runs if r.usable], {workload_key(p.workload) for p in reference})
     notes = []
     for workload in sorted({p.workload for p in reference}):
         flops, _, basis = counted.get(workload_key(workload), (None, None, ""))
