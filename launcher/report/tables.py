@@ -289,15 +289,15 @@ def recommendation_table(analyses: list[Analysis], max_slowdown: float,
             unranked.append(f"{a.group.workload_label()} on {a.group.device_label(sites)}")
             continue
         fastest, rec = a.fastest, a.recommended
-        row.append(_t(f"{a.best.cap_label} ({fmt(a.best.efficiency.mean)} "
-                      f"{_work(a)}/J)"))
-        row.append(_t(f"{fastest.cap_label} ({fmt(fastest.throughput)} {a.group.unit})"))
-        row.append(_t(rec.cap_label))
+        # The cells' values are what recommendations.csv holds: caps in W, shares as fractions.
+        row.append(TCell(f"{a.best.cap_label} ({fmt(a.best.efficiency.mean)} {_work(a)}/J)", a.best.cap_w))
+        row.append(TCell(f"{fastest.cap_label} ({fmt(fastest.throughput)} {a.group.unit})", fastest.cap_w))
+        row.append(TCell(rec.cap_label, rec.cap_w))
         cost = 1 - rec.throughput / fastest.throughput if fastest.throughput else None
         saved = 1 - fastest.efficiency.mean / rec.efficiency.mean if rec.efficiency.mean else None
-        row.append(_t(f"{cost:.1%}" if cost is not None else "–"))
-        row.append(_t(f"{saved:.1%}" if saved is not None else "–"))
-        row.append(_t(a.min_edp.cap_label if a.min_edp else "–"))
+        row.append(TCell(f"{cost:.1%}" if cost is not None else "–", cost))
+        row.append(TCell(f"{saved:.1%}" if saved is not None else "–", saved))
+        row.append(TCell(a.min_edp.cap_label, a.min_edp.cap_w) if a.min_edp else _t("–"))
         row.append(_t(", ".join(c.cap_label for c in a.pareto)))
         rows.append(row)
     notes = [("Throughput cost and energy saved compare the recommended cap with the fastest "

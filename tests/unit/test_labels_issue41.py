@@ -36,3 +36,22 @@ def test_the_binding_rows_name_the_site_where_several_meet(tmp_path):
     cells = _cells(tmp_path, [make_result(cap_w=300.0, site="alpha"), make_result(cap_w=300.0, site="beta")])
     table = binding_table(analyse(cells, 0.10))
     assert sorted(row[1].text for row in table.rows) == ["H100 ×4 @ alpha", "H100 ×4 @ beta"]
+
+
+def test_recommendations_csv_holds_numbers(tmp_path):
+    import csv
+
+    from hpcai.launcher.report.outputs import write_table_csv
+
+    cells = _cells(tmp_path / "results", [make_result(cap_w=cap, per_gpu=per_gpu, power_per_gpu_w=watts)
+                                          for cap, per_gpu, watts in ((300.0, 800.0, 290.0), (500.0, 950.0, 480.0),
+                                                                      (700.0, 1000.0, 650.0))])
+    table = T.recommendation_table(analyse(cells, 0.10), 0.10)
+    with open(write_table_csv(table, tmp_path)) as fh:
+        (row,) = list(csv.DictReader(fh))
+    caps = [row[k] for k in ("Most efficient cap", "Fastest cap", "Least energy × time")]
+    assert all(float(v) in (300.0, 500.0, 700.0) for v in caps), row
+    assert float(row["Fastest cap"]) == 700.0
+    recommended = next(v for k, v in row.items() if k.startswith("Recommended"))
+    assert float(recommended) in (300.0, 500.0, 700.0)
+    assert 0 <= float(row["Throughput cost"]) < 1 and "%" not in row["Throughput cost"]
