@@ -77,7 +77,8 @@ class KerasResNet50(StepWorkload):
         self.compiled = bool(p.compile)
         gpus = tf.config.list_physical_devices("GPU") if ctx.device_type == "cuda" else []
         if ctx.device_type == "cuda" and not gpus:
-            raise WorkloadError("--device cuda was asked for but TensorFlow sees no GPU",
+            raise WorkloadError("this run is planned on the GPUs (--device cuda, or --device auto and the "
+                                "launcher saw GPUs), but TensorFlow sees none",
                                 f"install TensorFlow with GPU support ({install_hint('tf')}), "
                                 "or run with --device cpu")
         if ctx.device_type == "cpu":

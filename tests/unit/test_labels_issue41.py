@@ -55,3 +55,18 @@ def test_recommendations_csv_holds_numbers(tmp_path):
     recommended = next(v for k, v in row.items() if k.startswith("Recommended"))
     assert float(recommended) in (300.0, 500.0, 700.0)
     assert 0 <= float(row["Throughput cost"]) < 1 and "%" not in row["Throughput cost"]
+
+
+def test_a_gpu_run_where_pytorch_sees_none_does_not_claim_it_was_asked_for(monkeypatch):
+    """The launcher plans a GPU run from --device auto too: the error names both ways."""
+    import pytest
+    import torch
+
+    from hpcai.workloads import distributed
+    from hpcai.errors import WorkloadError
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(WorkloadError) as info:
+        distributed.init("cuda")
+    assert "was asked for" not in str(info.value)
+    assert "--device auto and the launcher saw GPUs" in str(info.value)
