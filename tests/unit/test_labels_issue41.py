@@ -70,3 +70,32 @@ def test_a_gpu_run_where_pytorch_sees_none_does_not_claim_it_was_asked_for(monke
         distributed.init("cuda")
     assert "was asked for" not in str(info.value)
     assert "--device auto and the launcher saw GPUs" in str(info.value)
+
+
+def test_a_small_fleet_s_heat_map_title_fits_its_figure(tmp_path, monkeypatch):
+    import random
+
+    from fleet_campaigns import normal_gpu, write_campaign
+    from hpcai.launcher.fleet import plots
+    from hpcai.launcher.fleet.analysis import analyse
+    from hpcai.launcher.fleet.records import load
+
+    title = "throughput at 300 W: robust z-score"
+    assert plots.fitted_title(title, 6.0) == title  # an 8-GPU node's map: as before
+    assert all(len(line) <= 21 for line in plots.fitted_title(title, 3.0).splitlines())
+    rng = random.Random(2)
+    folder = write_campaign(tmp_path / "c", [normal_gpu("n01", 1, i, (300.0,), rng) for i in range(2)])
+    _, records = load([str(folder)])
+    doc = analyse(records, [300.0])
+    seen = {}
+
+    def keep(plt, fig, folder, name):
+        fig.tight_layout()
+        fig.canvas.draw()
+        seen["title"], seen["figure"] = fig.axes[0].title.get_window_extent(), fig.bbox
+        plt.close(fig)
+
+    monkeypatch.setattr(plots, "_save", keep)
+    plots.heatmap(tmp_path / "plots", doc, "300", "throughput")
+    title_box, figure_box = seen["title"], seen["figure"]
+    assert figure_box.x0 <= title_box.x0 and title_box.x1 <= figure_box.x1, (title_box, figure_box)
