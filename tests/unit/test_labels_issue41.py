@@ -99,3 +99,14 @@ def test_a_small_fleet_s_heat_map_title_fits_its_figure(tmp_path, monkeypatch):
     plots.heatmap(tmp_path / "plots", doc, "300", "throughput")
     title_box, figure_box = seen["title"], seen["figure"]
     assert figure_box.x0 <= title_box.x0 and title_box.x1 <= figure_box.x1, (title_box, figure_box)
+
+
+def test_the_html_sets_a_notes_command_as_code_not_raw_backticks():
+    from hpcai.launcher.report.html import prose, table_html
+
+    table = T.Table("t", "A table", ["a"], [[T.TCell("1", 1.0)]],
+                    ["cap the SM clock instead (`hpcai-launch WORKLOAD --sm-clock 1005,1410`)", "`<b>x</b>` & more"])
+    html = table_html(table)
+    assert "<li>cap the SM clock instead (<code>hpcai-launch WORKLOAD --sm-clock 1005,1410</code>)</li>" in html
+    assert "`" not in html
+    assert prose("`<b>x</b>` & more") == "<code>&lt;b&gt;x&lt;/b&gt;</code> &amp; more"  # still escaped
