@@ -98,7 +98,9 @@ class OneLineErrors(click.Group):
 
 @click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(hpcai.__version__, prog_name="hpcai-launch")
-def main():
+@click.option("--site", "site_for_all", metavar="NAME|PATH",
+              help="the site for every command, as $HPCAI_SITE (a command's own --site wins)")
+def main(site_for_all):
     """Power-aware AI benchmarks: throughput, power and energy per GPU,
     under GPU power caps.
 
@@ -129,6 +131,10 @@ def main():
       hpcai-launch exec --cap 300 -- python solve.py   any command: time and energy
                                               to solution (docs/how-to/your-application.md)
     """
+    if site_for_all is not None:  # the same selection as $HPCAI_SITE, for this process and its children
+        import os
+
+        os.environ["HPCAI_SITE"] = site_for_all
 
 
 class BatchSize(click.ParamType):

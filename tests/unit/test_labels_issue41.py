@@ -110,3 +110,21 @@ def test_the_html_sets_a_notes_command_as_code_not_raw_backticks():
     assert "<li>cap the SM clock instead (<code>hpcai-launch WORKLOAD --sm-clock 1005,1410</code>)</li>" in html
     assert "`" not in html
     assert prose("`<b>x</b>` & more") == "<code>&lt;b&gt;x&lt;/b&gt;</code> &amp; more"  # still escaped
+
+
+def test_site_before_the_subcommand_selects_the_site(monkeypatch):
+    import json
+
+    from click.testing import CliRunner
+
+    from hpcai.launcher.cli import main
+
+    monkeypatch.setenv("HPCAI_SITE", "unused")  # main sets $HPCAI_SITE: monkeypatch puts it back after
+    monkeypatch.delenv("HPCAI_SITE")
+    done = CliRunner().invoke(main, ["--site", "example-8xmi300x", "site", "show", "--json"])
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.output)["site"]["name"] == "example-8xmi300x"
+    # A command's own --site still wins.
+    done = CliRunner().invoke(main, ["--site", "example-8xmi300x", "site", "show", "--json",
+                                     "--site", "example-4xh100-sudo"])
+    assert json.loads(done.output)["site"]["name"] == "example-4xh100-sudo"
