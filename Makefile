@@ -24,6 +24,12 @@ $(STAMP): pyproject.toml constraints/dev.txt
 run: setup
 	$(BIN)/hpcai-launch resnet50 $(ARGS)
 
+# hpcai's flow (info, a cap sweep, the report) on SIMULATED GPUs, the tests' fake
+# NVML, in about two minutes on a laptop: every result and the report say so (tools/demo.py).
+.PHONY: demo
+demo: setup
+	$(BIN)/python tools/demo.py $(ARGS)
+
 # System packages the tests need, installed when missing and this is root (else a
 # clear error): Chromium for the HTML report's browser test; a real Apptainer
 # (Debian sid's, run from a debootstrapped root on Debian 12: tools/apptainer-sid/);

@@ -98,7 +98,10 @@ def _value(c: dict) -> str:
     return f"{text} {c['unit']}" if c.get("unit") else text
 
 
-def table(checks: list[dict]) -> list[str]:
+def table(checks: list[dict], columns: int | None = None) -> list[str]:
+    """The checks as aligned rows; the note wraps below its row past `columns` (a terminal's)."""
+    from hpcai.launcher.terminal import fitted
+
     rows = [[c.get("name", "?"), c.get("subject") or "run", _value(c), c.get("threshold") or "–",
              c.get("verdict", "?").upper() if c.get("verdict") == "fail" else c.get("verdict", "?"),
              c.get("note") or ""] for c in checks]
@@ -106,12 +109,13 @@ def table(checks: list[dict]) -> list[str]:
               for i, h in enumerate(COLUMNS[:-1])]
     lines = ["  ".join(h.ljust(w) for h, w in zip(COLUMNS[:-1], widths)) + "  note"]
     for row in rows:
-        lines.append("  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths)) + "  " + row[-1])
+        lines += fitted("  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths)), row[-1], columns)
     return lines
 
 
 def check_results(paths: list[str]) -> int:
     from hpcai.launcher.bundles.recompute import samples_beside
+    from hpcai.launcher.terminal import width
 
     loaded = [pair for p in paths for pair in load_results_of(p)]  # every file, before any output
     failed_any = False
@@ -123,6 +127,7 @@ def check_results(paths: list[str]) -> int:
             click.echo("")
         click.echo(f"{path}: {doc.get('workload', '?')} run {doc.get('run_id', '?')} "
                    f"({doc.get('status', '?')}), validity {verdict.upper()} — {origin}")
-        for line in table(found.get("checks") or []):
+        terminal = width()
+        for line in table(found.get("checks") or [], terminal - 2 if terminal else None):
             click.echo(f"  {line.rstrip()}")
     return FAILED_EXIT if failed_any else 0

@@ -120,7 +120,9 @@ class OneLineErrors(click.Group):
 
 @click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(hpcai.__version__, prog_name="hpcai-launch")
-def main():
+@click.option("--site", "site_for_all", metavar="NAME|PATH",
+              help="the site for every command, as $HPCAI_SITE (a command's own --site wins)")
+def main(site_for_all):
     """Power-aware AI benchmarks: throughput, power and energy per GPU,
     under GPU power caps.
 
@@ -152,6 +154,10 @@ def main():
       hpcai-launch exec --cap 300 -- python solve.py   any command: time and energy
                                               to solution (docs/how-to/your-application.md)
     """
+    if site_for_all is not None:  # the same selection as $HPCAI_SITE, for this process and its children
+        import os
+
+        os.environ["HPCAI_SITE"] = site_for_all
 
 
 class BatchSize(click.ParamType):
@@ -345,8 +351,10 @@ def _run_options() -> list:
     click.option("--image", type=click.Path(dir_okay=False),
                  help="apptainer: this SIF instead of the images folder's"),
     click.option("--dry-run", is_flag=True,
-                 help="print the run spec and command (with --slurm: the batch script); "
-                      "run nothing"),
+                 help="print the plan: runs, caps, order, the wall time the protocol allows, the "
+                      "command (with --slurm: the batch script); run nothing"),
+    click.option("--json", "json_plan", is_flag=True,
+                 help="with --dry-run: the plan as JSON (the run spec, or the sweep's runs)"),
     ]
 
 
@@ -384,6 +392,8 @@ def _check_combinations(v: dict, batch) -> None:
     if batch is not None and v["power_profiles"] is not None and len(v["power_profiles"]) > 1:
         raise click.UsageError("power profile sweeps are not submitted to Slurm yet: give one "
                                "--power-profile per job")
+    if v["json_plan"] and not v["dry_run"]:
+        raise click.UsageError("--json goes with --dry-run (the plan as JSON): add --dry-run, or drop --json")
     low, high = v["min_window_s"], v["max_window_s"]
     if low is not None and high is not None and high < low:
         raise click.UsageError(f"--max-window-s {high:g} is shorter than "
@@ -397,7 +407,7 @@ _COMMAND_PARAMS = (
     "preset", "impl", "caps", "sm_clocks", "mem_clocks", "power_profiles", "repeat", "seed", "order", "idle_s",
     "power_method", "site", "device", "gpus", "nproc", "batch_size", "epochs", "warmup_epochs",
     "steps_per_epoch", "precision", "channels_last", "compile_", "sample_interval_ms",
-    "no_telemetry", "output", "journal", "runtime", "image", "dry_run", "slurm", "nodes",
+    "no_telemetry", "output", "journal", "runtime", "image", "dry_run", "json_plan", "slurm", "nodes",
     "partition", "account", "time_limit", "array", "slurm_options", "vary", "scaling", "in_run",
     "ci_target", "min_window_s", "max_window_s", "settle_max_s", "wait_for_gpus", "stall_timeout_s")
 
@@ -416,7 +426,8 @@ def _run_options_of(workload, v: dict, extra: dict, axes, batch):
         caps=(caps or [None]) if sweep else None, repeat=v["repeat"], seed=v["seed"],
         order=v["order"], idle_s=v["idle_s"], power_method=v["power_method"], site=v["site"],
         device=v["device"], gpus=v["gpus"], nproc=v["nproc"], output=v["output"],
-        dry_run=v["dry_run"], telemetry=not v["no_telemetry"], journal=v["journal"],
+        dry_run=v["dry_run"], dry_run_json=v["json_plan"], telemetry=not v["no_telemetry"],
+        journal=v["journal"],
         runtime=v["runtime"], image=v["image"], slurm=batch, vary=axes or None,
         scaling=v["scaling"],
         sm_clock_mhz=sm_clocks[0] if sm_clocks and len(sm_clocks) == 1 else None,
@@ -462,9 +473,17 @@ def _run_workload(workload, values: dict):
 
 def _workload_decorators(workload) -> list:
     """Every option of `hpcai-launch WORKLOAD` (`exec` builds on them too)."""
-    return [*_choice_options(workload), *_sweep_options(workload), *_window_and_power_options(),
-            *_run_options(), *_slurm_decorators(),
-            *(_workload_option(o) for o in workload.options), *data_options(workload)]
+    return [d for _, group in _workload_option_groups(workload) for d in group]
+
+
+def _workload_option_groups(workload) -> list[tuple[str, list]]:
+    """The options by the section of --help they are listed under."""
+    return [("Preset and implementation", _choice_options(workload)),
+            ("Caps, clocks and sweeps", _sweep_options(workload)),
+            ("Measurement window and power", _window_and_power_options()),
+            ("Run", _run_options()), ("Slurm", _slurm_decorators()),
+            (f"{workload.name}'s own settings", [_workload_option(o) for o in workload.options]),
+            ("Data from storage", data_options(workload))]
 
 
 def _workload_command(workload):
@@ -473,12 +492,16 @@ def _workload_command(workload):
     def command(**values):
         return _run_workload(workload, values)
 
-    decorators = _workload_decorators(workload)
-    for decorate in reversed(decorators):
+    from hpcai.launcher.help_sections import SectionedCommand, section_names
+
+    groups = _workload_option_groups(workload)
+    for decorate in reversed([d for _, group in groups for d in group]):
         command = decorate(command)
     help_text = (f"{workload.summary}.\n\nPresets: " + ", ".join(
         f"{p.name} ({p.kind_label()})" for p in workload.presets.values()) + ".")
-    return main.command(name=workload.name, help=help_text)(command)
+    made = main.command(name=workload.name, help=help_text, cls=SectionedCommand)(command)
+    made.sections = [(title, section_names(group)) for title, group in groups]
+    return made
 
 
 for _w in WORKLOADS.values():

@@ -11,6 +11,7 @@ import click
 
 from hpcai.launcher import sites
 from hpcai.launcher.plan import Node, journal_path
+from hpcai.install import install_hint
 
 
 def _backend(site: dict, method: str | None, vendor: str | None):
@@ -94,7 +95,7 @@ def show_info(site_selector: str | None, as_json: bool) -> None:
     for r in stacks:
         extras = sorted({_EXTRA_OF.get(m, "cv") for m in r["missing"]})
         host = ("installed" if r["host"] else
-                f"missing {', '.join(r['missing'])} (pip install 'hpcai[{','.join(extras)}]')")
+                f"missing {', '.join(r['missing'])} ({install_hint(*extras)})")
         image = (f"image {r['image_family']}: present" if r["image"] else
                  f"image {r['image_family']}: absent")
         click.echo(f"  {(r['workload'] + ' (' + r['impl'] + ')'):<{width}}  host: {host}; {image}")

@@ -19,6 +19,7 @@ class Options:
     nproc: int | None = None
     output: str | None = None
     dry_run: bool = False
+    dry_run_json: bool = False  # --json: the dry run's plan as JSON
     telemetry: bool = True
     params: dict = field(default_factory=dict)
     protocol: dict = field(default_factory=dict)

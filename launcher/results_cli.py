@@ -193,9 +193,12 @@ def pull(reference, output, site):
 def compare(a, b, site, as_json):
     """Are the runs in A and B comparable? A and B: run folders, result files,
     bundles or oras:// references. Each pair of runs of one workload gets a
-    verdict (comparable, comparable with caveats, not comparable) and its reasons.
+    verdict (comparable, comparable with caveats, different hardware, not comparable)
+    and its reasons; on different hardware (same workload, settings, protocol and cap)
+    the ratios B / A of throughput per GPU and units per joule with 95% intervals.
     Exit status 1 when a pair is not comparable."""
     from hpcai.launcher.bundles.compare_cli import compare_items
+    from hpcai.launcher.bundles.hardware import ratio_lines
 
     pairs = _guarded(compare_items, a, b, site)
     if as_json:
@@ -206,6 +209,8 @@ def compare(a, b, site, as_json):
                        f"({p['origin_b']}, {p['verification_b']}): {p['verdict'].upper()}")
             for r in p["reasons"]:
                 click.echo(f"  {r['grade']}: {r['reason']}")
+            for line in ratio_lines(p["ratios"]) if "ratios" in p else []:
+                click.echo(f"  {line}")
     sys.exit(1 if any(p["verdict"] == "not comparable" for p in pairs) else 0)
 
 

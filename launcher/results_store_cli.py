@@ -121,6 +121,20 @@ def query(paths, workload=None, gpu=None, cap=None, site=None, since=None, until
     return columns, rows
 
 
+def _counted(row, at: dict) -> str:
+    """"yes"; "copy" (a duplicate); else "no:" and why: its status, or for a complete
+    run left out the first of its problems (a failed validity check, a trust problem)."""
+    if row[at["counted"]]:
+        return "yes"
+    if row[at["duplicate_of"]]:
+        return "copy"
+    status = row[at["status"]] or "?"
+    if status != "complete":
+        return f"no: {status}"
+    problems = _text(row[at["problems"]]) if "problems" in at else "–"
+    return "no: " + (problems.split(":")[0] if problems != "–" else "left out")
+
+
 def _text(value) -> str:
     if value is None:
         return "–"
@@ -141,13 +155,15 @@ def ls(paths, limit, **filters):
 def _ls(paths, limit, **filters):
     columns, rows = query(paths, **filters)
     at = {c: i for i, c in enumerate(columns)}
-    table = [list(LS_COLUMNS)] + [[_text(row[at[c]]) if c != "counted" else
-                                   ("yes" if row[at["counted"]] else
-                                    "copy" if row[at["duplicate_of"]] else row[at["status"]])
+    from hpcai.launcher.terminal import fitted, width
+
+    table = [list(LS_COLUMNS)] + [[_text(row[at[c]]) if c != "counted" else _counted(row, at)
                                    for c in LS_COLUMNS] for row in rows[:limit]]
     widths = [max(len(r[i]) for r in table) for i in range(len(LS_COLUMNS) - 1)]
+    columns = width()
     for r in table:
-        click.echo("  ".join(t.ljust(w) for t, w in zip(r, widths)) + "  " + r[-1])
+        for line in fitted("  ".join(t.ljust(w) for t, w in zip(r, widths)), r[-1], columns):
+            click.echo(line)
     counted = sum(1 for row in rows if row[at["counted"]])
     more = f"; {len(rows) - limit} more not printed (--limit)" if len(rows) > limit else ""
     click.echo(f"{len(rows)} result(s), {counted} counted{more}")

@@ -14,6 +14,7 @@ import sys
 from hpcai.errors import RuntimeNotFoundError, UsageError
 from hpcai.provenance import threads_per_process
 from hpcai.spec import RunSpec
+from hpcai.install import install_hint
 
 RUNTIMES = ("auto", "host", "apptainer")
 HOST = {"kind": "host", "image": None}
@@ -31,7 +32,7 @@ def check_host_frameworks(framework: str = "torch") -> None:
         extra = EXTRAS.get(framework, "cv")
         raise RuntimeNotFoundError(
             f"{framework} is not installed for {sys.executable}",
-            f"install the workload stack with `pip install 'hpcai[{extra}]'`",
+            f"install the workload stack: {install_hint(extra)}",
         )
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shlex
 from pathlib import Path
 
 from hpcai.errors import HpcaiError, WorkloadError
@@ -29,8 +28,9 @@ def run_single(opts: Options, placement: dict | None = None, run_id: str | None 
     check_limits(run, [opts.cap_w], [(clocks["sm_mhz"], clocks["mem_mhz"])] if clocks else [],
                  profiles=[opts.power_profile])
     if opts.dry_run:
-        print(json.dumps(spec.to_json(), indent=2))
-        print("command: " + shlex.join(run.command))
+        from hpcai.launcher.dry_run import print_run
+
+        print_run(spec, run.command, opts.dry_run_json)
         return 0
     preflight(run, Path(spec.output_dir).parent)
     return execute(run)
@@ -63,7 +63,7 @@ def _run_workload(proc: WorkloadProcess, run_dir: Path, spec: RunSpec) -> dict:
     proc.attach()
     devices = spec.devices
     log(f"run {spec.run_id}: {spec.workload} preset {spec.preset} on "
-        f"{devices.nproc} {'GPU' if devices.type == 'cuda' else 'CPU process'}(es); "
+        f"{devices.nproc} {'GPU(s)' if devices.type == 'cuda' else 'CPU process(es)'}; "
         f"results in {run_dir}")
     proc.run()  # a signal from here on marks the `running` result interrupted
     # Before the limits come back: what was in force when the workload ended.

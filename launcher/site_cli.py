@@ -313,19 +313,30 @@ def _check_power(site: dict, library, report) -> None:
 
 def _check_power_command(template: str, library, report) -> None:
     import os
-    import shutil
 
     from hpcai.launcher.power.backends import check_command_template
+    from hpcai.launcher.site_power_helper import check_helper_setup
+
+    argv = check_command_template(template)
+    through_sudo = os.path.basename(argv[0]) == "sudo"
+    helper = _sudo_target(argv) if through_sudo else argv[0]
+    _check_command_program(argv, template, through_sudo, helper, library, report)
+    # Then what makes the helper work for users: sudoers, its settings, the epilog.
+    check_helper_setup(argv if through_sudo else None, helper, report)
+
+
+def _check_command_program(argv: list[str], template: str, through_sudo: bool, helper: str | None,
+                           library, report) -> None:
+    import os
+    import shutil
 
     what = "power.method"
-    argv = check_command_template(template)
     executable = shutil.which(argv[0])
     if executable is None:
         report(FAIL, what, f"command: {argv[0]} not found or not executable (from {template!r})")
         return
     found = executable
-    if os.path.basename(argv[0]) == "sudo":
-        helper = _sudo_target(argv)
+    if through_sudo:
         if helper is None:
             report(FAIL, what, f"command: no program named after sudo in {template!r}")
             return

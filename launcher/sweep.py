@@ -648,18 +648,19 @@ def _read_folder(sweep: _Sweep) -> None:
 
 
 def _dry_run(sweep: _Sweep) -> int:
+    from hpcai.launcher.dry_run import print_sweep
+
     opts, slots, done = sweep.opts, sweep.slots, sweep.done
-    print(json.dumps({"sweep_id": sweep.folder.name, "folder": str(sweep.folder),
+    plan = {"sweep_id": sweep.folder.name, "folder": str(sweep.folder),
                       "seed": sweep.seed, "order": opts.order, "in_run": sweep.in_run,
                       **({"vary": dict(opts.vary)} if opts.vary else {}), "runs": [
                           {**({"point": dict(s.point)} if s.point else {}),
                            "cap_w": s.cap_w, **_clock_fields(s), "repeat": s.repeat,
-                           "status": "complete" if s in done else "to run"} for s in slots]},
-                     indent=2))
+                           "status": "complete" if s in done else "to run"} for s in slots]}
     commands = [sweep.slot_plan(point, slots[0], output=str(sweep.folder)).command
                 for point in sweep.points]  # every point planned: a bad one is refused now
     first = commands[sweep.points.index(slots[0].point)]
-    print("command of the first run: " + " ".join(first))
+    print_sweep(plan, sweep.plan.spec.protocol, opts.idle_s, first, opts.dry_run_json)
     return 0
 
 

@@ -60,8 +60,11 @@ def init(device_request: str = "auto") -> Context:
     if device_type == "cuda":
         if not torch.cuda.is_available():
             raise WorkloadError(
-                "--device cuda was asked for but PyTorch sees no GPU",
-                "check the driver and CUDA_VISIBLE_DEVICES, or run with --device cpu",
+                # The launcher plans a GPU run from --device cuda or from the GPUs it saw itself.
+                "this run is planned on the GPUs (--device cuda, or --device auto and the launcher "
+                "saw GPUs), but PyTorch sees none",
+                "check the driver, CUDA_VISIBLE_DEVICES and that this PyTorch is a GPU build, "
+                "or run with --device cpu",
             )
         if local_rank >= torch.cuda.device_count():
             raise WorkloadError(

@@ -183,6 +183,10 @@ class Run:
         if self.node_power is not None:
             self.node_power.start()
         on_epoch = self._report_epoch if self.ctx.rank == 0 else None
+        warmup = int(self.spec["protocol"].get("warmup_epochs") or 0)
+        if on_epoch is not None and warmup:  # its first line comes only when an epoch ends
+            log(f"warm-up: {warmup} epoch(s) before anything is measured (the first steps compile "
+                "and fill caches: on a GPU this can take minutes); each epoch's line follows when it ends")
         if self.in_run:
             self._measure_in_run(on_epoch)
         elif self.spec["protocol"].get("ci_target") is not None and \
@@ -328,8 +332,8 @@ class Run:
         head = f"epoch {epoch.index + 1} ({status})" if status else f"epoch {epoch.index + 1}/{total} ({kind})"
         line = f"{head}: {epoch.throughput:.1f} {self._unit()}/s per process"
         power = self._epoch_power(epoch)
-        if power is not None:
-            line += f", power {power:.0f} W"
+        if power is not None:  # the sources' sum (every GPU measured on this node), not per process
+            line += f", power {power:.0f} W on this node's measured GPUs"
         if epoch.loss is not None:
             line += f", loss {epoch.loss:.3f}"
         log(line)

@@ -26,6 +26,14 @@ def rank0(ctx, value):
     return distributed.gather(ctx, value)[0] if ctx.distributed else value
 
 
+
+def _settling(elapsed: float, limit: float) -> str:
+    """The settle phase's progress; past its limit it ends with the epoch that is running
+    (it is judged between epochs), which says why the seconds exceed the limit."""
+    if elapsed <= limit:
+        return f"settling {elapsed:.1f} s of at most {limit:g} s"
+    return f"settling {elapsed:.1f} s: past its {limit:g} s limit, ends with this epoch"
+
 class Measurer:
     """counted: indices of the sampler's sources whose energy counts (the run's GPUs)."""
 
@@ -53,7 +61,7 @@ class Measurer:
         if kind in ("warm-up", "measured"):
             text = f"{kind} {values[0]}/{values[1]}"
         elif kind == "settle":
-            text = f"settling {time.time() - values[0]:.1f} s, limit {values[1]:g} s"
+            text = _settling(time.time() - values[0], values[1])
         elif kind == "window":
             text = f"window {time.time() - values[0]:.1f} s, CI target from {values[1]:g} s, limit {values[2]:g} s"
         else:

@@ -31,6 +31,7 @@ from hpcai.workloads.base import EngineWorkload
 from hpcai.workloads.memory import torch_peak_memory
 from hpcai.workloads.protocol import Epoch
 from hpcai.workloads.registry.llama3_8b_pretrain import LlmPretrainParams
+from hpcai.install import install_hint
 
 # LitGPT's pretraining recipes (config_hub/pretrain): AdamW, lr 4e-4, wd 0.1.
 OPTIMIZER = {"class_path": "torch.optim.AdamW",
@@ -521,5 +522,5 @@ def build(spec: dict, ctx) -> LitgptPretrain:
     for module in ("litgpt", "lightning", "litdata"):
         if importlib.util.find_spec(module) is None:
             raise WorkloadError(f"{module} is not installed for this Python",
-                                "install the LLM stack with `pip install 'hpcai[llm]'`")
+                                f"install the LLM stack: {install_hint('llm')}")
     return LitgptPretrain(spec, ctx)

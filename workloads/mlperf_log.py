@@ -29,10 +29,11 @@ import os
 from pathlib import Path
 
 from hpcai.safe_files import _DIR_FLAGS, Folder
+from hpcai.install import install_hint
 
 MLLOG_FILE = "mllog.txt"
 POWER_DIR = "power"  # MLPerf Power: power/<log name>/node_<k>.txt beside the log
-MISSING = "mlperf-logging is not installed (pip install 'hpcai[mlperf]')"
+MISSING = f"mlperf-logging is not installed ({install_hint('mlperf')})"
 GPU_ONLY = "GPU boards only (the node's used GPUs summed; no node-level source measured)"
 NODE = "node (a node-scope source: {api})"
 

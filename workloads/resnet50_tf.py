@@ -19,6 +19,7 @@ from hpcai.workloads import batch_search, catalog, flops
 from hpcai.workloads.base import StepWorkload
 from hpcai.workloads.memory import host_peak_memory
 from hpcai.workloads.registry.resnet50 import ResNet50Params
+from hpcai.install import install_hint
 
 POLICIES = {"fp32": "float32", "tf32": "float32", "fp16-mixed": "mixed_float16",
             "bf16-mixed": "mixed_bfloat16"}
@@ -76,8 +77,9 @@ class KerasResNet50(StepWorkload):
         self.compiled = bool(p.compile)
         gpus = tf.config.list_physical_devices("GPU") if ctx.device_type == "cuda" else []
         if ctx.device_type == "cuda" and not gpus:
-            raise WorkloadError("--device cuda was asked for but TensorFlow sees no GPU",
-                                "install TensorFlow with GPU support (pip install 'hpcai[tf]'), "
+            raise WorkloadError("this run is planned on the GPUs (--device cuda, or --device auto and the "
+                                "launcher saw GPUs), but TensorFlow sees none",
+                                f"install TensorFlow with GPU support ({install_hint('tf')}), "
                                 "or run with --device cpu")
         if ctx.device_type == "cpu":
             tf.config.set_visible_devices([], "GPU")

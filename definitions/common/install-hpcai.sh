@@ -66,7 +66,7 @@ unset PIP_CONSTRAINT PIP_BUILD_CONSTRAINT
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_NO_INPUT=1 PIP_ROOT_USER_ACTION=ignore
 
 # A working folder copied as HPCAI_SRC may carry these; they must not reach the image.
-for junk in .git .venv results images build bench/out hpcai.egg-info; do
+for junk in .git .venv results images build bench/out hpcai.egg-info hpcai_power_bench.egg-info; do
   if [ -e "$SRC/$junk" ]; then say "dropping $SRC/$junk (pass a clean copy as HPCAI_SRC)"; rm -rf "${SRC:?}/$junk"; fi
 done
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from hpcai.errors import CapOutOfRangeError, DeviceError, PowerError, PowerPermissionError
 from hpcai.gpu.base import GpuDevice, GpuInfo, GpuLibrary, GpuReading, PowerLimits
+from hpcai.install import install_hint
 
-INSTALL_HINT = "install nvidia-ml-py (pip install 'hpcai[nvidia]')"
+INSTALL_HINT = f"install nvidia-ml-py ({install_hint('nvidia')})"
 
 # Bits of nvmlDeviceGetCurrentClocksEventReasons; fixed by the NVML ABI.
 THROTTLE_BITS = {

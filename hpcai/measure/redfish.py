@@ -14,6 +14,7 @@ import time
 
 from hpcai.measure.credentials import read_credentials
 from hpcai.measure.source import Channel, PowerSource, Sample, SourceError
+from hpcai.install import install_hint
 
 
 class RedfishSource(PowerSource):
@@ -33,7 +34,7 @@ class RedfishSource(PowerSource):
         try:
             import redfish
         except ImportError:
-            raise SourceError("the redfish library is missing: pip install 'hpcai[node]'") from None
+            raise SourceError(f"the redfish library is missing: {install_hint('node')}") from None
         self._redfish = redfish
         self._client = None
 

@@ -1,6 +1,9 @@
 """Are two runs of one workload (often two centres') comparable? Each reason
 is named and graded: a difference in what was measured makes the pair not
-comparable; a difference in how (stack, boundary, a warning) is a caveat.
+comparable; a difference in how (stack, boundary, a warning) is a caveat. Other
+hardware under the same workload, settings, protocol and cap is its own verdict,
+"different hardware": not the same measurement, but the comparison of two GPUs,
+answered with ratios (bundles/hardware.py).
 
 The GPU variant is the device table's (hpcai/devices/gpus.toml: memory size and
 bandwidth), with the memory each board reported: "H100" alone names parts
@@ -11,6 +14,7 @@ from __future__ import annotations
 from hpcai.launcher.comparability import NEUTRAL, PROTOCOL_KEYS
 
 COMPARABLE, CAVEATS, NOT_COMPARABLE = "comparable", "comparable with caveats", "not comparable"
+HARDWARE = "different hardware"  # same workload, settings, protocol and cap; other GPUs
 # Board memory as reported (bytes) within this share: the same part (drivers reserve a little).
 MEMORY_SAME_FRAC = 0.03
 
@@ -41,18 +45,18 @@ def gpu_variant(doc: dict) -> dict | None:
 def _variant_reasons(a: dict, b: dict) -> list[tuple[str, str]]:
     va, vb = gpu_variant(a), gpu_variant(b)
     if (va is None) != (vb is None):
-        return [(NOT_COMPARABLE, "one run is on GPUs, the other on the CPU")]
+        return [(HARDWARE, "one run is on GPUs, the other on the CPU")]
     if va is None:
         return []
     out = []
     if va["model"] != vb["model"] or len(va["names"]) > 1 or len(vb["names"]) > 1:
-        out.append((NOT_COMPARABLE, f"GPU {va['model']} vs {vb['model']}"))
+        out.append((HARDWARE, f"GPU {va['model']} vs {vb['model']}"))
     elif va["memory_gb"] and vb["memory_gb"] and \
             abs(va["memory_gb"] - vb["memory_gb"]) > MEMORY_SAME_FRAC * max(va["memory_gb"], vb["memory_gb"]):
-        out.append((NOT_COMPARABLE, f"GPU variant {va['model']} {va['memory_gb']:g} GB vs "
+        out.append((HARDWARE, f"GPU variant {va['model']} {va['memory_gb']:g} GB vs "
                                     f"{vb['memory_gb']:g} GB: another memory size (and bandwidth)"))
     if va["bandwidth_tbs"] != vb["bandwidth_tbs"] and va["model"] == vb["model"]:
-        out.append((NOT_COMPARABLE, f"memory bandwidth {va['bandwidth_tbs']} vs {vb['bandwidth_tbs']} TB/s"))
+        out.append((HARDWARE, f"memory bandwidth {va['bandwidth_tbs']} vs {vb['bandwidth_tbs']} TB/s"))
     if va["count"] != vb["count"]:
         out.append((NOT_COMPARABLE, f"{va['count']} GPU(s) vs {vb['count']}"))
     return out
@@ -137,5 +141,10 @@ def compare(a: dict, b: dict, validity_a: dict, validity_b: dict) -> dict:
                    + _cap_reasons(a, b) + _boundary_reasons(a, b)
                    + _validity_reasons(validity_a, validity_b))
     grades = {g for g, _ in reasons}
-    verdict = NOT_COMPARABLE if NOT_COMPARABLE in grades else CAVEATS if reasons else COMPARABLE
-    return {"verdict": verdict, "reasons": [{"grade": g, "reason": r} for g, r in reasons]}
+    verdict = next((g for g in (NOT_COMPARABLE, HARDWARE) if g in grades), CAVEATS if reasons else COMPARABLE)
+    found = {"verdict": verdict, "reasons": [{"grade": g, "reason": r} for g, r in reasons]}
+    if verdict == HARDWARE:
+        from hpcai.launcher.bundles.hardware import ratios
+
+        found["ratios"] = ratios(a, b)
+    return found

@@ -27,6 +27,7 @@ def compare_items(a: str, b: str, site_selector: str | None) -> list[dict]:
                 verdict = compare(x.doc, y.doc, x.validity, y.validity)
                 if "failed" in (x.verification, y.verification):
                     verdict["verdict"] = NOT_COMPARABLE
+                    verdict.pop("ratios", None)  # no figures from a bundle that failed
                 pairs.append(_pair(x, y, verdict))
     if not pairs:
         raise UsageError(f"{a} and {b} share no workload", "compare runs of one workload")

@@ -17,9 +17,10 @@ from pathlib import Path
 from hpcai.errors import UsageError
 from hpcai.launcher import trust
 from hpcai.launcher.bundles.files import read_regular, write_new
+from hpcai.install import install_hint
 
 MISSING = ("the `cryptography` library is not installed",
-           "pip install 'hpcai[results]' (signed result bundles need it)")
+           f"{install_hint('results')} (signed result bundles need it)")
 
 
 def _crypto():

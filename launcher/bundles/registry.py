@@ -15,6 +15,7 @@ from hpcai.errors import UsageError
 from hpcai.printable import is_printable, printable
 from hpcai.launcher.bundles.bundle import ENVELOPE_FILE, pack, unpack
 from hpcai.launcher.bundles.files import read_regular
+from hpcai.install import install_hint
 
 SCHEME = "oras://"
 ARTIFACT_TYPE = "application/vnd.hpcai.result-bundle.v1"
@@ -78,7 +79,7 @@ def _client(https: bool):
         import oras.client
     except ImportError:
         raise UsageError("the ORAS Python client (`oras`) is not installed",
-                         "pip install 'hpcai[results]'") from None
+                         install_hint('results')) from None
     client = oras.client.OrasClient(insecure=not https)
     # oras-py retries every request 5 times with sleeps of 3..83 s (oras/decorator.py
     # retry): call the undecorated request, each with a timeout.

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from hpcai.launcher.fleet.metrics import METRICS
 from hpcai.launcher.fleet.records import GpuRecord
-from hpcai.launcher.fleet.stats import DEFAULT_MIN_SPREAD, DEFAULT_THRESHOLD, Spread, spread
+from hpcai.launcher.fleet.stats import DEFAULT_MIN_SPREAD, DEFAULT_THRESHOLD, MIN_GPUS_TO_FLAG, Spread, spread
 
 VERDICTS = ("pass", "warn", "fail")
 DRIFT_METRICS = ("throughput", "energy_per_unit_j", "power_w", "sm_clock_mhz")
@@ -21,6 +21,9 @@ class Settings:
     energy_disagreement: float = 0.25  # counter vs integrated energy further apart: warn
     drift_warn: float = 0.05  # throughput down / energy per unit up by more: warn
     moved_most: int = 10  # how many GPUs the drift section lists
+    # The site's expected throughput per GPU, ((cap_w, floor), ...): a GPU below it fails,
+    # however few GPUs there are to compare (the robust z needs MIN_GPUS_TO_FLAG).
+    expected_throughput: tuple = ()
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -90,7 +93,7 @@ def judge(record: GpuRecord, caps: list[float], spreads: dict, settings: Setting
                           f"{fig.energy_disagreement:.0%} at {cap_text(cap)}", cap, "energy")
         for metric, (label, _unit, bad, severity) in METRICS.items():
             value, s = fig.values.get(metric), spreads.get(cap, {}).get(metric)
-            if value is None or s is None or s.n < 3:
+            if value is None or s is None or s.n < MIN_GPUS_TO_FLAG:
                 continue
             z = s.z(value)
             if abs(z) <= settings.threshold:
@@ -100,7 +103,31 @@ def judge(record: GpuRecord, caps: list[float], spreads: dict, settings: Setting
             v.add(severity if on_bad_side else "warn",
                   f"{label} at {cap_text(cap)} {side} the fleet: robust z {z:+.1f} "
                   f"({value:.4g} vs median {s.median:.4g})", cap, metric)
+        _below_expected(v, fig.values.get("throughput"), cap, settings)
     return v
+
+
+def _below_expected(v: Verdict, throughput: float | None, cap: float, settings: Settings) -> None:
+    floor = dict(settings.expected_throughput).get(cap)
+    if floor is not None and throughput is not None and throughput < floor:
+        v.add("fail", f"throughput at {cap_text(cap)} {1 - throughput / floor:.1%} below the "
+                      f"site's expected {floor:.4g} ({throughput:.4g})", cap, "throughput")
+
+
+def small_sets(spreads: dict, settings: Settings) -> list[str]:
+    """A line per cap whose throughput the robust z cannot judge (too few GPUs): says so,
+    and what judged it instead (the site's expected figure) or that nothing did."""
+    expected = dict(settings.expected_throughput)
+    lines = []
+    for cap, per in sorted(spreads.items()):
+        s = per.get("throughput")
+        if s is None or s.n >= MIN_GPUS_TO_FLAG:
+            continue
+        instead = (f"judged against the site's expected {expected[cap]:.4g} instead" if cap in expected
+                   else "nothing judged it: give the expected figure (--expect-throughput CAP=VALUE)")
+        lines.append(f"{s.n} GPU(s) at {cap_text(cap)}: too few for the robust z to flag anything "
+                     f"(it needs {MIN_GPUS_TO_FLAG}; spread {s.minimum:.4g}-{s.maximum:.4g}); {instead}")
+    return lines
 
 
 def drift(records: list[GpuRecord], baseline: list[GpuRecord], settings: Settings) -> dict:
@@ -171,7 +198,7 @@ def analyse(records: list[GpuRecord], caps: list[float], settings: Settings = Se
             "settings": settings.to_dict(), "summary": {"gpus": len(gpus), **summary},
             "spread": {_key(c): {m: s.to_dict() for m, s in per.items()}
                        for c, per in spreads.items()},
-            "gpus": gpus, "drift": drifted}
+            "gpus": gpus, "drift": drifted, "small_sets": small_sets(spreads, settings)}
 
 
 def _key(cap: float) -> str:

@@ -98,6 +98,24 @@ def fleet_status(campaigns, as_json):
 
     sys.exit(run_guarded(show, list(campaigns), as_json) or 0)
 
+def _expected_figures(ctx, param, values) -> tuple:
+    """("300=1200", ...) -> ((300.0, 1200.0), ...): positive finite numbers, one per cap."""
+    import math
+
+    pairs = {}
+    for text in values:
+        cap, _, value = text.partition("=")
+        try:
+            pair = (float(cap), float(value))
+        except ValueError:
+            pair = None
+        if pair is None or not all(math.isfinite(x) and x > 0 for x in pair) or pair[0] in pairs:
+            raise click.BadParameter(f"{text!r} is not CAP=VALUE with a positive cap in watts and a "
+                                     "positive throughput per GPU, one per cap (e.g. 300=1200)")
+        pairs[pair[0]] = pair[1]
+    return tuple(sorted(pairs.items()))
+
+
 @fleet.command(name="report")
 @click.argument("campaigns", nargs=-1, required=True)
 @click.option("--output", "-o", help="folder for fleet.json/.md, the CSV files and plots/")
@@ -115,8 +133,12 @@ def fleet_status(campaigns, as_json):
               help="an earlier campaign of the same GPUs: drift per GPU (by UUID)")
 @click.option("--drift-warn", type=click.FloatRange(min=0), default=0.05, show_default=True,
               help="warn when a GPU's throughput fell (or energy per unit rose) by more")
+@click.option("--expect-throughput", "expected", multiple=True, callback=_expected_figures,
+              metavar="CAP=VALUE",
+              help="the site's expected throughput per GPU at CAP watts: a GPU below it fails "
+                   "(judges sets too small for the robust z: under 3 GPUs); repeatable")
 def fleet_report(campaigns, output, as_json, threshold, min_spread, throttle_fail,
-                 baseline, drift_warn):
+                 baseline, drift_warn, expected):
     """Per-GPU verdicts (pass/warn/fail with reasons) from CAMPAIGN folders.
 
     Exit status 1 when any GPU fails.
@@ -125,7 +147,8 @@ def fleet_report(campaigns, output, as_json, threshold, min_spread, throttle_fai
     from hpcai.launcher.fleet.report import build
 
     settings = Settings(threshold=threshold, min_spread=min_spread,
-                        throttle_fail=throttle_fail, drift_warn=drift_warn)
+                        throttle_fail=throttle_fail, drift_warn=drift_warn,
+                        expected_throughput=expected)
     sys.exit(run_guarded(build, list(campaigns), output, as_json, settings,
                          list(baseline) or None) or 0)
 

@@ -19,6 +19,18 @@ def _pyplot():
     return plt
 
 
+# Characters of a 12-point title per inch of figure (DejaVu Sans averages ~0.6 em a glyph).
+TITLE_CHARS_PER_INCH = 7
+
+
+def fitted_title(title: str, width_in: float) -> str:
+    """The title wrapped onto lines as wide as the figure: a one- or two-GPU node's map is
+    three inches wide, and its title was cut off at both sides."""
+    import textwrap
+
+    return textwrap.fill(title, max(16, int(width_in * TITLE_CHARS_PER_INCH)))
+
+
 def _values(doc: dict, cap: str, metric: str) -> list[tuple[str, int, float, float]]:
     """(node, index, value, z) of every GPU with the figure at this cap."""
     out = []
@@ -47,14 +59,15 @@ def heatmap(folder: Path, doc: dict, cap: str, metric: str) -> Path | None:
         if node in place:
             grid[place[node]][indices.index(index)] = z
     limit = max(doc["settings"]["threshold"] * 1.5, 1.0)
-    fig, ax = plt.subplots(figsize=(2 + 0.5 * len(indices), 1.5 + 0.25 * len(nodes)))
+    width_in = 2 + 0.5 * len(indices)
+    fig, ax = plt.subplots(figsize=(width_in, 1.5 + 0.25 * len(nodes)))
     image = ax.imshow(grid, cmap="coolwarm", vmin=-limit, vmax=limit, aspect="auto")
     ax.set_xticks(range(len(indices)), [str(i) for i in indices])
     ax.set_yticks(range(len(nodes)), nodes)
     ax.set_xlabel("GPU index")
     label = METRICS[metric][0]
     shown = "" if len(worst) <= HEATMAP_MAX_NODES else f" ({len(nodes)} nodes most out of line)"
-    ax.set_title(f"{label} at {cap} W: robust z-score{shown}")
+    ax.set_title(fitted_title(f"{label} at {cap} W: robust z-score{shown}", width_in))
     # The formula did not fit beside a one-node map (cut off); fleet.md and the docs give it.
     fig.colorbar(image, ax=ax, label="robust z")
     return _save(plt, fig, folder, f"heatmap-{metric}-{cap}W")

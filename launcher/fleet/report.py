@@ -18,6 +18,7 @@ import click
 from hpcai.launcher.fleet.analysis import Settings, analyse, outliers
 from hpcai.launcher.fleet.campaign import safe_dir
 from hpcai.launcher.fleet.metrics import METRICS
+from hpcai.install import install_hint
 
 
 def build(campaigns: list[str], output: str | None, as_json: bool, settings: Settings,
@@ -70,7 +71,7 @@ def write(folder: Path, doc: dict) -> None:
 
         plots = make_plots(folder / "plots", doc)
     except ImportError:
-        click.echo("note: matplotlib is not installed: no plots (pip install 'hpcai[report]')",
+        click.echo(f"note: matplotlib is not installed: no plots ({install_hint('report')})",
                    err=True)
     (folder / "fleet.md").write_text(markdown(doc, [p.relative_to(folder) for p in plots]))
 
@@ -115,6 +116,7 @@ def markdown(doc: dict, plots: list[Path]) -> str:
              f"Caps: {', '.join(f'{c:g} W' for c in doc['caps_w'])}. Outlier: |robust z| > "
              f"{doc['settings']['threshold']:g} (Iglewicz-Hoaglin), scale at least "
              f"{doc['settings']['min_spread']:.1%} of the median.", "",
+             *[f"Note: {line}." for line in doc.get("small_sets") or []], "",
              "## GPUs that did not pass", ""]
     rows = outliers(doc)
     for node in doc.get("nodes_not_measured") or []:
@@ -166,6 +168,8 @@ def print_summary(doc: dict, output: str | None) -> None:
         if tp and tp["robust_cv"] is not None:
             click.echo(f"  spread at {cap} W: throughput robust CV {tp['robust_cv']:.2%} "
                        f"over {tp['n']} GPU(s)")
+    for line in doc.get("small_sets") or []:
+        click.echo(f"  note: {line}")
     if output:
         click.echo(f"report: {Path(output) / 'fleet.md'} (CSV for ticketing: "
                    f"{Path(output) / 'outliers.csv'})")

@@ -32,6 +32,7 @@ from hpcai.launcher.fleet.campaign import (
     safe_dir,
 )
 from hpcai.launcher.power.stale import pid_alive
+from hpcai.launcher.progress import Progress
 
 from hpcai.errors import CapOutOfRangeError, DeviceError, UsageError
 
@@ -126,14 +127,18 @@ def measure_node(campaign: Campaign, req: FleetRequest, gpus: list, resumed: boo
     # Under Slurm, scancel signals every process of the step itself: only take note.
     forward = "SLURM_JOB_ID" not in os.environ
     signal.signal(signal.SIGTERM, lambda *_: [w.stop(forward) for w in workers])
+    progress = Progress(f"fleet {campaign.workload}").start()
     try:
         threads = [threading.Thread(target=w.run, daemon=True) for w in workers]
         for t in threads:
             t.start()
+        progress.step(_states(workers))
         for t in threads:
             while t.is_alive():
                 t.join(0.5)
+                progress.update(_states(workers))
     finally:
+        progress.stop()
         signal.signal(signal.SIGTERM, previous)
     for w in workers:
         print(f"  gpu{w.unit.index} {w.unit.uuid}: {w.unit.state}"
@@ -142,6 +147,14 @@ def measure_node(campaign: Campaign, req: FleetRequest, gpus: list, resumed: boo
         print(f"fleet: interrupted; run the same command again to resume {campaign.folder}")
         return 143
     return 0 if all(w.unit.state in FINAL_STATES for w in workers) else 1
+
+
+def _states(workers: list) -> str:
+    """"8 GPU(s): 2 selftest, 5 running, 1 done": where the node's GPUs are now."""
+    counts: dict[str, int] = {}
+    for w in workers:
+        counts[w.unit.state] = counts.get(w.unit.state, 0) + 1
+    return f"{len(workers)} GPU(s): " + ", ".join(f"{n} {state}" for state, n in counts.items())
 
 
 def _unit(campaign: Campaign, node: str, info) -> Unit:

@@ -23,6 +23,9 @@ DEFAULT_THRESHOLD = 3.5
 MAD_TO_SIGMA = 1.4826
 # Differences under this share of the median are never outliers.
 DEFAULT_MIN_SPREAD = 0.01
+# The fewest GPUs whose robust z can pass any threshold: with 2 the median is their mean
+# and the MAD their half-difference, so each z is +-0.674 (1 / 1.4826) whatever the spread.
+MIN_GPUS_TO_FLAG = 3
 
 
 def mad(values: list[float], centre: float | None = None) -> float:

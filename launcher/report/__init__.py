@@ -73,7 +73,12 @@ CELL_TABLES = {"fixed": "fixed-work", "statistics": "statistics"}
 
 
 def _made_in_worker(paths: list, opts: ReportOptions) -> dict:
-    return make_report(paths, opts, keep=_KEPT)
+    from hpcai.launcher.bundles.temp import remove_own
+
+    try:
+        return make_report(paths, opts, keep=_KEPT)
+    finally:
+        remove_own()  # the bundles it unpacked: the worker ends with os._exit, no atexit
 
 
 def make_report(paths: list, opts: ReportOptions, keep: list | None = None) -> dict:
@@ -81,6 +86,7 @@ def make_report(paths: list, opts: ReportOptions, keep: list | None = None) -> d
     the report's parts are added to, for a process that ends without freeing them."""
     from hpcai.launcher.report import plan_screen
     from hpcai.launcher.report.facility import override_facility
+    from hpcai.launcher.progress import Progress
     from hpcai.launcher.report.forked import Claim, ForkedCall, Inbox
     from hpcai.launcher.report.load import shown_path
     from hpcai.launcher.report.tables import status_reason
@@ -111,10 +117,13 @@ def make_report(paths: list, opts: ReportOptions, keep: list | None = None) -> d
     # nothing), and they are frozen so that a collection elsewhere never walks them.
     collecting = gc.isenabled()
     gc.disable()
+    progress = Progress("report", 4).start()  # after the fork: the worker has no ticker
     try:
+        progress.step("reading the results")
         parts = load_results(paths, opts)
         gc.freeze()
         parts.facility_note = override_facility(parts.runs, override)
+        progress.step("statistics and tables")
         _analyse(parts, opts)
         parts.plan = plan_screen.write(parts, planned, paths)  # {} without --mix
         cells_given.send(_cell_inputs(parts))
@@ -126,6 +135,7 @@ def make_report(paths: list, opts: ReportOptions, keep: list | None = None) -> d
             _tabulate_cells(parts)
         csv_written = _write_csvs(parts)
         meta = _meta(parts, opts)
+        progress.step("the figures")
         made = figures.result()
         _take_figures(parts, made, json_files)
         if made["tables"] is None and not made_here:  # a worker that died took the claim
@@ -135,10 +145,12 @@ def make_report(paths: list, opts: ReportOptions, keep: list | None = None) -> d
         csv_written.update(_write_csvs(parts, [t for t in parts.all_tables  # made since
                                                if t.key not in csv_written]))
         csv_paths = [csv_written[t.key] for t in parts.all_tables] + [parts.cells_csv]
+        progress.step("the pages")
         sections = _sections(parts)
         md_path, html_path = _write_pages(parts.out, opts.title, meta, sections)
         json_path = _write_json(parts, opts, paths)
     finally:
+        progress.stop()
         figures.close()
         cells_given.close()
         studies_given.close()

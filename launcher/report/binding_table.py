@@ -8,6 +8,7 @@ from hpcai.launcher.report.tables import Table, _t
 def binding_table(analyses: list):
     """Per workload and GPU: caps that bound, caps that did not, what was drawn."""
     rows, hinted = [], False
+    sites = len({a.group.site for a in analyses}) > 1  # as every other table: the site where several meet
     for a in analyses:
         capped = [c for c in a.cells if c.cap_w is not None and c.power_available]
         if not capped:
@@ -23,7 +24,7 @@ def binding_table(analyses: list):
             verdict = "every cap measured bound"
         else:
             verdict = "not known (no throttle reasons or limits read)"
-        rows.append([_t(a.group.workload_label()), _t(a.group.device_label()),
+        rows.append([_t(a.group.workload_label()), _t(a.group.device_label(sites)),
                      _t(", ".join(c.cap_label for c in bound) or "–"),
                      _t(", ".join(c.cap_label for c in loose) or "–"),
                      _t(", ".join(c.cap_label for c in unknown) or "–"),

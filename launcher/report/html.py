@@ -4,6 +4,7 @@ as data URIs, nothing fetched, so it opens offline and can be mailed around.
 from __future__ import annotations
 
 import base64
+import re
 from dataclasses import dataclass
 from html import escape
 
@@ -69,6 +70,13 @@ class Linked:
 
 def meta_html(line) -> str:
     return line.html() if isinstance(line, Linked) else escape(line)
+CODE_SPAN = re.compile(r"`([^`]+)`")
+
+
+def prose(text: str) -> str:
+    """Notes and paragraphs as the Markdown page shows them: escaped, and a `command`
+    set as code instead of its raw backticks."""
+    return CODE_SPAN.sub(r"<code>\1</code>", escape(text))
 
 
 def _long_word(text: str) -> bool:
@@ -90,7 +98,7 @@ def table_html(table: Table) -> str:
             cells.append(f"<td{attr}>{escape(c.text)}</td>")
         cls = ' class="reference"' if reference else ""
         rows.append(f"<tr{cls}>{''.join(cells)}</tr>")
-    notes = "".join(f"<li>{escape(n)}</li>" for n in table.notes)
+    notes = "".join(f"<li>{prose(n)}</li>" for n in table.notes)
     return (f'<h3>{escape(table.title)}</h3>\n<div class="scroll"><table data-table="{table.key}">'
             f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>\n"
             + (f'<ul class="notes">{notes}</ul>\n' if notes else ""))
@@ -100,7 +108,7 @@ def figure_html(plot) -> str:
     data = base64.b64encode(plot.png.read_bytes()).decode("ascii")
     return (f'<figure data-plot="{escape(plot.name)}"><img alt="{escape(plot.title)}" '
             f'src="data:image/png;base64,{data}">'
-            f"<figcaption><b>{escape(plot.title)}.</b> {escape(plot.caption)}</figcaption></figure>\n")
+            f"<figcaption><b>{escape(plot.title)}.</b> {prose(plot.caption)}</figcaption></figure>\n")
 
 
 def page(title: str, meta: list[str], sections: list[tuple[str, list]]) -> str:
@@ -115,7 +123,7 @@ def page(title: str, meta: list[str], sections: list[tuple[str, list]]) -> str:
             if isinstance(item, Table):
                 body.append(table_html(item))
             elif isinstance(item, str):
-                body.append(f"<p>{escape(item)}</p>")
+                body.append(f"<p>{prose(item)}</p>")
             else:
                 body.append(figure_html(item))
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"

@@ -19,6 +19,7 @@ achieved TFLOP/s, and a note says why.
 """
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from dataclasses import dataclass
@@ -43,7 +44,11 @@ FIGURES = (
     ("units", "SMs / CUs", lambda d, p: d.sm_count),
     ("clock", "boost clock (MHz)", lambda d, p: d.boost_mhz),
 )
-MIN_DEVICES = 3
+# Devices a coefficient needs to mean anything: with 3 a Pearson r must pass 0.997 to
+# differ from 0 at 5%, and its Fisher interval needs n > 3; at 5 the interval is
+# defined and |r| > 0.88 is significant (critical values of r, two-sided 5%).
+MIN_DEVICES = 5
+Z975 = 1.959963984540054
 
 
 @dataclass
@@ -106,10 +111,33 @@ def configurations(runs: list[Run]) -> dict[int, str]:
             else f"{r.preset}, {r.flops_per_unit / 1e9:.5g} GFLOP/{r.work_unit.rstrip('s')}" for r in runs}
 
 
-def paper_flops(runs: list[Run]) -> dict[str, tuple[float | None, float | None, str]]:
+@functools.lru_cache(maxsize=None)
+def model_flops(key: str) -> tuple[float | None, float | None, str]:
+    """(FLOPs, bytes per unit, basis) of the paper preset from the workload's FLOP model,
+    counted on PyTorch's meta device (not taken from a run); (None, None, why not) for a
+    workload whose engine counts at run time only, or without its framework here."""
+    from hpcai.workloads.catalog import WORKLOADS
+
+    workload = next((w for name, w in WORKLOADS.items() if workload_key(name) == key), None)
+    if workload is None or "paper" not in workload.presets:
+        return None, None, "no `paper` preset of this workload in the catalog"
+    impl = workload.impls[workload.default_impl]
+    if impl.flop_model is None:
+        return None, None, "its engine counts FLOPs at run time only: no run of `--preset paper` to count them"
+    try:
+        counted = impl.flops(dict(workload.presets["paper"].params))
+    except ImportError as exc:
+        return None, None, f"its FLOP model needs {exc.name or 'its framework'}, which is not installed here"
+    flops = next((v for k, v in counted.items() if k.startswith("train_per_")), None)
+    moved = next((v for k, v in counted.items() if k.startswith("train_bytes_per_")), None)
+    return flops, moved, "the workload's FLOP model for the `paper` preset (computed, not a run)"
+
+
+def paper_flops(runs: list[Run], reference_keys=()) -> dict[str, tuple[float | None, float | None, str]]:
     """workload key -> (FLOPs, bytes per unit, where they come from) of the paper's
-    configuration: our runs of the `paper` preset, comparable ones first. Several
-    counts among them (an overridden input size) leave the FLOPs unknown."""
+    configuration: our runs of the `paper` preset, comparable ones first; for a workload
+    of reference_keys that none ran, its FLOP model's count. Several counts among our
+    runs (an overridden input size) leave the FLOPs unknown."""
     out: dict[str, tuple[float | None, float | None, str]] = {}
     by_workload: dict[str, list[Run]] = {}
     for r in runs:
@@ -124,6 +152,8 @@ def paper_flops(runs: list[Run]) -> dict[str, tuple[float | None, float | None, 
             continue
         flops, moved = counts.pop()
         out[key] = (flops, moved, "a comparable `paper` run" if comparable else "a `paper` preset run")
+    for key in sorted(set(reference_keys) - set(out)):
+        out[key] = model_flops(key)
     return out
 
 
@@ -144,7 +174,7 @@ def collect(runs: list[Run], reference: list[RefPoint] | None) -> list[Point]:
                             statistics.fmean(r.per_gpu for r in rs),
                             statistics.fmean(joules) if joules else None,
                             devices.peak_precision(precision), rs[0].flops_per_unit, rs[0].bytes_per_unit))
-    counted = paper_flops(usable)
+    counted = paper_flops(usable, {workload_key(p.workload) for p in reference or []})
     for p in reference or []:
         flops, moved, _ = counted.get(workload_key(p.workload), (None, None, ""))
         points.append(Point("paper", p.workload, "paper", p.unit, f"{p.gpu} (paper)",
@@ -155,7 +185,7 @@ def collect(runs: list[Run], reference: list[RefPoint] | None) -> list[Point]:
 
 def paper_flops_notes(runs: list[Run], reference: list[RefPoint]) -> list[str]:
     """Where the paper's rows took their FLOPs per unit from, or why they have none."""
-    counted = paper_flops([r for r in runs if r.usable])
+    counted = paper_flops([r for r in runs if r.usable], {workload_key(p.workload) for p in reference})
     notes = []
     for workload in sorted({p.workload for p in reference}):
         flops, _, basis = counted.get(workload_key(workload), (None, None, ""))
@@ -214,6 +244,17 @@ class Correlation:
     pearson: float | None
     spearman: float | None
 
+    def interval(self, which: str) -> tuple[float, float] | None:
+        """The 95% interval of a coefficient by Fisher's z: standard error 1 / sqrt(n - 3)
+        for Pearson's r, sqrt(1.06 / (n - 3)) for Spearman's rho (Fieller, Hartley and
+        Pearson, Biometrika 1957)."""
+        r = self.pearson if which == "pearson" else self.spearman
+        if r is None or self.n <= 3 or abs(r) >= 1:
+            return None
+        se = math.sqrt((1.0 if which == "pearson" else 1.06) / (self.n - 3))
+        z = math.atanh(r)
+        return math.tanh(z - Z975 * se), math.tanh(z + Z975 * se)
+
 
 def correlations(points: list[Point]) -> list[Correlation]:
     """Per workload and cap, across the devices that ran it: each measure
@@ -253,30 +294,48 @@ def _cap(cap: float | None) -> str:
     return f"{cap:g} W" if cap is not None else "uncapped"
 
 
+def _coefficient(c: Correlation, which: str) -> TCell:
+    r = c.pearson if which == "pearson" else c.spearman
+    if r is None:
+        return TCell("undefined (no spread)")
+    span = c.interval(which)
+    return TCell(f"{fmt(r, 3)} (95% CI {span[0]:.2f} to {span[1]:.2f})" if span else fmt(r, 3), r)
+
+
 def correlation_table(corrs: list[Correlation]) -> Table | None:
-    if not corrs:
-        return None
+    """Coefficients only where at least MIN_DEVICES devices ran the case; the rest are
+    one note (correlation_note), not rows of numbers that look like findings."""
     rows = []
     for c in sorted(corrs, key=lambda c: (c.source, c.workload, c.config, c.cap_w is None, c.cap_w or 0, c.measure)):
         if c.n < MIN_DEVICES:
-            if c.figure != FIGURES[0][1]:
-                continue  # one line per case says why there are no coefficients
-            text = f"fewer than {MIN_DEVICES} devices (n = {c.n}): no coefficients"
-            rows.append([TCell(c.workload), TCell(c.config), TCell(c.source), TCell(_cap(c.cap_w)), TCell(c.measure),
-                         TCell("all"), TCell(str(c.n), c.n), TCell(text), TCell(text)])
             continue
-        cells = [TCell(fmt(v, 3) if v is not None else "undefined (no spread)", v) for v in (c.pearson, c.spearman)]
         rows.append([TCell(c.workload), TCell(c.config), TCell(c.source), TCell(_cap(c.cap_w)), TCell(c.measure),
-                     TCell(c.figure), TCell(str(c.n), c.n), *cells])
+                     TCell(c.figure), TCell(str(c.n), c.n), _coefficient(c, "pearson"), _coefficient(c, "spearman")])
     if not rows:
         return None
     return Table("hardware-correlation", "Hardware correlation across devices",
                  ["Workload", "Configuration", "Source", "Cap", "Measure", "Device figure", "n devices", "Pearson r",
                   "Spearman ρ"],
                  rows, [f"Per workload, configuration (preset; FLOPs per unit where a preset ran several sizes) "
-                        f"and cap, across devices; coefficients need at least {MIN_DEVICES} devices.",
+                        f"and cap, across devices; coefficients only where at least {MIN_DEVICES} devices ran it, "
+                        "each with its 95% interval (Fisher's z).",
                         "Device figures: datasheet values from hpcai/devices/gpus.toml. Work per joule: GPU energy "
                         "only (no node overhead); the paper published no energy per run."])
+
+
+def correlation_note(corrs: list[Correlation]) -> str | None:
+    """One sentence for the cases too small for a coefficient (instead of their rows)."""
+    small: dict[tuple, int] = {}
+    for c in corrs:
+        if c.n < MIN_DEVICES:
+            key = (c.source, c.workload, c.config, c.cap_w, c.measure)
+            small[key] = max(small.get(key, 0), c.n)
+    if not small:
+        return None
+    most = max(small.values())
+    return (f"Hardware correlation: {len(small)} case(s) (workload, configuration, cap, measure) ran on fewer "
+            f"than {MIN_DEVICES} device models (at most {most}): too few for a correlation to mean anything, "
+            "so none is shown for them.")
 
 
 def efficiency_table(points: list[Point]) -> Table | None:
@@ -372,8 +431,9 @@ def section(runs: list[Run], reference: list[RefPoint] | None) -> tuple[list, li
     """(tables, notes, the points roofline_plots draws) of the report's roofline and
     correlation section."""
     points = collect(runs, reference)
-    tables = [t for t in (efficiency_table(points), correlation_table(correlations(points))) if t is not None]
-    notes = []
+    corrs = correlations(points)
+    tables = [t for t in (efficiency_table(points), correlation_table(corrs)) if t is not None]
+    notes = [note] if (note := correlation_note(corrs)) else []
     unknown = sorted({p.label for p in points if p.device is None})
     if unknown:
         notes.append("Not in the device table (no roofline or correlation): " + ", ".join(unknown) + ".")

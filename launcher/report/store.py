@@ -44,6 +44,7 @@ from hpcai.errors import UsageError
 from hpcai.launcher.bundles.files import ENVELOPE_FILE
 from hpcai.launcher.report.ingest import Kit, shown_path
 from hpcai.printable import printable
+from hpcai.install import install_hint
 
 
 def shown_text(text: str) -> str:
@@ -191,7 +192,7 @@ def open_index(kit: Kit, roots: list[Path]):
         import duckdb
     except ImportError:
         raise UsageError("the results store needs DuckDB, which is not installed",
-                         "pip install 'hpcai[report]'") from None
+                         install_hint('report')) from None
 
     db = index_location(roots)
     why = _safe_location(db)

@@ -14,7 +14,7 @@ from hpcai.launcher.report.efficiency import Analysis, edp_per_unit, fixed_work
 from hpcai.launcher.report.long_tables import LongRows, split_columns, text_column
 from hpcai.launcher.report.load import Run, shown_path
 from hpcai.launcher.report.points import RefPoint, workload_key
-from hpcai.launcher.report.stats import Cell, cap_label, cap_sort_key, group_of, with_series
+from hpcai.launcher.report.stats import Cell, cap_label, cap_sort_key, group_of, origin, with_series
 
 NOISY_MARK = "†"
 UNIT_TITLES = {"images/s": "Vision workloads (images/s per GPU)",
@@ -85,12 +85,16 @@ FAILED_NOTE = (f"{FAILED_MARK} name: a run at this cap failed that validity chec
                "check FILE shows it) and is not in the figure; see \"Runs not included\".")
 
 
-def failed_checks_by_cell(runs: list[Run] | None) -> dict[tuple, list[str]]:
-    """(group without series, cap) -> names of the validity checks its left-out runs failed."""
+def failed_checks_by_cell(runs: list[Run] | None, cells: list[Cell]) -> dict[tuple, list[str]]:
+    """(row's group, cap) -> names of the validity checks its left-out runs failed. A
+    left-out run's row is its origin's (its sweep's run set: stats._series), never every
+    run set of its configuration; an origin with no usable run keeps the row without one."""
+    rows = {(with_series(c.group, ""), origin(r)): c.group for c in cells for r in c.runs}
     found: dict[tuple, list[str]] = {}
     for run in runs or []:
         if run.failed_checks and not run.usable and run.cap_read:
-            names = found.setdefault((group_of(run), run.cap_w), [])
+            group = group_of(run)
+            names = found.setdefault((rows.get((group, origin(run)), group), run.cap_w), [])
             names += [n for n in run.failed_checks if n not in names]
     return found
 
@@ -146,7 +150,7 @@ def throughput_tables(cells: list[Cell], analyses: list[Analysis],
     tables = []
     best = {a.group: a.best for a in analyses}
     sites = _with_site(cells)
-    failed = failed_checks_by_cell(runs)
+    failed = failed_checks_by_cell(runs, cells)
     origins = _origin_column(cells, runs)
     # With no results of ours, the reference's tables alone.
     units = sorted(({c.group.unit for c in cells} | {g.unit for g, _ in failed})
@@ -174,7 +178,7 @@ def throughput_tables(cells: list[Cell], analyses: list[Analysis],
                 cell = by_cap.get(cap)
                 tcell = (_value_cell(cell.throughput, enforced=cell.enforced, noisy=cell.noisy,
                                      best=cell is best.get(group)) if cell else _t("–"))
-                row.append(_mark_failed(tcell, failed.get((with_series(group, ""), cap))))
+                row.append(_mark_failed(tcell, failed.get((group, cap))))
             if refs:
                 _beside_the_paper(row[2:], group, [by_cap.get(cap) for cap in caps], caps, refs,
                                   why_not)
@@ -250,7 +254,7 @@ def efficiency_tables(cells: list[Cell], analyses: list[Analysis], overhead_note
                       runs: list[Run] | None = None) -> list[Table]:
     """The same layout, work per joule with the node overhead; the best cap marked."""
     tables = []
-    failed = failed_checks_by_cell(runs)
+    failed = failed_checks_by_cell(runs, cells)
     best = {a.group: a.best for a in analyses}
     sites = _with_site(cells)
     origins = _origin_column(cells, runs)
@@ -271,7 +275,7 @@ def efficiency_tables(cells: list[Cell], analyses: list[Analysis], overhead_note
                 tcell = (_value_cell(cell.efficiency.mean, enforced=cell.enforced,
                                      noisy=cell.noisy, best=cell is best.get(group))
                          if cell else _t("–"))
-                row.append(_mark_failed(tcell, failed.get((with_series(group, ""), cap))))
+                row.append(_mark_failed(tcell, failed.get((group, cap))))
             if origins:
                 row.append(_t(cell_origins.row_text(list(by_cap.values()))))
             rows.append(row)
@@ -298,15 +302,15 @@ def recommendation_table(analyses: list[Analysis], max_slowdown: float,
             unranked.append(f"{a.group.workload_label()} on {a.group.device_label(sites)}")
             continue
         fastest, rec = a.fastest, a.recommended
-        row.append(_t(f"{a.best.cap_label} ({fmt(a.best.efficiency.mean)} "
-                      f"{_work(a)}/J)"))
-        row.append(_t(f"{fastest.cap_label} ({fmt(fastest.throughput)} {a.group.unit})"))
-        row.append(_t(rec.cap_label))
+        # The cells' values are what recommendations.csv holds: caps in W, shares as fractions.
+        row.append(TCell(f"{a.best.cap_label} ({fmt(a.best.efficiency.mean)} {_work(a)}/J)", a.best.cap_w))
+        row.append(TCell(f"{fastest.cap_label} ({fmt(fastest.throughput)} {a.group.unit})", fastest.cap_w))
+        row.append(TCell(rec.cap_label, rec.cap_w))
         cost = 1 - rec.throughput / fastest.throughput if fastest.throughput else None
         saved = 1 - fastest.efficiency.mean / rec.efficiency.mean if rec.efficiency.mean else None
-        row.append(_t(f"{cost:.1%}" if cost is not None else "–"))
-        row.append(_t(f"{saved:.1%}" if saved is not None else "–"))
-        row.append(_t(a.min_edp.cap_label if a.min_edp else "–"))
+        row.append(TCell(f"{cost:.1%}" if cost is not None else "–", cost))
+        row.append(TCell(f"{saved:.1%}" if saved is not None else "–", saved))
+        row.append(TCell(a.min_edp.cap_label, a.min_edp.cap_w) if a.min_edp else _t("–"))
         row.append(_t(", ".join(c.cap_label for c in a.pareto)))
         rows.append(row)
     notes = [("Throughput cost and energy saved compare the recommended cap with the fastest "
@@ -381,6 +385,16 @@ def _group_labels(cells: list[Cell], sites: bool) -> tuple[list[str], list[str]]
     return list(workloads), list(devices)
 
 
+def _interval_text(cell: Cell, n: int, half: float | None) -> str:
+    """"± 12.3 (n = 5 epochs)"; an interval that reaches below zero (two epochs: t = 12.7)
+    says nothing a throughput can be, so it says there are too few instead."""
+    if half is None:
+        return "–"
+    if cell.throughput is not None and cell.throughput - half < 0:
+        return f"too few {cell.basis} for an interval (n = {n})"
+    return f"± {fmt(half)} (n = {n} {cell.basis})"
+
+
 def stats_table(cells: list[Cell]) -> Table:
     sites = _with_site(cells)
     header = ["Workload", "GPU", "Cap", "Enforced", "Repeats", "Epochs", "Throughput per GPU",
@@ -400,8 +414,7 @@ def stats_table(cells: list[Cell]) -> Table:
         text_column([enforced[c.enforced] for c in cells]),
         text_column([str(c.repeats.n) for c in cells]), text_column([str(c.epochs.n) for c in cells]),
         _number_column([c.throughput for c in cells]),
-        ([f"± {fmt(h)} (n = {s.n} {c.basis})" if h is not None else "–"
-          for c, s, h in zip(cells, spreads, half)], half),
+        ([_interval_text(c, s.n, h) for c, s, h in zip(cells, spreads, half)], half),
         ([f"{v:.1%}" if v is not None else "–" for v in cv], cv),
         text_column(["yes" if c.noise else "no" for c in cells]),
         _number_column(per_gpu_w), _number_column(power),

@@ -138,6 +138,7 @@ def run_selftest(site_selector: str | None = None, only=None, as_json: bool = Fa
 def _run_checks(ctx: Context, selected, library_failed: bool, reasons: list,
                 workloads: str | None) -> list[Check]:
     """Each selected check's rows; one check failing must not hide the others'."""
+    from hpcai.launcher.progress import Progress
     from hpcai.launcher.selftest import gpu_checks, meter_check, workload_checks
 
     rows: list[Check] = []
@@ -147,19 +148,23 @@ def _run_checks(ctx: Context, selected, library_failed: bool, reasons: list,
                "sampler": gpu_checks.check_sampler,
                "workloads": lambda c: workload_checks.check_workloads(
                    c, [w for w in (workloads or "").split(",") if w])}
-    for name in selected:
-        if name == "library" and library_failed:
-            rows.append(Check("library", "GPU library", "FAIL", "; ".join(reasons)))
-            continue
-        if name == "power" and not ctx.gpus:
-            rows.extend(_cpu_power_rows(ctx))
-            continue
-        try:
-            rows.extend(runners[name](ctx))
-        except Exception as exc:  # one check failing must not hide the others' rows
-            message = exc.one_line() if hasattr(exc, "one_line") else f"{type(exc).__name__}: {exc}"
-            rows.append(Check(name, name, "FAIL", message))
+    with Progress("selftest", len(selected)) as progress:
+        for name in selected:
+            progress.step(name)
+            rows.extend(_run_check(ctx, name, runners, library_failed, reasons))
     return rows
+
+
+def _run_check(ctx: Context, name: str, runners: dict, library_failed: bool, reasons: list) -> list[Check]:
+    if name == "library" and library_failed:
+        return [Check("library", "GPU library", "FAIL", "; ".join(reasons))]
+    if name == "power" and not ctx.gpus:
+        return _cpu_power_rows(ctx)
+    try:
+        return list(runners[name](ctx))
+    except Exception as exc:  # one check failing must not hide the others' rows
+        message = exc.one_line() if hasattr(exc, "one_line") else f"{type(exc).__name__}: {exc}"
+        return [Check(name, name, "FAIL", message)]
 
 
 def _cpu_power_rows(ctx: Context) -> list[Check]:

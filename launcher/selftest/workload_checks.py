@@ -14,6 +14,7 @@ from pathlib import Path
 from hpcai.launcher.runtime import EXTRAS
 from hpcai.launcher.selftest.base import Check, Context
 from hpcai.workloads.catalog import WORKLOADS
+from hpcai.install import install_hint
 
 STEPS = 10
 RUN_TIMEOUT_S = 300
@@ -51,7 +52,7 @@ def check_workloads(ctx: Context, names: list[str] | None = None) -> list[Check]
         if importlib.util.find_spec(impl.framework) is None:
             extra = EXTRAS.get(impl.framework, "cv")
             rows.append(Check("workloads", item, "skipped",
-                              f"{impl.framework} is not installed (pip install 'hpcai[{extra}]')"))
+                              f"{impl.framework} is not installed ({install_hint(extra)})"))
             continue
         if not ctx.gpus:
             rows.append(Check("workloads", item, "skipped", "no GPU: the short runs are on a GPU"))

@@ -147,7 +147,7 @@ def new_job_doc(opts, slurm: SlurmOptions, runs: list[RunSlot], argv: list[str],
                 seed: int | None) -> dict:
     stored = dataclasses.asdict(opts)
     # Each node runs one plain run: the sweep and Slurm parts live in this file.
-    stored.update(caps=None, cap_w=None, repeat=1, dry_run=False, slurm=None, in_run=None)
+    stored.update(caps=None, cap_w=None, repeat=1, dry_run=False, dry_run_json=False, slurm=None, in_run=None)
     if stored.get("vary"):  # JSON keeps the grid as [[param, [values]], ...]
         stored["vary"] = [[name, list(values)] for name, values in stored["vary"]]
     return {

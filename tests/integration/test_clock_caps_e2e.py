@@ -201,7 +201,7 @@ def test_clock_caps_without_gpus_are_one_line_and_change_nothing(cpu_node):
     done = cpu_node.launch(*TINY, "--sm-clock", "1410", "-o", str(cpu_node.results))
     one_line_error(done, "--sm-clock needs GPUs")
     assert not cpu_node.results.exists() and cpu_node.journal_files() == []
-    dry = cpu_node.launch(*TINY, "--sm-clock", "1410", "--mem-clock", "2619", "--dry-run",
+    dry = cpu_node.launch(*TINY, "--sm-clock", "1410", "--mem-clock", "2619", "--dry-run", "--json",
                           "-o", str(cpu_node.results))
     assert dry.returncode == 0, dry.stderr
     spec = json.loads(dry.stdout[:dry.stdout.rindex("}") + 1])
@@ -267,7 +267,7 @@ def test_a_cap_by_clock_sweep_gives_clocks_their_own_axis_in_the_report(tmp_path
 
 def test_a_clock_sweep_dry_run_shows_the_grid_and_changes_nothing(fake_nvidia_node):
     node = fake_nvidia_node
-    dry = node.launch(*TINY, "--cap", "300,400", "--sm-clock", "1410,1980", "--dry-run",
+    dry = node.launch(*TINY, "--cap", "300,400", "--sm-clock", "1410,1980", "--dry-run", "--json",
                       "--seed", "5", "-o", str(node.results))
     assert dry.returncode == 0, dry.stderr
     plan = json.loads(dry.stdout[:dry.stdout.index("\ncommand of the first run")])

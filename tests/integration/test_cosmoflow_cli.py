@@ -62,7 +62,7 @@ def test_a_loss_that_turns_nan_gives_a_complete_result_that_fails_loss_finite(cp
     from conftest import ROOT
 
     dry = cpu_node.launch("cosmoflow", "--preset", "tiny", "--nproc", "1", "--device", "cpu",
-                          "--runtime", "host", "--dry-run", "-o", str(tmp_path / "r"))
+                          "--runtime", "host", "--dry-run", "--json", "-o", str(tmp_path / "r"))
     assert dry.returncode == 0, dry.stderr
     spec = json.loads(dry.stdout.split("\ncommand: ")[0])
     spec["params"]["lr"], spec["output_dir"] = 1e30, str(tmp_path / "out")

@@ -28,9 +28,9 @@ def pretrain_command(root):
     config = root / "pretrain.yaml"
     config.write_text("model_name: tiny-llama-exec\nmodel_config:\n"
                       + "".join(f"  {k}: {v}\n" for k, v in MODEL.items()))
-    # LitGPT's console script, beside this Python (hpcai[llm] installs it).
+    # LitGPT's console script, beside this Python (hpcai's llm extra installs it).
     litgpt = shutil.which("litgpt", path=str(Path(sys.executable).parent))
-    assert litgpt is not None, f"no litgpt beside {sys.executable}: pip install 'hpcai[llm]'"
+    assert litgpt is not None, f"no litgpt beside {sys.executable}: pip install '.[llm]' in the checkout"
     return [litgpt, "pretrain", "--config", str(config), "--data", "TextFiles",
             "--data.train_data_path", str(data), "--data.num_workers", "1",
             "--tokenizer_dir", str(tokenizer), "--out_dir", str(root / "litgpt-out"),

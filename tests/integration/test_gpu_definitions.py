@@ -51,6 +51,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
+from hpcai.install import DISTRIBUTION
 from hpcai.workloads.catalog import IMAGE_FAMILIES
 
 # make test runs a module on one pytest-xdist worker (--dist loadfile): its tests download into one shared wheel folder.
@@ -327,7 +328,7 @@ def test_install_and_test_sections_pass_on_the_stand_in_base(flavour, family, tm
             assert seen[name].split("+")[0] == version
         else:
             assert seen.get(name) == version or name in kept, (name, seen.get(name), version)
-    assert "hpcai" in seen
+    assert DISTRIBUTION in seen
     if "PIP_CONSTRAINT" in env:
         assert info["base_pip_constraint"] == env["PIP_CONSTRAINT"]
         assert (prefix / "base-pip-constraint.txt").read_text() == Path(env["PIP_CONSTRAINT"]).read_text()

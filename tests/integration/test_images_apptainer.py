@@ -142,7 +142,7 @@ def test_runtime_apptainer_pulls_a_missing_image_and_records_its_digest(tiny_ima
     node.mkdir()
     node_site = write_site(node, node / "images", registry=registry, registry_https=False)
     proc = launch("resnet50", "--preset", "tiny", "--runtime", "apptainer", "--site", str(node_site),
-                  "-o", str(tmp_path / "results"), "--dry-run")
+                  "-o", str(tmp_path / "results"), "--dry-run", "--json")
     assert proc.returncode == 0, proc.stderr
     assert "pulling" in proc.stderr
     spec = json.loads(proc.stdout[:proc.stdout.rindex("command:")])
@@ -158,13 +158,13 @@ def test_runtime_apptainer_pulls_a_missing_image_and_records_its_digest(tiny_ima
 def test_missing_image_says_how_to_get_it(apptainer_exe, tmp_path):
     site = write_site(tmp_path, tmp_path / "empty")
     line = one_line_error(launch("resnet50", "--preset", "tiny", "--runtime", "apptainer",
-                                 "--site", str(site), "--dry-run"))
+                                 "--site", str(site), "--dry-run", "--json"))
     assert "hpcai-cpu-cv.sif is not in" in line and "make images" in line
 
 
 def test_auto_runtime_uses_the_host_when_the_image_is_absent(apptainer_exe, tmp_path):
     site = write_site(tmp_path, tmp_path / "empty")
-    proc = launch("resnet50", "--preset", "tiny", "--site", str(site), "--dry-run")
+    proc = launch("resnet50", "--preset", "tiny", "--site", str(site), "--dry-run", "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout[:proc.stdout.rindex("command:")])["runtime"]["kind"] == "host"
 
@@ -174,7 +174,7 @@ def test_auto_runtime_uses_the_image_when_present(tiny_image, tmp_path):
     images.mkdir()
     shutil.copy(tiny_image, images / "hpcai-cpu-cv.sif")
     site = write_site(tmp_path, images)
-    proc = launch("resnet50", "--preset", "tiny", "--nproc", "1", "--site", str(site), "--dry-run")
+    proc = launch("resnet50", "--preset", "tiny", "--nproc", "1", "--site", str(site), "--dry-run", "--json")
     assert proc.returncode == 0, proc.stderr
     command = proc.stdout[proc.stdout.rindex("command:"):]
     # One process: the image's %runscript is the entrypoint.
@@ -184,7 +184,7 @@ def test_auto_runtime_uses_the_image_when_present(tiny_image, tmp_path):
 
 def test_image_of_another_family_is_refused(apptainer_exe, tiny_image, tmp_path):
     line = one_line_error(launch("llama3-8b-pretrain", "--preset", "tiny", "--image", str(tiny_image),
-                                 "--dry-run"))
+                                 "--dry-run", "--json"))
     assert "carries the 'cv' family" in line and "llm-train" in line
 
 
@@ -193,7 +193,7 @@ def test_apptainer_not_installed(tmp_path):
     if shutil.which("apptainer", path=env["PATH"]):
         pytest.fail("this test needs apptainer outside /usr/bin")
     line = one_line_error(launch("resnet50", "--preset", "tiny", "--runtime", "apptainer",
-                                 "--dry-run", env=env))
+                                 "--dry-run", "--json", env=env))
     assert "Apptainer is not installed" in line and "--runtime host" in line
     line = one_line_error(launch("images", "build", "--flavour", "cpu", env=env))
     assert "Apptainer is not installed" in line
@@ -237,7 +237,7 @@ def test_runtime_pull_that_does_not_verify_leaves_no_image(tiny_image, registry,
     node, node_site = push_unsigned_to_a_verifying_node(tiny_image, registry, signing_keys,
                                                         tmp_path)
     line = one_line_error(launch("resnet50", "--preset", "tiny", "--runtime", "apptainer",
-                                 "--site", str(node_site), "--dry-run"))
+                                 "--site", str(node_site), "--dry-run", "--json"))
     assert "does not verify" in line
     assert not (node / "images" / "hpcai-cpu-cv.sif").exists()
 

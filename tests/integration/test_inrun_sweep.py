@@ -5,7 +5,6 @@ power readings come from the FAKE pynvml (tests/fakes), whose reported power
 is min(draw, cap): a segment measured under the wrong cap shows in its power.
 """
 import json
-import re
 import signal
 import threading
 import time
@@ -13,6 +12,7 @@ import time
 import pytest
 
 from conftest import assert_valid_result, one_line_error
+from measured_runs import assert_measured, finished
 
 pytestmark = pytest.mark.slow
 TINY = ["resnet50", "--preset", "tiny", "--nproc", "1", "--device", "cpu"]
@@ -74,11 +74,11 @@ def test_one_process_measures_every_cap_and_each_segment_is_a_result(fake_nvidia
     node = fake_nvidia_node
     args = [*TINY, "--cap", "200,300,400", "--seed", "5", *FAST, "-o", str(node.results)]
     done = node.launch(*args)
-    assert done.returncode == 0, done.stderr
+    failed = assert_measured(done)  # exit 0, or 3 for what a loaded machine fails
     doc = summary(node)
     order = [r["cap_w"] for r in doc["runs"]]
     assert doc["in_run"] is True and doc["seed"] == 5 and doc["order"] == "shuffle"
-    assert [r["status"] for r in doc["runs"]] == ["complete"] * 3
+    assert len(doc["runs"]) == 3 and finished([r["status"] for r in doc["runs"]], failed)
     # In-run: each cap set once, one after another, no restore in between; the
     # snapshot (700 W) back at the end, the journal gone.
     assert set_log(node) == [*order, 700.0]
@@ -197,7 +197,7 @@ def test_a_single_run_with_a_ci_target_settles_and_measures_adaptively(fake_nvid
     node = fake_nvidia_node
     done = node.launch(*TINY, "--cap", "300", "--ci-target", "0.5", "--max-window-s", "3",
                        "-o", str(node.results))
-    assert done.returncode == 0, done.stderr
+    assert_measured(done)
     result = node.only_result()
     assert_valid_result(result, result_schema)
     window = result["measurement"]["window"]
@@ -206,7 +206,7 @@ def test_a_single_run_with_a_ci_target_settles_and_measures_adaptively(fake_nvid
     assert window["blocks"] == result["protocol"]["measured_epochs_completed"]
     assert result["measurement"]["settle"]["stopped"] in ("settled", "max_settle")
     # Without --ci-target a single run keeps the preset's fixed epochs.
-    plain = node.launch(*TINY, "--cap", "300", "--dry-run", "-o", str(node.results))
+    plain = node.launch(*TINY, "--cap", "300", "--dry-run", "--json", "-o", str(node.results))
     assert plain.returncode == 0 and '"ci_target"' not in plain.stdout
 
 
@@ -234,7 +234,7 @@ def test_cosmoflow_measures_in_run_too(fake_nvidia_node, result_schema):
     done = node.launch("cosmoflow", "--preset", "tiny", "--device", "cpu", "--nproc", "1",
                        "--cap", "250,350", "--order", "ascending", *FAST,
                        "-o", str(node.results))
-    assert done.returncode == 0, done.stderr
+    assert_measured(done)
     assert "cannot measure in-run" not in done.stderr
     assert set_log(node) == [250.0, 350.0, 700.0]
     results = segment_results(node)
@@ -260,8 +260,7 @@ def test_an_in_run_segment_with_data_from_storage_records_its_data_wait(fake_nvi
                        "--order", "ascending", *FAST, "-o", str(node.results))
     # A loaded machine can spread a segment's epochs past throughput_cv: validity
     # doing its job (exit 3, the measurement complete), not what this test is about.
-    assert done.returncode == 0 or (done.returncode == 3 and re.search(
-        r"invalid \(failed validity check\(s\): [a-z_, ]+\)", done.stderr)), done.stderr
+    assert_measured(done)
     results = segment_results(node)
     assert [r["spec"]["power"]["cap_w"] for r in results] == [250.0, 350.0]
     for result in results:
@@ -282,7 +281,9 @@ def test_litgpt_pretraining_measures_in_run_from_inside_its_own_loop(fake_nvidia
     done = node.launch("llama3-8b-pretrain", "--preset", "tiny", "--device", "cpu",
                        "--cap", "200,300", "--order", "ascending", "--max-window-s", "2",
                        "--idle-s", "0", "-o", str(node.results))
-    assert done.returncode == 0, done.stderr
+    # Under load a segment can rightly fail throughput_cv (exit 3): what this test is
+    # about, what the run records, holds either way.
+    assert_measured(done)
     assert set_log(node) == [200.0, 300.0, 700.0]
     results = segment_results(node)
     assert [r["spec"]["power"]["cap_w"] for r in results] == [200.0, 300.0]
@@ -305,7 +306,7 @@ def test_tensorflow_resnet50_measures_in_run_too(fake_nvidia_node, result_schema
     node = fake_nvidia_node
     done = node.launch("resnet50", "--impl", "tensorflow", "--preset", "tiny", "--device", "cpu",
                        "--cap", "250,350", "--order", "ascending", *FAST, "-o", str(node.results))
-    assert done.returncode == 0, done.stderr
+    assert_measured(done)
     assert set_log(node) == [250.0, 350.0, 700.0]
     results = segment_results(node)
     assert [r["spec"]["power"]["cap_w"] for r in results] == [250.0, 350.0]

@@ -137,7 +137,7 @@ def test_killed_launcher_leaves_a_journal_that_power_restore_replays(fake_nvidia
 
 
 def test_entrypoint_runs_a_spec_in_one_process(cpu_node, tmp_path, result_schema):
-    dry = cpu_node.launch(*TINY, "--nproc", "1", "--dry-run", "-o", str(tmp_path / "r"))
+    dry = cpu_node.launch(*TINY, "--nproc", "1", "--dry-run", "--json", "-o", str(tmp_path / "r"))
     assert dry.returncode == 0, dry.stderr
     spec = json.loads(dry.stdout.split("\ncommand: ")[0])
     assert "torch.distributed.run" not in dry.stdout  # one process: no torchrun

@@ -210,7 +210,7 @@ def test_sigterm_during_the_load_stops_client_and_server(cpu_node, result_schema
 def test_without_sglang_the_run_stops_before_it_starts(cpu_node):
     done = cpu_node.launch(*TINY, "-o", str(cpu_node.results))  # no stand-in on the path
     assert done.returncode != 0
-    assert "sglang is not installed" in done.stderr and "hpcai[serve]" in done.stderr
+    assert "sglang is not installed" in done.stderr and "pip install '.[serve]'" in done.stderr
     assert not cpu_node.results.exists() or not any(cpu_node.results.iterdir())
 
 

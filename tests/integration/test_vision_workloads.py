@@ -106,7 +106,7 @@ def test_tensorflow_mirrored_strategy_over_two_cpu_devices(cpu_node, tmp_path, r
     """MirroredStrategy's multi-replica path, on two logical CPU devices."""
     dry = cpu_node.launch("resnet50", "--impl", "tensorflow", "--preset", "tiny",
                           "--warmup-epochs", "0", "--epochs", "1", "--steps-per-epoch", "1",
-                          "--dry-run", "-o", str(tmp_path / "r"))
+                          "--dry-run", "--json", "-o", str(tmp_path / "r"))
     assert dry.returncode == 0, dry.stderr
     spec = json.loads(dry.stdout.split("\ncommand: ")[0])
     spec["params"].update(cpu_replicas=2, image_size=32)

@@ -15,7 +15,7 @@ from report_docs import make_result, write_result
 
 from hpcai.errors import UsageError
 from hpcai.launcher.bundles import dsse, keys, registry
-from hpcai.launcher.bundles.compare import CAVEATS, COMPARABLE, NOT_COMPARABLE, compare
+from hpcai.launcher.bundles.compare import CAVEATS, COMPARABLE, HARDWARE, NOT_COMPARABLE, compare
 from hpcai.launcher.bundles.recompute import recompute
 from hpcai.measure import validity
 
@@ -137,7 +137,7 @@ def test_compare_names_each_reason_and_grades_it():
     for g in nvl["gpus"]:
         g["memory_total_bytes"] = 94 * 2**30
     result = compare(a, nvl, va, recompute(nvl, None))
-    assert result["verdict"] == NOT_COMPARABLE
+    assert result["verdict"] == HARDWARE  # not the same measurement: a comparison of two GPUs
     assert any("H100 SXM vs H100 NVL" in r["reason"] for r in result["reasons"])
     capped = good_doc(site="beta", cap_w=250.0)
     result = compare(a, capped, va, recompute(capped, None))

@@ -101,13 +101,13 @@ def test_cap_that_does_not_take_is_an_error_and_restored(fake_nvidia_node):
 
 def test_dry_run_checks_the_cap_range_but_sets_nothing(fake_nvidia_node):
     node = fake_nvidia_node
-    done = node.launch("resnet50", "--device", "cpu", "--cap", "300", "--dry-run")
+    done = node.launch("resnet50", "--device", "cpu", "--cap", "300", "--dry-run", "--json")
     assert done.returncode == 0, done.stderr
     spec = json.loads(done.stdout.split("\ncommand: ")[0])
     assert spec["power"]["cap_w"] == 300.0 and spec["devices"]["gpu_indices"] == [0, 1]
     assert "torch.distributed.run" in done.stdout
     assert all(d["set_log"] == [] for d in node.devices())
-    one_line_error(node.launch("resnet50", "--device", "cpu", "--cap", "900", "--dry-run"),
+    one_line_error(node.launch("resnet50", "--device", "cpu", "--cap", "900", "--dry-run", "--json"),
                    "outside GPU 0's range")
 
 

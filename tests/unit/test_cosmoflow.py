@@ -89,7 +89,7 @@ def test_bad_knobs_on_the_command_line_are_refused_before_anything_is_set(fake_n
 
 def test_the_knobs_land_in_the_spec_and_break_comparability(cpu_node):
     done = cpu_node.launch("cosmoflow", "--preset", "paper", "--cube", "256", "--width-mult", "2",
-                           "--depth-mult", "2", "--channels-last", "--device", "cpu", "--dry-run")
+                           "--depth-mult", "2", "--channels-last", "--device", "cpu", "--dry-run", "--json")
     assert done.returncode == 0, done.stderr
     spec = json.loads(done.stdout.split("\ncommand: ")[0])
     params = spec["params"]

@@ -102,7 +102,7 @@ def test_make_run_is_the_documented_default_run(tmp_path):
     assert made.stdout.strip().splitlines()[-1].strip() == ".venv/bin/hpcai-launch resnet50", made.stdout
     env = dict(os.environ, HPCAI_STATE_DIR=str(tmp_path / "state"),
                PYTHONPATH=os.pathsep.join([str(FAKES / "no_gpu"), os.environ.get("PYTHONPATH", "")]))
-    done = launch(tmp_path, env, ["resnet50", "--dry-run"])
+    done = launch(tmp_path, env, ["resnet50", "--dry-run", "--json"])
     assert done.returncode == 0, done.stderr[-1500:]
     assert re.search(r'"preset": "short"', done.stdout), done.stdout[:800]
 

@@ -81,7 +81,7 @@ def test_the_workload_is_handed_uuids_in_the_launchers_order(tmp_path):
     node = FakeNode(tmp_path, devices)
     node.env["CUDA_VISIBLE_DEVICES"] = "2,0"  # the job's GPUs are NVML 3 and 1
     done = node.launch("resnet50", "--preset", "tiny", "--device", "cuda", "--gpus", "2",
-                       "--dry-run", "--runtime", "host", "-o", str(node.results))
+                       "--dry-run", "--json", "--runtime", "host", "-o", str(node.results))
     assert done.returncode == 0, done.stderr
     spec = json.loads(done.stdout.split("\ncommand: ")[0])
     assert spec["devices"]["gpu_indices"] == [3, 1]

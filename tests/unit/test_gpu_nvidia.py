@@ -209,7 +209,7 @@ def test_open_library_named_vendor_missing_raises_with_install_hint(monkeypatch)
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails
     with pytest.raises(DeviceError) as info:
         open_library("nvidia")
-    assert "nvidia-ml-py" in info.value.hint and "hpcai[nvidia]" in info.value.hint
+    assert "nvidia-ml-py" in info.value.hint and "pip install '.[nvidia]'" in info.value.hint
 
 
 def test_open_library_named_vendor_init_failure_raises(tmp_path, monkeypatch):

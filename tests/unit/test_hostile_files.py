@@ -112,7 +112,7 @@ def test_report_into_a_link_is_a_one_line_error(cpu_node, tmp_path):
 def _sweep_folder(node) -> str:
     args = ["resnet50", "--preset", "tiny", "--device", "cpu", "--nproc", "1", "--cap", "200,300",
             "--idle-s", "0", "-o", str(node.results)]
-    plan = node.launch(*args, "--dry-run")
+    plan = node.launch(*args, "--dry-run", "--json")
     assert plan.returncode == 0, plan.stderr
     text = plan.stdout.split("\ncommand of the first run:")[0]
     return json.loads(text)["folder"], args

@@ -29,7 +29,7 @@ def test_info_text_names_missing_packages_and_the_extra(cpu_node):
     lines = [line for line in done.stdout.splitlines() if "llama3-8b-inference (sglang)" in line]
     assert len(lines) == 1
     if importlib.util.find_spec("sglang") is None:  # CI and CPU machines: never installed
-        assert "missing sglang (pip install 'hpcai[serve]')" in lines[0]
+        assert "missing sglang (pip install '.[serve]' from the hpcai checkout)" in lines[0]
     else:
         assert "host: installed" in lines[0]
     assert "image llm-serve: absent" in lines[0] or "image llm-serve: present" in lines[0]

@@ -7,7 +7,7 @@ from conftest import one_line_error
 
 
 def test_a_dry_run_with_a_cap_on_a_machine_without_gpus_prints_the_plan(cpu_node):
-    done = cpu_node.launch("resnet50", "--cap", "300", "--dry-run", "-o", str(cpu_node.results))
+    done = cpu_node.launch("resnet50", "--cap", "300", "--dry-run", "--json", "-o", str(cpu_node.results))
     assert done.returncode == 0, done.stderr
     spec = json.loads(done.stdout.split("\ncommand: ")[0])
     assert spec["power"]["cap_w"] == 300.0
@@ -17,7 +17,7 @@ def test_a_dry_run_with_a_cap_on_a_machine_without_gpus_prints_the_plan(cpu_node
 
 
 def test_a_sweep_dry_run_without_gpus_shows_the_schedule(cpu_node):
-    done = cpu_node.launch("resnet50", "--cap", "200,300", "--dry-run", "-o", str(cpu_node.results))
+    done = cpu_node.launch("resnet50", "--cap", "200,300", "--dry-run", "--json", "-o", str(cpu_node.results))
     assert done.returncode == 0, done.stderr
     schedule = json.loads(done.stdout.split("\ncommand of the first run: ")[0])
     assert sorted(r["cap_w"] for r in schedule["runs"]) == [200.0, 300.0]

@@ -44,7 +44,10 @@ def test_every_output_is_written(report):
 def test_plots_are_non_empty_png_and_svg(report):
     _out, written, _ = report
     names = sorted(p.name for p in written["plots"])
+    # With --reference the paper's rows have FLOPs (the paper preset's FLOP model, issue 41):
+    # a roofline per device model of the paper's (its H100 is the 94 GB HBM2e part).
     assert names == ["clocks-resnet50", "efficiency-resnet50", "power-timeseries",
+                     "roofline-h100-sxm5-94gb-hbm2e", "roofline-h200-sxm", "roofline-mi300x",
                      "throughput-resnet50"]
     for plot in written["plots"]:
         assert_real_png(plot.png)
@@ -80,7 +83,7 @@ def test_markdown_and_html_are_self_contained(report):
     assert "![resnet50: throughput against cap](plots/throughput-resnet50.png)" in md
     assert "100 W per node" in md
     page = (out / "report.html").read_text()
-    assert page.count('src="data:image/png;base64,') == 4
+    assert page.count('src="data:image/png;base64,') == 7  # every plot above, embedded
     for remote in ('src="http', "href=\"http", "<link", "@import", "url("):
         assert remote not in page
     assert 'data-table="throughput-images"' in page and "(771.68)" in page

@@ -109,7 +109,7 @@ def test_example_sites_use_the_power_methods_they_describe():
     h100 = sites.load("example-4xh100-sudo")
     assert (h100["gpu"]["vendor"], h100["gpu"]["per_node"]) == ("nvidia", 4)
     assert h100["power"]["method"] == "command"
-    assert "{index}" in h100["power"]["command"] and "{watts}" in h100["power"]["command"]
+    assert "{uuid}" in h100["power"]["command"] and "{watts}" in h100["power"]["command"]
     mi300x = sites.load("example-8xmi300x")
     assert (mi300x["gpu"]["vendor"], mi300x["gpu"]["per_node"]) == ("amd", 8)
     assert mi300x["power"]["method"] == "amdsmi"

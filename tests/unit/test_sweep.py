@@ -114,7 +114,7 @@ def test_only_valid_complete_results_of_this_sweep_count_as_done(tmp_path, resul
 def test_cli_dry_run_prints_the_sweep_and_changes_nothing(fake_nvidia_node):
     node = fake_nvidia_node
     done = node.launch("resnet50", "--preset", "tiny", "--device", "cpu", "--cap",
-                       "200:400:100", "--repeat", "2", "--seed", "11", "--dry-run",
+                       "200:400:100", "--repeat", "2", "--seed", "11", "--dry-run", "--json",
                        "-o", str(node.results))
     assert done.returncode == 0, done.stderr
     plan = json.loads(done.stdout.split("\ncommand of the first run: ")[0])
@@ -170,7 +170,7 @@ def test_bad_sweep_options_are_one_line(fake_nvidia_node):
     for args, fragment in ((["--cap", "200:100:50"], "ends below its start"),
                            (["--repeat", "0"], "--repeat"),
                            (["--order", "random"], "'random' is not one of")):
-        done = node.launch("resnet50", "--device", "cpu", *args, "--dry-run")
+        done = node.launch("resnet50", "--device", "cpu", *args, "--dry-run", "--json")
         assert done.returncode != 0
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("hpcai-launch: error: ")

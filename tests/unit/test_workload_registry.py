@@ -77,7 +77,7 @@ def test_a_generic_option_the_workload_ignores_is_refused(fake_nvidia_node, args
 
 
 def test_a_generic_option_the_workload_honours_is_recorded(cpu_node):
-    done = cpu_node.launch("resnet50", "--device", "cpu", "--channels-last", "--compile", "--dry-run")
+    done = cpu_node.launch("resnet50", "--device", "cpu", "--channels-last", "--compile", "--dry-run", "--json")
     assert done.returncode == 0, done.stderr
     spec = json.loads(done.stdout.split("\ncommand: ")[0])
     assert spec["params"]["channels_last"] is True and spec["params"]["compile"] is True
@@ -88,7 +88,7 @@ def test_a_presets_setting_the_implementation_ignores_is_not_recorded(cpu_node):
     """The fast preset asks for channels-last; TensorFlow's ResNet-50 has no such
     switch, so its spec must not say channels_last: true."""
     done = cpu_node.launch("resnet50", "--impl", "tensorflow", "--preset", "fast", "--device", "cpu",
-                           "--dry-run")
+                           "--dry-run", "--json")
     assert done.returncode == 0, done.stderr
     params = json.loads(done.stdout.split("\ncommand: ")[0])["params"]
     assert "channels_last" not in params and params["compile"] is True
