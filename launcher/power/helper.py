@@ -398,10 +398,6 @@ def _caller_uid() -> int | None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] in (["prolog"], ["epilog"]):  # Slurm's Prolog=/Epilog= scripts: the site's policy
-        from hpcai.launcher.power.prolog import main as prolog_main
-
-        return prolog_main(argv)
     parser = argparse.ArgumentParser(prog="hpcai-power-helper", description=__doc__.split("\n")[0])
     parser.add_argument("target", help="a GPU UUID, or `restore`")
     parser.add_argument("watts", nargs="?", help="the power limit to set, W")
