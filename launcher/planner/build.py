@@ -9,6 +9,9 @@ from hpcai.launcher.planner.partitions import knob_notes, partition_entry
 from hpcai.launcher.planner.procurement import model_entry, policy_settings, rank
 
 SENSITIVITY_STEP = 0.20
+# Production's GPU energy per GPU-hour this far from the benchmark's at the policy's
+# setting: the benchmark does not represent that class (flagged in the plan).
+PRODUCTION_GAP = 0.25
 
 
 def compute(classes: list, curves: dict, gpus: list, knobs: Knobs, prices) -> dict:
@@ -24,7 +27,30 @@ def compute(classes: list, curves: dict, gpus: list, knobs: Knobs, prices) -> di
                           policy_settings(entries, classes, curves, gpu, knobs, prices), knobs, prices)
               for gpu in gpus]
     return {"partitions": entries, "procurement": rank(models, knobs.objective),
-            "knob_notes": knob_notes(classes, curves)}
+            "knob_notes": knob_notes(classes, curves),
+            "production": production(classes, curves, entries, gpus, knobs, prices)}
+
+
+def production(classes: list, curves: dict, entries: list, gpus: list, knobs: Knobs, prices) -> list[dict]:
+    """Per class measured in production (receipts) and GPU model: production's GPU energy
+    per GPU-hour beside the benchmark's at the setting the policy runs the class at
+    (the GPUs' own power, W = Wh per GPU-hour), flagged where they differ by more than
+    PRODUCTION_GAP."""
+    rows = []
+    for gpu in gpus:
+        settings = policy_settings(entries, classes, curves, gpu, knobs, prices)
+        for cls in classes:
+            setting = settings.get(cls.name)
+            if cls.measured_wh_per_gpu_hour is None or setting is None or not setting.gpu_power_w:
+                continue
+            if cls.measured_gpu and cls.measured_gpu.upper() != gpu.upper():
+                continue  # production ran this class on another model
+            ratio = cls.measured_wh_per_gpu_hour / setting.gpu_power_w
+            rows.append({"class": cls.name, "gpu": gpu, "setting": {setting.kind: setting.value},
+                         "production_wh_per_gpu_hour": cls.measured_wh_per_gpu_hour,
+                         "benchmark_wh_per_gpu_hour": setting.gpu_power_w, "ratio": ratio,
+                         "flagged": abs(ratio - 1) > PRODUCTION_GAP})
+    return rows
 
 
 def answers(plan: dict) -> dict:

@@ -13,9 +13,13 @@ from hpcai.launcher.guarded import run_guarded
 @click.option("--mix-from-sacct", is_flag=True,
               help="build the mix from Slurm's accounting (--since, --partition; classes by the site's "
                    "[[classes]] rules) and write it beside the plan as mix.toml, to edit and reuse with --mix")
-@click.option("--since", help="--mix-from-sacct: jobs that ran since this date (YYYY-MM-DD)")
-@click.option("--partition", help="--mix-from-sacct: the partition whose jobs make the mix")
-@click.option("--site", "selector", help="--mix-from-sacct: site name or .toml path with the [[classes]] rules")
+@click.option("--mix-from-receipts", is_flag=True,
+              help="build the mix from production's job receipts (the site's spool; classes by its [[classes]] "
+                   "rules), with each class's measured energy per GPU-hour set beside the benchmark's")
+@click.option("--since", help="--mix-from-sacct/--mix-from-receipts: jobs that ran since this date (YYYY-MM-DD)")
+@click.option("--partition", help="--mix-from-sacct/--mix-from-receipts: the partition whose jobs make the mix")
+@click.option("--site", "selector",
+              help="--mix-from-sacct/--mix-from-receipts: site name or .toml path with the [[classes]] rules")
 @click.option("--prices", type=click.Path(dir_okay=False),
               help="prices TOML: energy price, PUE, carbon intensity, lifetime, purchase per GPU model")
 @click.option("--budget-kw", type=float,
@@ -30,8 +34,8 @@ from hpcai.launcher.guarded import run_guarded
               help="fill classes a GPU model never measured with the seed paper's rows (labelled)")
 @click.option("--output", "-o", default="plan", show_default=True,
               help="folder for plan.md, plan.html, plan.json and policy.toml")
-def plan_command(results, mix, mix_from_sacct, since, partition, selector, prices, budget_kw, targets,
-                 max_slowdown, objective, reference, output):
+def plan_command(results, mix, mix_from_sacct, mix_from_receipts, since, partition, selector, prices,
+                 budget_kw, targets, max_slowdown, objective, reference, output):
     """Which GPU model to buy and which cap each partition runs, for a job mix.
 
     RESULTS are what `report` reads (result files, run, sweep or results
@@ -44,8 +48,10 @@ def plan_command(results, mix, mix_from_sacct, since, partition, selector, price
 
     opts = PlanOptions(mix=mix, output=output, prices=prices, budget_kw=budget_kw, targets=list(targets),
                        max_slowdown=max_slowdown, objective=objective, reference=reference)
-    sacct = (since, partition, selector) if mix_from_sacct else None
-    written = run_guarded(_plan, list(results), opts, sacct)
+    source = "sacct" if mix_from_sacct else "receipts" if mix_from_receipts else None
+    if mix_from_sacct and mix_from_receipts:
+        source = "both"
+    written = run_guarded(_plan, list(results), opts, source, (since, partition, selector))
     for line in written["headline"]:
         click.echo(line)
     for name in ("markdown", "html", "json", "policy", "mix"):
@@ -53,9 +59,9 @@ def plan_command(results, mix, mix_from_sacct, since, partition, selector, price
             click.echo(f"  {written['paths'][name]}")
 
 
-def _plan(paths: list, opts, sacct: tuple | None) -> dict:
-    """The plan from --mix, or from a mix built from sacct (written beside the plan as
-    mix.toml once the plan is made: a failed plan leaves nothing)."""
+def _plan(paths: list, opts, source: str | None, window: tuple) -> dict:
+    """The plan from --mix, or from a mix built from sacct or receipts (written beside
+    the plan as mix.toml once the plan is made: a failed plan leaves nothing)."""
     import os
     import tempfile
     from pathlib import Path
@@ -63,16 +69,16 @@ def _plan(paths: list, opts, sacct: tuple | None) -> dict:
     from hpcai.errors import UsageError
     from hpcai.launcher.planner import make_plan
 
-    if sacct is None:
+    if source is None:
         if opts.mix is None:
             raise UsageError("plan needs a job mix", "give --mix FILE, or --mix-from-sacct --since DATE --partition P")
         return make_plan(paths, opts)
-    if opts.mix is not None:
-        raise UsageError("--mix and --mix-from-sacct both name a mix", "give one of them")
-    since, partition, selector = sacct
-    if not since or not partition:
-        raise UsageError("--mix-from-sacct needs --since and --partition", "e.g. --since 2026-10-01 --partition gpu")
-    text = _sacct_mix_text(since, partition, selector)
+    if source == "both" or opts.mix is not None:
+        raise UsageError(f"--mix and --mix-from-{source} both name a mix" if source != "both"
+                         else "--mix-from-sacct and --mix-from-receipts both name a mix", "give one of them")
+    since, partition, selector = window
+    text = _sacct_mix_text(since, partition, selector) if source == "sacct" else \
+        _receipts_mix_text(since, partition, selector)
     fd, temp = tempfile.mkstemp(prefix="hpcai-mix-", suffix=".toml")
     try:
         with os.fdopen(fd, "w") as fh:
@@ -88,7 +94,20 @@ def _plan(paths: list, opts, sacct: tuple | None) -> dict:
     return written
 
 
+def _receipts_mix_text(since: str | None, partition: str | None, selector: str | None) -> str:
+    from hpcai.errors import UsageError
+    from hpcai.launcher.receipts.jobs_cli import mix_from_receipts
+
+    if not selector:
+        raise UsageError("--mix-from-receipts needs --site (its spool and [[classes]] rules)", "give --site FILE")
+    return mix_from_receipts(selector, since, partition)
+
+
 def _sacct_mix_text(since: str, partition: str, selector: str | None) -> str:
+    from hpcai.errors import UsageError
+
+    if not since or not partition:
+        raise UsageError("--mix-from-sacct needs --since and --partition", "e.g. --since 2026-10-01 --partition gpu")
     from hpcai.launcher import sites
     from hpcai.launcher.slurm.mix import mix_from_sacct, mix_toml, sacct_args
 

@@ -84,6 +84,7 @@ class Setting:
     processes: int  # GPUs per measured node
     binds: bool | None = None  # report/binding.py: did the cap bind? None: unknown
     source: str = "measured"  # or "paper": the seed paper's rows (power assumed)
+    gpu_power_w: float | None = None  # the GPUs' own mean power per GPU (no node overhead)
 
     @property
     def power_w(self) -> Est:
@@ -133,9 +134,10 @@ def setting_of(cell) -> Setting:
     kind, value = _setting_kind(cell)
     spread = cell.repeats if cell.repeats.n >= 2 else cell.epochs
     eff = cell.efficiency
+    gpu_power = cell.mean_power_w / cell.group.processes if cell.mean_power_w else None
     return Setting(kind, value, Est.of(cell.throughput, spread.ci95),
                    Est.of(eff.mean, eff.ci95 if eff.n >= 2 else None),
-                   cell.group.processes, cell_binds(cell))
+                   cell.group.processes, cell_binds(cell), gpu_power_w=gpu_power)
 
 
 def config_key(analysis) -> str:

@@ -42,6 +42,11 @@ class MixClass:
     partition: str
     preset: str | None = None
     max_slowdown: float | None = None  # None: the plan's --max-slowdown
+    # From receipts (--mix-from-receipts, `results jobs --as-mix`): production's measured
+    # GPU-hours and GPU energy per GPU-hour, set beside the benchmark's figure.
+    gpu_hours: float | None = None
+    measured_wh_per_gpu_hour: float | None = None
+    measured_gpu: str | None = None  # the GPU model production ran the class on
 
 
 @dataclass(frozen=True)
@@ -156,24 +161,29 @@ def read_mix(path: str | Path, workloads) -> list[MixClass]:
 def _mix_class(table, where: str, default: str, workloads) -> MixClass:
     if not isinstance(table, dict):
         raise ConfigError(f"{where} is not a table", "write it as [[class]]")
-    allowed = {"name", "workload", "preset", "share", "partition", "max_slowdown"}
+    allowed = {"name", "workload", "preset", "share", "partition", "max_slowdown", "gpu_hours",
+               "measured_wh_per_gpu_hour", "measured_gpu"}
     extra = sorted(set(table) - allowed)
     if extra or "name" not in table or "workload" not in table or "share" not in table:
         raise ConfigError(f"{where} has key(s) {', '.join(extra) or 'missing'}",
                           "a class has name, workload and share, and optionally preset, "
-                          "partition and max_slowdown")
+                          "partition, max_slowdown and (from receipts) gpu_hours, measured_wh_per_gpu_hour, measured_gpu")
     name = _text(table["name"], f"{where}: name")
     workload = table["workload"]
     if workload not in workloads:
         raise ConfigError(f"{where} ({name}): unknown workload {workload!r}",
                           f"choose one of {', '.join(sorted(workloads))} (hpcai-launch list)")
     slow = table.get("max_slowdown")
+    measured = {key: number(table[key], f"{where} ({name}): {key}")
+                for key in ("gpu_hours", "measured_wh_per_gpu_hour") if key in table}
+    if "measured_gpu" in table:
+        measured["measured_gpu"] = _text(table["measured_gpu"], f"{where} ({name}): measured_gpu")
     return MixClass(name, workload,
                     number(table["share"], f"{where} ({name}): share", low_open=True, high=1.0),
                     _text(table.get("partition", default), f"{where} ({name}): partition"),
                     _text(table["preset"], f"{where} ({name}): preset") if "preset" in table else None,
                     None if slow is None else number(slow, f"{where} ({name}): max_slowdown",
-                                                     high=1.0, high_open=True))
+                                                     high=1.0, high_open=True), **measured)
 
 
 def _check_mix(classes: list[MixClass], path) -> None:

@@ -98,6 +98,20 @@ def _headline(plan: dict) -> list[str]:
             f"Default caps: {caps or 'none could be chosen'}."]
 
 
+def production_table(plan: dict) -> Table:
+    """Each class's GPU energy per GPU-hour in production (receipts) beside the
+    benchmark's at the policy's setting; a large gap says the benchmark does not
+    represent the class."""
+    rows = [[_t(r["class"]), _t(r["gpu"]), _t(setting_text(*next(iter(r["setting"].items())))),
+             _t(f"{r['production_wh_per_gpu_hour']:.4g}"), _t(f"{r['benchmark_wh_per_gpu_hour']:.4g}"),
+             _t(f"{r['ratio']:.2f}"),
+             _t("the benchmark does not represent this class" if r["flagged"] else "")] for r in plan["production"]]
+    return Table("production", "Production (job receipts) against the benchmark",
+                 ["Class", "GPU", "Setting", "Production Wh/GPU-h", "Benchmark Wh/GPU-h", "Ratio", "Flag"], rows,
+                 notes=["GPU energy only (the GPUs' counters), per GPU-hour; the benchmark's at the setting the "
+                        "policy runs the class at; flagged beyond 25% apart."])
+
+
 def policy_toml(plan: dict, digest: str, made: str) -> str:
     lines = ["[policy]", f'plan = "sha256:{digest}"', f'made = "{made}"', ""]
     for e in plan["partitions"]:
@@ -125,6 +139,7 @@ def write_plan(out, plan: dict, classes: list, prices, knobs, opts, paths: list)
     digest = hashlib.sha256(text.encode()).hexdigest()
     tables = [procurement_table(plan, knobs.objective), partitions_table(plan), sensitivity_table(plan)]
     sections = [("Procurement", [tables[0]]), ("Partitions", [tables[1]]), ("Sensitivity", [tables[2]]),
+                ("Production", [production_table(plan)] if plan.get("production") else []),
                 ("Left out", list(plan["left_out"]) + [f"{n['class']} on {n['gpu']}: {n['note']}" for n in plan["knob_notes"]]),
                 ("Method", METHOD)]
     meta = _headline(plan) + [f"Objective: {knobs.objective}; made {made}."]

@@ -218,3 +218,24 @@ def _export(con, sql: str, params: list, out: Path, fmt: str) -> None:
         temp.unlink(missing_ok=True)
         private.rmdir()
     click.echo(f"{count} row(s) (one per job, node and GPU) written to {out} ({fmt})")
+
+
+def mix_from_receipts(selector: str, since: str | None, partition: str | None) -> str:
+    """The mix TOML from the site's spool (ingested first) and [[classes]] rules, for
+    `plan --mix-from-receipts`: the same as `results jobs --as-mix` writes."""
+    from hpcai.launcher.receipts import store
+    from hpcai.launcher.receipts.mix import measured_mix, mix_toml, read_class_rules
+    from hpcai.launcher.receipts.spool import spool_path
+
+    where, params = _filters(since, None, partition, None, None)
+    site_file = _site_file(selector)
+    rules = read_class_rules(site_file)
+    spool = spool_path(_site_raw(site_file))
+    con = store.open_store(spool, None)
+    try:
+        if spool.exists():
+            store.ingest(con, spool)
+        classes, _ = measured_mix(con, rules, where, tuple(params))
+        return mix_toml(classes, str(spool))
+    finally:
+        con.close()

@@ -21,30 +21,14 @@ _NAME = re.compile(r"[A-Za-z0-9._-]+")
 
 
 def read_class_rules(site_path: str | Path) -> list[dict]:
-    """The site file's [[classes]] rules (formats.md), checked. A small reader of our
-    own: the site loader does not know the section yet."""
-    from hpcai.launcher.power.helper import _toml
+    """The site file's [[classes]] rules (formats.md), as the site loader checks them
+    (launcher/site_policy.py: one reading of the rules for sacct, the prolog and receipts)."""
+    from hpcai.launcher import sites
 
-    try:
-        raw = _toml().loads(Path(site_path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise ConfigError(f"cannot read the class rules in {site_path}: {exc}",
-                          "give a readable site file with [[classes]]") from None
-    rules = raw.get("classes") or []
-    if not isinstance(rules, list) or not rules:
+    rules = sites.load(str(site_path)).get("classes") or []
+    if not rules:
         raise ConfigError(f"{site_path} has no [[classes]] rules",
                           "add [[classes]] with name, workload and match keys (docs/how-to/job-receipts.md)")
-    seen = set()
-    for n, rule in enumerate(rules, 1):
-        name, workload = rule.get("name"), rule.get("workload")
-        if not isinstance(name, str) or not _NAME.fullmatch(name) or name in seen:
-            raise ConfigError(f"{site_path}: classes #{n}: name {name!r} is missing, repeated or not [A-Za-z0-9._-]+")
-        if not isinstance(workload, str) or not workload:
-            raise ConfigError(f"{site_path}: classes #{n} ({name}): workload is required")
-        bad = [k for k in MATCH_KEYS if k in rule and not isinstance(rule[k], str)]
-        if bad:
-            raise ConfigError(f"{site_path}: classes #{n} ({name}): {bad[0]} must be a glob string")
-        seen.add(name)
     return rules
 
 
@@ -68,12 +52,18 @@ def measured_mix(con, rules: list[dict], where: str = "true", params: tuple = ()
     GPU-hours no rule matched) over the receipts that pass `where` (on alias r)."""
     case, case_params = class_case(rules)
     rows = con.execute(f"""
-        WITH classed AS (SELECT {case} AS class, r.partition, r.gpu_hours, r.gpu_energy_j
+        WITH classed AS (SELECT r.file, {case} AS class, r.partition, r.gpu_hours, r.gpu_energy_j
                          FROM receipts r WHERE r.state <> 'open' AND {where}),
              per AS (SELECT class, partition, sum(gpu_hours) AS gh, sum(gpu_energy_j) AS j
-                     FROM classed WHERE class IS NOT NULL GROUP BY ALL)
-        SELECT class, partition, gh, gh / sum(gh) OVER (PARTITION BY partition), j / 3600.0 / nullif(gh, 0)
-        FROM per ORDER BY partition, class""", [*case_params, *params]).fetchall()
+                     FROM classed WHERE class IS NOT NULL GROUP BY ALL),
+             models AS (SELECT c.class, c.partition, g.model, count(*) AS n
+                        FROM classed c JOIN receipt_gpus g ON g.file = c.file
+                        WHERE c.class IS NOT NULL AND g.model IS NOT NULL GROUP BY ALL),
+             top AS (SELECT class, partition, arg_max(model, n) AS model FROM models GROUP BY ALL)
+        SELECT p.class, p.partition, gh, gh / sum(gh) OVER (PARTITION BY p.partition),
+               j / 3600.0 / nullif(gh, 0), t.model
+        FROM per p LEFT JOIN top t ON t.class = p.class AND t.partition IS NOT DISTINCT FROM p.partition
+        ORDER BY p.partition, p.class""", [*case_params, *params]).fetchall()
     unmatched = con.execute(f"SELECT coalesce(sum(r.gpu_hours), 0) FROM receipts r WHERE r.state <> 'open' "
                             f"AND {where} AND ({case}) IS NULL", [*params, *case_params]).fetchone()[0]
     workload = {r["name"]: r for r in rules}
@@ -81,9 +71,12 @@ def measured_mix(con, rules: list[dict], where: str = "true", params: tuple = ()
     for c, *_ in rows:
         partitions_of[c] = partitions_of.get(c, 0) + 1
     # A mix names each class once (formats.md): one found in several partitions is named per partition.
+    # Each class's GPU model: the one that held most of its GPUs (the plan compares its
+    # production energy with the benchmark on that model only).
     return [{"name": c if partitions_of[c] == 1 else f"{c}.{re.sub(r'[^A-Za-z0-9._-]', '_', p or '')}",
              "workload": workload[c]["workload"], "partition": p, "share": share,
-             "gpu_hours": gh, "measured_wh_per_gpu_hour": wh} for c, p, gh, share, wh in rows], unmatched
+             "gpu_hours": gh, "measured_wh_per_gpu_hour": wh, "measured_gpu": model}
+            for c, p, gh, share, wh, model in rows], unmatched
 
 
 def mix_toml(classes: list[dict], source: str) -> str:
@@ -98,6 +91,8 @@ def mix_toml(classes: list[dict], source: str) -> str:
                   f'gpu_hours = {c["gpu_hours"]:.3f}']
         if c["measured_wh_per_gpu_hour"] is not None:
             lines.append(f'measured_wh_per_gpu_hour = {c["measured_wh_per_gpu_hour"]:.3f}')
+        if c.get("measured_gpu"):
+            lines.append(f'measured_gpu = "{_toml_text(c["measured_gpu"])}"')
     return "\n".join(lines) + "\n"
 
 

@@ -61,11 +61,13 @@ def create_tables(con) -> None:
 def open_store(spool: Path, store: str | None):
     """A connection to the store at `store`, else at the results index's place for
     this spool (launcher/report/store.py), refused there if it is a link or not ours."""
+    from hpcai.install import install_hint
+
     try:
         import duckdb
     except ImportError:
         raise UsageError("the results store needs DuckDB, which is not installed",
-                         "pip install 'hpcai[report]'") from None
+                         install_hint("report")) from None
     from hpcai.launcher.report.store import _safe_location, index_location
 
     db = Path(store) if store else index_location([spool.absolute()])

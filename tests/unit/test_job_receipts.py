@@ -307,7 +307,8 @@ def test_the_mix_from_measured_gpu_hours_per_class(three_jobs, tmp_path):
 
     folder, db = three_jobs
     site_file = tmp_path / "site.toml"
-    site_file.write_text('[[classes]]\nname = "llm"\nworkload = "llama3-8b-pretrain"\njob_name = "llama*"\n\n'
+    site_file.write_text('name = "receipts-test"\n\n'
+                         '[[classes]]\nname = "llm"\nworkload = "llama3-8b-pretrain"\njob_name = "llama*"\n\n'
                          '[[classes]]\nname = "cv"\nworkload = "resnet50"\naccount = "cv-*"\n')
     out = tmp_path / "mix.toml"
     done = jobs_cli("--spool", str(folder), "--store", str(db), "--site", str(site_file), "--as-mix", str(out))
@@ -326,6 +327,20 @@ def test_the_mix_from_measured_gpu_hours_per_class(three_jobs, tmp_path):
     energy_102 = sum(g["energy_j"] for g in receipts["102"]["gpus"])
     assert by[("gpu", "cv")]["measured_wh_per_gpu_hour"] == pytest.approx(energy_102 / 3600.0 / gh["102"], rel=1e-3)
     assert by[("gpu", "llm")]["workload"] == "llama3-8b-pretrain"
+    assert by[("gpu", "cv")]["measured_gpu"] == receipts["102"]["gpus"][0]["model"]
+
+    # The planner straight from the spool: the same mix, planned and written beside the plan.
+    from click.testing import CliRunner
+
+    from hpcai.launcher.cli import main
+
+    site_file.write_text(site_file.read_text().replace('name = "receipts-test"\n',
+                                                       f'name = "receipts-test"\n\n[receipts]\nspool = "{folder}"\n'))
+    (tmp_path / "results").mkdir()
+    planned = CliRunner().invoke(main, ["plan", str(tmp_path / "results"), "--mix-from-receipts", "--site",
+                                        str(site_file), "--reference", "-o", str(tmp_path / "plan")])
+    assert planned.exit_code == 0, planned.output
+    assert tomllib.loads((tmp_path / "plan" / "mix.toml").read_text())["class"] == mix
 
 
 def test_node_energy_from_the_sites_node_meter(gpus, site, tmp_path):

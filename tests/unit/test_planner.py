@@ -354,7 +354,7 @@ def test_bad_mix_is_one_line_and_exit_2(tmp_path, results, case):
 @pytest.mark.parametrize("prices, args, fragment", [
     ("[energy]\nprice_per_kwh = -0.1\n", (), "price_per_kwh is -0.1"),
     ("[gpu.H100]\nprice_per_gpu = nan\n", (), "price_per_gpu is nan"),
-    ("", ("--budget-kw", "nan"), "--budget-kw nan is not a finite number"),
+    ("", ("--budget-kw", "nan"), "--budget-kw is nan, not a finite number"),
     ("", ("--target", "cv=-5"), "the rate is not a positive number"),
     ("", ("--target", "nosuch=5"), "names no class"),
     ("[energy]\npue = 0.9\n", (), "pue is 0.9"),
@@ -503,3 +503,47 @@ def test_a_cap_that_does_not_bind_gets_the_measured_power_profile(tmp_path):
     policy = (tmp_path / "plan" / "policy.toml").read_text()
     assert 'class = "chat"\npower_profile = "max-q"\n' in policy
     assert "chat: profile max-q" in (tmp_path / "plan" / "plan.md").read_text()
+
+
+def _one_class_results(folder, watts: float) -> None:
+    for cap in (300.0, 500.0, 700.0):
+        for repeat, factor in enumerate(REPEATS):
+            write_result(folder, make_result(workload="resnet50", cap_w=cap, per_gpu=cap * 2 * factor,
+                                             power_per_gpu_w=watts if cap >= watts else cap,
+                                             sweep_id="caps", repeat=repeat))
+
+
+@pytest.mark.parametrize("production_wh, flagged", [(420.0, False), (150.0, True)])
+def test_production_energy_per_gpu_hour_beside_the_benchmark_and_a_large_gap_flagged(tmp_path, production_wh,
+                                                                                   flagged):
+    """Receipts' figures (the mix's measured_wh_per_gpu_hour, measured_gpu) beside the
+    benchmark's GPU power at the setting the policy runs the class at (W = Wh per GPU-hour)."""
+    _one_class_results(tmp_path / "results", watts=400.0)
+    mix = tmp_path / "mix.toml"
+    mix.write_text('[[class]]\nname = "cv"\nworkload = "resnet50"\nshare = 1.0\ngpu_hours = 1200.0\n'
+                   f'measured_wh_per_gpu_hour = {production_wh}\nmeasured_gpu = "H100"\n')
+    make_plan([tmp_path / "results"], PlanOptions(mix=mix, output=tmp_path / "plan"))
+    doc = json.loads((tmp_path / "plan" / "plan.json").read_text())
+    (entry,) = doc["partitions"]
+    (row,) = doc["production"]
+    cap = entry["default_cap_w"]
+    benchmark = 400.0 if cap >= 400.0 else cap  # the crafted results' GPU power at that cap
+    assert row["class"] == "cv" and row["gpu"] == "H100" and row["setting"] == {"cap_w": cap}
+    assert row["benchmark_wh_per_gpu_hour"] == pytest.approx(benchmark)
+    assert row["ratio"] == pytest.approx(production_wh / benchmark)
+    assert row["flagged"] is flagged
+    text = (tmp_path / "plan" / "plan.md").read_text()
+    assert ("the benchmark does not represent this class" in text) is flagged
+
+
+def test_mix_from_receipts_needs_the_site(tmp_path):
+    from click.testing import CliRunner
+
+    from hpcai.launcher.cli import main
+
+    done = CliRunner().invoke(main, ["plan", str(tmp_path), "--mix-from-receipts", "-o", str(tmp_path / "out")])
+    assert done.exit_code == 2 and "--mix-from-receipts needs --site" in done.output
+    both = CliRunner().invoke(main, ["plan", str(tmp_path), "--mix-from-receipts", "--mix-from-sacct",
+                                     "-o", str(tmp_path / "out")])
+    assert both.exit_code == 2 and "both name a mix" in both.output
+    assert not (tmp_path / "out").exists()
