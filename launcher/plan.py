@@ -280,7 +280,8 @@ def check_limits(run: RunPlan, caps: list, clocks: list[tuple] = (),
         if caps:
             log(caps_unchecked_note(run.spec))
         if clocks or profiles:
-            log("note: no GPU is visible here, so the clock caps and power profiles were not "
+            what = " and ".join(w for w, given in (("the clock caps", clocks), ("the power profiles", profiles)) if given)
+            log(f"note: no GPU is visible here, so {what} were not "
                 "checked; they are checked against each GPU where the run happens")
         return
     if not caps and not clocks and not profiles:

@@ -199,8 +199,8 @@ def test_textfile_on_a_full_disk_is_one_line_and_keeps_the_previous_file(fake_nv
 
 
 @pytest.mark.parametrize("args, fragment", [
-    (["textfile", "{tmp}", "--every", "nan"], "--every nan is not a positive number"),
-    (["textfile", "{tmp}", "--max-age", "inf"], "--max-age inf is not a positive number"),
+    (["textfile", "{tmp}", "--every", "nan"], "--every is nan, not a finite number"),
+    (["textfile", "{tmp}", "--max-age", "inf"], "--max-age is inf, not a finite number"),
     (["serve", "--max-age", "-1"], "--max-age -1.0 is not a positive number"),
 ])
 def test_bad_numbers_are_one_line_and_nothing_is_written(fake_nvidia_node, tmp_path, args, fragment):

@@ -140,7 +140,7 @@ def test_a_second_sweep_into_a_running_ones_folder_is_refused_in_one_line(fake_n
     node = fake_nvidia_node
     args = ("resnet50", "--preset", "tiny", "--device", "cpu", "--cap", "200,300", "--repeat", "2",
             "--seed", "11", "-o", str(node.results))
-    plan = json.loads(node.launch(*args, "--dry-run").stdout.split("\ncommand of the first run: ")[0])
+    plan = json.loads(node.launch(*args, "--dry-run", "--json").stdout.split("\ncommand of the first run: ")[0])
     folder = plan["folder"]
     os.makedirs(folder, mode=0o755)
     held = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
