@@ -26,12 +26,13 @@ from hpcai.errors import (
     ConfigError,
     HpcaiError,
     PowerError,
-    StaleJournalError,
     UsageError,
 )
 from hpcai.gpu.clocks import DOMAIN_NAMES, DOMAINS, clock_control
 from hpcai.launcher.power.restoring import SETTLE_S, RestoringSession, describe, read_back_settled
-from hpcai.launcher.power.stale import check_restorable, pid_alive
+from hpcai.launcher.power.stale import (
+    check_restorable, record_side_workload, refuse_stale_side_journal, vendor_controls,
+)
 
 log = logging.getLogger(__name__)
 
@@ -89,32 +90,12 @@ def load_clock_journal(path) -> dict | None:
 
 
 def record_clock_workload(power_journal, pgid: int, tag: str) -> None:
-    """As journal.record_workload: `power restore` must not lift a clock cap
-    under a workload that still runs."""
-    from hpcai.launcher.power.journal import _write_record
-
-    path = clock_journal_path(power_journal)
-    record = load_clock_journal(path)
-    if record is None:
-        return
-    record["workload"] = {"pgid": int(pgid), "tag": tag}
-    _write_record(path, record)
+    record_side_workload(clock_journal_path(power_journal), load_clock_journal, pgid, tag)
 
 
 def refuse_stale_clock_journal(power_journal) -> None:
-    path = clock_journal_path(power_journal)
-    if not path.exists():
-        return
-    try:
-        record = load_clock_journal(path) or {}
-    except ConfigError:
-        record = {}
-    pid = record.get("pid", "unknown")
-    running = ", still running" if pid_alive(record.get("pid")) else ""
-    raise StaleJournalError(
-        f"a clock journal from an earlier run exists at {path} (pid {pid}{running}): "
-        "its GPUs' clocks may still be capped",
-        "run `hpcai-launch power restore` first")
+    refuse_stale_side_journal(clock_journal_path(power_journal), load_clock_journal, "clock journal",
+                              "its GPUs' clocks may still be capped")
 
 
 # ---- checks --------------------------------------------------------------------------
@@ -122,14 +103,7 @@ def controls_for(backend, indices: list[int], restoring: bool = False) -> dict:
     """Index -> ClockControl, through the backend's vendor library. A run sets
     clocks only with the nvml/amdsmi methods; restoring takes any backend that
     holds the library (as root it works whatever the site's power method)."""
-    usable = getattr(backend, "name", None) in ("nvml", "amdsmi") or (
-        restoring and getattr(backend, "library", None) is not None)
-    if not usable:
-        raise UsageError(
-            f"--sm-clock/--mem-clock are set through NVML or amdsmi, not the power method "
-            f"{getattr(backend, 'name', None)!r}",
-            "use --power-method nvml (NVIDIA) or amdsmi (AMD), as root")
-    return {i: clock_control(backend._device(i)) for i in indices}
+    return vendor_controls(backend, indices, restoring, "--sm-clock/--mem-clock are", clock_control)
 
 
 def check_clocks(controls: dict, sm_mhz: int | None, mem_mhz: int | None) -> None:

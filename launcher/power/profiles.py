@@ -18,10 +18,12 @@ import socket
 import time
 from pathlib import Path
 
-from hpcai.errors import CapNotAppliedError, ConfigError, HpcaiError, PowerError, StaleJournalError, UsageError
+from hpcai.errors import CapNotAppliedError, ConfigError, HpcaiError, PowerError, UsageError
 from hpcai.gpu.profiles import PROFILE_IDS, profile_control
 from hpcai.launcher.power.restoring import SETTLE_S, RestoringSession, describe, read_back_settled
-from hpcai.launcher.power.stale import check_restorable, pid_alive
+from hpcai.launcher.power.stale import (
+    check_restorable, record_side_workload, refuse_stale_side_journal, vendor_controls,
+)
 
 FORMAT = 1
 KIND = "hpcai.profile-journal"
@@ -59,44 +61,19 @@ def load_profile_journal(path) -> dict | None:
 
 
 def record_profile_workload(power_journal, pgid: int, tag: str) -> None:
-    """As journal.record_workload: `power restore` must not change a profile
-    under a workload that still runs."""
-    from hpcai.launcher.power.journal import _write_record
-
-    path = profile_journal_path(power_journal)
-    record = load_profile_journal(path)
-    if record is None:
-        return
-    record["workload"] = {"pgid": int(pgid), "tag": tag}
-    _write_record(path, record)
+    record_side_workload(profile_journal_path(power_journal), load_profile_journal, pgid, tag)
 
 
 def refuse_stale_profile_journal(power_journal) -> None:
-    path = profile_journal_path(power_journal)
-    if not os.path.lexists(path):
-        return
-    try:
-        record = load_profile_journal(path) or {}
-    except (ConfigError, PowerError):
-        record = {}
-    pid = record.get("pid", "unknown")
-    running = ", still running" if pid_alive(record.get("pid")) else ""
-    raise StaleJournalError(
-        f"a power profile journal from an earlier run exists at {path} (pid {pid}{running}): "
-        "its GPUs may still run that profile", "run `hpcai-launch power restore` first")
+    refuse_stale_side_journal(profile_journal_path(power_journal), load_profile_journal,
+                              "power profile journal", "its GPUs may still run that profile")
 
 
 # ---- checks --------------------------------------------------------------------------
 def profile_controls(backend, indices: list[int], restoring: bool = False) -> dict:
     """Index -> NvmlProfiles / AmdDeterminism, through the backend's vendor library
     (as clocks.controls_for)."""
-    usable = getattr(backend, "name", None) in ("nvml", "amdsmi") or (
-        restoring and getattr(backend, "library", None) is not None)
-    if not usable:
-        raise UsageError(f"--power-profile is set through NVML or amdsmi, not the power method "
-                         f"{getattr(backend, 'name', None)!r}",
-                         "use --power-method nvml (NVIDIA) or amdsmi (AMD), as root")
-    return {i: profile_control(backend._device(i)) for i in indices}
+    return vendor_controls(backend, indices, restoring, "--power-profile is", profile_control)
 
 
 def check_profile(controls: dict, name: str) -> None:

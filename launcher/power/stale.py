@@ -27,6 +27,50 @@ def pid_alive(pid) -> bool:
         return True
 
 
+def record_side_workload(path: Path, load, pgid: int, tag: str) -> None:
+    """As journal.record_workload, for the clock or profile journal at path (read by
+    load): `power restore` must not change a setting under a workload that still runs."""
+    from hpcai.launcher.power.journal import _write_record
+
+    record = load(path)
+    if record is None:
+        return
+    record["workload"] = {"pgid": int(pgid), "tag": tag}
+    _write_record(Path(path), record)
+
+
+def refuse_stale_side_journal(path: Path, load, what: str, risk: str) -> None:
+    """StaleJournalError where an earlier run's clock or profile journal (`what`) is
+    left: its GPUs may still hold that setting (`risk`)."""
+    from hpcai.errors import ConfigError, StaleJournalError
+
+    if not os.path.lexists(path):
+        return
+    try:
+        record = load(path) or {}
+    except (ConfigError, PowerError):
+        record = {}
+    pid = record.get("pid", "unknown")
+    running = ", still running" if pid_alive(record.get("pid")) else ""
+    raise StaleJournalError(f"a {what} from an earlier run exists at {path} (pid {pid}{running}): {risk}",
+                            "run `hpcai-launch power restore` first")
+
+
+def vendor_controls(backend, indices: list[int], restoring: bool, options: str, make) -> dict:
+    """Index -> the vendor library's control (make(device)) for clocks or profiles. A
+    run sets them only with the nvml/amdsmi methods; restoring takes any backend that
+    holds the library (as root it works whatever the site's power method)."""
+    from hpcai.errors import UsageError
+
+    usable = getattr(backend, "name", None) in ("nvml", "amdsmi") or (
+        restoring and getattr(backend, "library", None) is not None)
+    if not usable:
+        raise UsageError(f"{options} set through NVML or amdsmi, not the power method "
+                         f"{getattr(backend, 'name', None)!r}",
+                         "use --power-method nvml (NVIDIA) or amdsmi (AMD), as root")
+    return {i: make(backend._device(i)) for i in indices}
+
+
 def check_restorable(record: dict, path: Path, force: bool, what: str) -> None:
     """A journal (`what`: "clock journal", ...) is replayed only on the host that
     wrote it, once its run has ended, and never under a workload still running."""
