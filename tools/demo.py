@@ -9,7 +9,7 @@ report's title begins with SIMULATED. Its figures show how hpcai works, never
 how a GPU performs.
 
 It writes under build/demo/ (ignored by git): the simulated node's state, a site
-file, a cap sweep's results and the report over them.
+file, a cap sweep's results, the report over them and a plan for a one-class mix.
 """
 from __future__ import annotations
 
@@ -79,8 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     launch(env, "resnet50", "--preset", "tiny", "--device", "cpu", "--nproc", "1", "--cap", args.caps,
            "-o", str(folder / "results"))
     launch(env, "report", str(folder / "results"), "-o", str(folder / "report"), "--title", TITLE)
-    print(f"demo: done. Open {folder / 'report' / 'report.html'} (titled as SIMULATED): the flow is "
-          "hpcai's, the figures are a simulation's.")
+    mix = folder / "mix.toml"  # a partition that runs only this workload: the plan's default cap
+    mix.write_text('[[class]]\nname = "demo"\nworkload = "resnet50"\npreset = "tiny"\nshare = 1.0\n')
+    launch(env, "plan", str(folder / "results"), "--mix", str(mix), "-o", str(folder / "plan"))
+    print(f"demo: done. Open {folder / 'report' / 'report.html'} and {folder / 'plan' / 'plan.html'} "
+          "(SIMULATED): the flow is hpcai's, the figures are a simulation's.")
     return 0
 
 

@@ -32,3 +32,6 @@ def test_the_demo_runs_a_sweep_and_a_report_labelled_as_simulated(tmp_path):
     report = json.loads((out / "report" / "report.json").read_text())
     assert report["title"].startswith("SIMULATED GPUs")
     assert (out / "report" / "report.md").read_text().startswith("# SIMULATED GPUs (make demo)")
+    plan = json.loads((out / "plan" / "plan.json").read_text())
+    (entry,) = plan["partitions"]
+    assert entry["default_cap_w"] in (300.0, 500.0)  # a one-class mix: one of the sweep's caps
