@@ -73,8 +73,10 @@ class Folder:
         return Folder(os.open(name, _DIR_FLAGS, dir_fd=self.fd), self.path / name)
 
     @contextlib.contextmanager
-    def replacing(self, name: str, mode: int | None = None):
-        """A binary file object; on success its content becomes `name`, atomically."""
+    def replacing(self, name: str, mode: int | None = None, durable: bool = False):
+        """A binary file object; on success its content becomes `name`, atomically.
+        durable: the folder is synced after the rename too, so the new name itself
+        survives a crash (a power journal, a GPU's holder record)."""
         _plain_name(name)
         tmp = f".{name}.{secrets.token_hex(6)}.tmp"
         fd = os.open(tmp, _NEW_FILE_FLAGS, 0o600, dir_fd=self.fd)
@@ -88,6 +90,9 @@ class Folder:
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+            if durable:
+                with contextlib.suppress(OSError):  # some filesystems refuse fsync on a folder
+                    os.fsync(self.fd)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp, dir_fd=self.fd)
@@ -136,6 +141,25 @@ def open_append(path, mode: int = 0o666):
     never a link (O_NOFOLLOW: a planted link is ELOOP, never appended through)."""
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     return os.fdopen(fd, "ab", buffering=0)
+
+
+@contextlib.contextmanager
+def written_by_a_tool(path):
+    """A path for another program (DuckDB's COPY, a build) to write whole, in a private
+    folder made beside `path`; on success renamed over `path` within its folder (a link
+    planted at the name is replaced, never written through), always cleaned up."""
+    import tempfile
+
+    path = Path(path)
+    private = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
+    temp = private / path.name
+    try:
+        yield temp
+        with Folder.open(path.parent) as folder:
+            os.replace(temp, path.name, dst_dir_fd=folder.fd)
+    finally:
+        temp.unlink(missing_ok=True)
+        private.rmdir()
 
 
 def _plain_name(name: str) -> None:

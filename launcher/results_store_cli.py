@@ -9,8 +9,6 @@ id and content) is listed as a duplicate and never counted.
 from __future__ import annotations
 
 import datetime
-import os
-import tempfile
 from pathlib import Path
 
 import click
@@ -212,9 +210,9 @@ def _export(paths, output, fmt, **filters):
         raise UsageError(f"folder {out.parent} does not exist", "create it, or choose another --output")
     # Written in a private folder beside, then renamed over: a link put at the name
     # meanwhile is replaced, never followed.
-    private = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
-    temp = private / out.name
-    try:
+    from hpcai.safe_files import written_by_a_tool
+
+    with written_by_a_tool(out) as temp:
         if fmt == "parquet":
             _, ((count,),) = query(paths, parquet=temp, **filters)
         else:
@@ -222,10 +220,6 @@ def _export(paths, output, fmt, **filters):
             at = {c: i for i, c in enumerate(columns)}
             _write_csv(temp, [[row[at[c]] for c in EXPORT_COLUMNS] for row in rows])
             count = len(rows)
-        os.replace(temp, out)
-    finally:
-        temp.unlink(missing_ok=True)
-        private.rmdir()
     click.echo(f"{count} result(s) written to {output} ({fmt})")
 
 

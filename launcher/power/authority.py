@@ -186,19 +186,11 @@ def read_private_json(path: Path) -> dict | None:
 
 
 def write_private_json(path: Path, record: dict) -> None:
-    """Atomically: a new temporary file (O_EXCL, no link followed), fsync, rename."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(record, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    """Atomically, 0600, through hpcai/safe_files.py (no link followed, synced)."""
+    from hpcai.safe_files import Folder
+
+    with Folder.open(path.parent) as folder, folder.replacing(path.name, mode=0o600, durable=True) as f:
+        f.write(json.dumps(record, indent=1).encode())
 
 
 def describe_holder(record: dict | None) -> str:

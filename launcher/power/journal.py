@@ -179,7 +179,8 @@ def record_workload(path, pgid: int, tag: str) -> None:
 
 
 def _write_temporary(path: Path, record: dict) -> str:
-    """The record in a new temporary file beside `path` (mkstemp: O_EXCL, 0600), fsynced."""
+    """The record in a new temporary file beside `path` (mkstemp: O_EXCL, 0600), fsynced:
+    linked to its name by write_new_record, which must never replace another run's."""
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as exc:
@@ -199,12 +200,12 @@ def _write_temporary(path: Path, record: dict) -> str:
 
 
 def _write_record(path: Path, record: dict) -> None:
-    """Atomically: a temporary file, fsync, rename, then fsync the folder so the
-    rename itself survives a crash."""
-    tmp = _write_temporary(path, record)
+    """Atomically (0600, no link followed) through hpcai/safe_files.py, the folder
+    synced after the rename so the record itself survives a crash."""
+    from hpcai.safe_files import Folder
+
     try:
-        os.replace(tmp, path)
+        with Folder.open(path.parent) as folder, folder.replacing(path.name, mode=0o600, durable=True) as f:
+            f.write((json.dumps(record, indent=2) + "\n").encode())
     except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
         raise PowerError(f"cannot write the power journal {path}: {exc}", STATE_DIR_HINT) from exc
-    _fsync_dir(path.parent)

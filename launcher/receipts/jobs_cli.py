@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import tempfile
 from pathlib import Path
 
 import click
@@ -206,17 +205,13 @@ def _write_mix(con, rules, where, params, out: Path, spool: Path) -> None:
 def _export(con, sql: str, params: list, out: Path, fmt: str) -> None:
     """DuckDB writes the file (no row passes through Python) in a private folder
     beside it, renamed over the name: a link put there meanwhile is replaced."""
-    private = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
-    temp = private / out.name
-    try:
+    from hpcai.safe_files import written_by_a_tool
+
+    with written_by_a_tool(out) as temp:
         con.execute(f"CREATE OR REPLACE TEMP TABLE selected AS {sql}", params)
         options = "FORMAT parquet, COMPRESSION zstd" if fmt == "parquet" else "FORMAT csv, HEADER true"
         con.execute(f"COPY selected TO '{str(temp).replace(chr(39), chr(39) * 2)}' ({options})")
         count = con.execute("SELECT count(*) FROM selected").fetchone()[0]
-        os.replace(temp, out)
-    finally:
-        temp.unlink(missing_ok=True)
-        private.rmdir()
     click.echo(f"{count} row(s) (one per job, node and GPU) written to {out} ({fmt})")
 
 
