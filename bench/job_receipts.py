@@ -91,7 +91,8 @@ def startup_s() -> tuple[float, float]:
     imports before it works."""
     start = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-c", "import hpcai.launcher.receipts.cli, "
-                             "hpcai.launcher.receipts.record, hpcai.gpu.nvidia, hpcai.measure.node_power"])
+                             "hpcai.launcher.receipts.record, hpcai.gpu.nvidia, hpcai.measure.node_power, "
+                             "hpcai.launcher.tier, hpcai.launcher.trust"])
     _, status, usage = os.wait4(proc.pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     return time.perf_counter() - start, usage.ru_utime + usage.ru_stime

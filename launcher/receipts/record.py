@@ -34,11 +34,11 @@ def _utc(t: float | None) -> str | None:
 def node_power(site_raw: dict) -> dict:
     """The node meter's power now ({source, power_w}), where the site configures one;
     {} where it has none or it does not answer (the receipt says so, nothing fails)."""
-    from hpcai.measure.node_power import open_sources
-
     section = site_raw.get("node_power") or {}
     if not section.get("sources"):
         return {}
+    from hpcai.measure.node_power import open_sources  # here: a node without a meter never loads it
+
     runs, status = open_sources(section)
     try:
         for run in runs:
