@@ -91,7 +91,8 @@ def startup_s() -> tuple[float, float]:
     imports before it works."""
     start = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-c", "import hpcai.launcher.receipts.cli, "
-                             "hpcai.launcher.receipts.record, hpcai.gpu.nvidia, hpcai.measure.node_power"])
+                             "hpcai.launcher.receipts.record, hpcai.gpu.nvidia, hpcai.measure.node_power, "
+                             "hpcai.launcher.tier, hpcai.launcher.trust"])
     _, status, usage = os.wait4(proc.pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     return time.perf_counter() - start, usage.ru_utime + usage.ru_stime
@@ -107,7 +108,8 @@ INSERT INTO receipts SELECT
   CASE WHEN i % 50 = 0 THEN 'killed' WHEN i % 97 = 0 THEN 'failed' ELSE 'completed' END,
   'COMPLETING', '0:0', g, TIMESTAMP '2026-01-01' + to_seconds(i * 31),
   TIMESTAMP '2026-01-01' + to_seconds(i * 31 + d), d, g * d / 3600.0, g * d * (300 + i % 400), NULL,
-  NULL, NULL, '', ''
+  NULL, NULL, '', '',
+  CASE WHEN i % 3 = 0 THEN 'node-meter' ELSE 'counter' END, NULL, 0.05, NULL, NULL, NULL
 FROM (SELECT i, [1, 2, 4, 8][1 + (i // 3) % 4] AS g, 600 + (i * 7919) % 86000 AS d FROM range(?) t(i))
 """
 SYNTHESISE_GPUS = """

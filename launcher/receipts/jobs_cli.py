@@ -14,7 +14,7 @@ from hpcai.launcher.guarded import run_guarded
 from hpcai.launcher.report.safe_text import FORMULA_START
 
 LIST_COLUMNS = ("job_id", "node", "user", "account", "partition", "state", "gpu_count", "start",
-                "duration_s", "gpu_energy_j", "lost_gpus")
+                "duration_s", "gpu_energy_j", "tier", "lost_gpus")
 # Summaries: jobs, GPU-hours, GPU energy and its mean per GPU-hour (= mean W per GPU):
 # (group key, GPU-hours, GPU energy, rows) per --summary.
 SUMMARIES = {
@@ -42,12 +42,17 @@ def _filters(since, until, partition, user, state) -> tuple[str, list]:
     return " AND ".join(where) or "true", params
 
 
+# The measurement tiers a row's energy stands on (a receipt from before tiers: "unknown").
+TIERS_SQL = "array_to_string(list_sort(list(DISTINCT coalesce(r.tier, 'unknown'))), '+')"
+
+
 def summary_sql(by: str, where: str) -> str:
     """One row per partition, user or GPU model over the finished receipts passing where."""
     key, hours, energy, rows = SUMMARIES[by]
     return (f"SELECT {key} AS {by}, count(DISTINCT r.file) AS jobs, sum({hours}) AS gpu_hours, "
             f"sum({energy}) / 3.6e6 AS gpu_energy_kwh, "
-            f"sum({energy}) / 3600.0 / nullif(sum({hours}), 0) AS wh_per_gpu_hour "
+            f"sum({energy}) / 3600.0 / nullif(sum({hours}), 0) AS wh_per_gpu_hour, "
+            f"{TIERS_SQL} AS tiers "
             f"FROM {rows} WHERE r.state <> 'open' AND {where} GROUP BY ALL ORDER BY gpu_hours DESC NULLS LAST")
 
 
@@ -91,7 +96,8 @@ def _table(columns, rows) -> None:
 @click.option("--partition", help="only jobs of this Slurm partition")
 @click.option("--user", help="only jobs of this user")
 @click.option("--state", type=click.Choice(["completed", "cancelled", "killed", "failed", "node-failed",
-                                            "requeued", "open"]), help="only jobs that ended so")
+                                            "ended-without-epilog", "requeued", "open"]),
+              help="only jobs that ended so")
 @click.option("--summary", type=click.Choice(sorted(SUMMARIES)), help="one row per partition, user or GPU model")
 @click.option("--format", "fmt", type=click.Choice(["csv", "parquet"]), help="write the rows to -o as this")
 @click.option("--output", "-o", type=click.Path(), help="file for --format (default format: its extension)")
@@ -179,9 +185,12 @@ def _jobs(**options):
             cursor = con.execute(f"SELECT {', '.join(chr(34) + c + chr(34) for c in LIST_COLUMNS)} FROM receipts r "
                                  f"WHERE {where} ORDER BY start DESC NULLS LAST, file LIMIT {options['limit']}", params)
         _table([d[0] for d in cursor.description], cursor.fetchall())
-        total = con.execute(f"SELECT count(*), sum(gpu_hours), sum(gpu_energy_j) / 3.6e6 FROM receipts r "
-                            f"WHERE {where}", params).fetchone()
-        click.echo(f"{total[0]} receipt(s), {_text(total[1])} GPU-hours, {_text(total[2])} kWh of GPU energy")
+        total = con.execute(f"SELECT count(*), sum(gpu_hours), sum(gpu_energy_j) / 3.6e6, {TIERS_SQL} "
+                            f"FROM receipts r WHERE {where}", params).fetchone()
+        click.echo(f"{total[0]} receipt(s), {_text(total[1])} GPU-hours, {_text(total[2])} kWh of GPU energy"
+                   f" (measurement tier: {total[3] or '-'})")
+        if "+" in (total[3] or ""):
+            click.echo(f"note: these figures mix measurement tiers ({total[3]}): compare within one tier", err=True)
     finally:
         con.close()
 

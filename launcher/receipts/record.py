@@ -6,6 +6,9 @@ settings, the node meter's power; written as the start file in the spool.
 end: the same read again, the start file read back, energy per GPU and for the
 node, the end state, a GPU that was there at the start and is gone or
 unreadable now named as lost; the receipt written, then the start file removed.
+Both halves record the node's measurement tier (launcher/tier.py) and then turn
+the start files of runs that ended without their epilog (a failed node) into
+receipts (leftovers()).
 """
 from __future__ import annotations
 
@@ -14,9 +17,12 @@ import socket
 import time
 
 from hpcai.launcher.receipts import gpus as gpu_reads
+from hpcai.errors import HpcaiError
 from hpcai.launcher.receipts import slurm, spool
 
 FORMAT = 1
+# The tier's fields a receipt keeps (launcher/tier.py current_tier has a few more).
+TIER_FIELDS = ("tier", "agreement_within_frac", "stated_agreement_frac", "meter_api", "calibrated", "reason")
 
 
 def _utc(t: float | None) -> str | None:
@@ -28,11 +34,11 @@ def _utc(t: float | None) -> str | None:
 def node_power(site_raw: dict) -> dict:
     """The node meter's power now ({source, power_w}), where the site configures one;
     {} where it has none or it does not answer (the receipt says so, nothing fails)."""
-    from hpcai.measure.node_power import open_sources
-
     section = site_raw.get("node_power") or {}
     if not section.get("sources"):
         return {}
+    from hpcai.measure.node_power import open_sources  # here: a node without a meter never loads it
+
     runs, status = open_sources(section)
     try:
         for run in runs:
@@ -71,14 +77,24 @@ def read_gpus(job: dict, site_raw: dict) -> tuple[list, list]:
         gpu_reads.close_quietly(library)
 
 
+def tier(site_raw: dict) -> dict:
+    """This node's measurement tier now, from the site the receipt command loaded."""
+    from hpcai.launcher.tier import current_tier
+
+    found = current_tier(site_raw)
+    return {k: found.get(k) for k in TIER_FIELDS}
+
+
 def start(config: dict, site_raw: dict, job_id: str) -> str:
     """The prolog's half, for the job Slurm knows by job_id; returns the line it prints."""
-    return begin(slurm.job_here(config, job_id), site_raw)
+    job = slurm.job_here(config, job_id)
+    return begin(job, site_raw) + leftovers(config, site_raw, job)
 
 
 def end(config: dict, site_raw: dict, job_id: str) -> str:
     """The epilog's half; returns the line it prints."""
-    return finish(slurm.job_here(config, job_id), site_raw)
+    job = slurm.job_here(config, job_id)
+    return finish(job, site_raw) + leftovers(config, site_raw, job)
 
 
 def begin(job: dict, site_raw: dict) -> str:
@@ -88,7 +104,7 @@ def begin(job: dict, site_raw: dict) -> str:
     record = {"format": FORMAT, "kind": "hpcai-job-receipt-start", "host": socket.gethostname(),
               **{k: v for k, v in job.items() if k not in ("gpu_indices", "end_state", "exit_code")},
               "t": now, "start": _utc(now), "state": "open", "gpus": found, "unreadable_gpus": unreadable,
-              "node_meter": node_power(site_raw)}
+              "node_meter": node_power(site_raw), "tier": tier(site_raw)}
     with spool.open_spool(spool.spool_path(site_raw), create=True) as folder:
         path = spool.write(folder, spool.receipt_name(job["job_id"], job["restarts"], job["node"], start=True),
                            record)
@@ -102,7 +118,7 @@ def finish(job: dict, site_raw: dict) -> str:
     node = node_power(site_raw)
     with spool.open_spool(spool.spool_path(site_raw), create=True) as folder:
         job, start_name, began = _started_run(folder, job)
-        receipt = build(job, began, found, unreadable, node, site_raw)
+        receipt = {**build(job, began, found, unreadable, node, site_raw), "tier": tier(site_raw)}
         path = spool.write(folder, spool.receipt_name(job["job_id"], job["restarts"], job["node"]), receipt)
         spool.remove(folder, start_name)
     lost = f", lost: {', '.join(receipt['lost_gpus'])}" if receipt["lost_gpus"] else ""
@@ -180,3 +196,64 @@ def _node_energy(start: dict, end: dict) -> tuple[float | None, str | None]:
     if None in (p0, p1, t0, t1) or t1 < t0:
         return None, None
     return (p0 + p1) / 2 * (t1 - t0), "two-point-power"
+
+
+def leftovers(config: dict, site_raw: dict, job: dict) -> str:
+    """Each start file in the spool for this node, of another job, whose run Slurm says
+    is over (slurm.leftover_state) becomes its receipt; returns what to add to the printed
+    line. A job still running here is left alone; a file Slurm cannot answer for now
+    (the controller down) is left for the next prolog or epilog."""
+    done, skipped = [], []
+    with spool.open_spool(spool.spool_path(site_raw), create=True) as folder:
+        for name in spool.start_files(folder, job["node"]):
+            began = spool.read(folder, name)
+            if not _names_its_file(began, name) or began["job_id"] == job["job_id"]:
+                continue
+            try:
+                state = slurm.leftover_state(config, began["job_id"], began["restarts"], job["node"])
+                if state is not None:
+                    _file_leftover(folder, name, began, state, site_raw)
+                    done.append(f"{began['job_id']} ({state})")
+            except HpcaiError as exc:
+                skipped.append(f"{began['job_id']}: {exc.one_line()}")
+    said = f"; receipts for runs that ended without their epilog: {', '.join(done)}" if done else ""
+    return said + (f"; left for later: {'; '.join(skipped)}" if skipped else "")
+
+
+def _names_its_file(began: dict | None, name: str) -> bool:
+    """A start record whose job, restart count and node are those its file's name gives."""
+    try:
+        return spool.receipt_name(slurm.check_job_id(began["job_id"]), int(began["restarts"]),
+                                  began["node"], start=True) == name
+    except (TypeError, KeyError, ValueError, HpcaiError):
+        return False
+
+
+def _file_leftover(folder, name: str, began: dict, state: str, site_raw: dict) -> None:
+    """The receipt of a run whose epilog never ran: its start figures kept, its energy
+    unknown (nothing read the counters at its end), written unless an epilog's complete
+    receipt is there already; then the start file removed."""
+    final = spool.receipt_name(began["job_id"], began["restarts"], began["node"])
+    if spool.read(folder, final) is None:
+        spool.write(folder, final, leftover_receipt(began, state, site_raw))
+    spool.remove(folder, name)
+
+
+def leftover_receipt(began: dict, state: str, site_raw: dict) -> dict:
+    job = {**began, "end_state": state, "slurm_state": None, "exit_code": None}
+    # Who set the cap and clocks is read at the end, against the holders then: unknown here.
+    gpus = [{**_gpu_entry(job, g, None, site_raw), "lost": False, "cap_set_by": None, "clocks_set_by": None}
+            for g in began.get("gpus", [])]
+    why = ("the node failed before the job's epilog ran" if state == "node-failed"
+           else "the job ended without its epilog on this node and Slurm no longer knows it")
+    return {
+        "format": FORMAT, "kind": "hpcai-job-receipt", "host": socket.gethostname(),
+        **{k: job.get(k) for k in ("job_id", "node", "user", "uid", "account", "partition", "job_name",
+                                   "qos", "restarts", "slurm_state", "exit_code")},
+        "state": state, "gpu_count": len(gpus), "start": began.get("start"), "end": None, "duration_s": None,
+        "gpus": gpus, "lost_gpus": [], "node_energy_j": None, "node_energy_method": None,
+        "node_power_start_w": (began.get("node_meter") or {}).get("power_w"), "node_power_end_w": None,
+        "node_source": (began.get("node_meter") or {}).get("source"),
+        "problems": [f"energy unknown: {why}, so no end reading was taken"],
+        "tier": began.get("tier") or {},
+    }

@@ -22,7 +22,10 @@ FINAL_STATES = {
     "BOOT_FAIL": "node-failed", "REQUEUED": "requeued", "REQUEUE_FED": "requeued",
     "REQUEUE_HOLD": "requeued", "PENDING": "requeued",  # back in the queue: its run here ended
 }
-STATES = ("completed", "cancelled", "killed", "failed", "node-failed", "requeued", "open")
+STATES = ("completed", "cancelled", "killed", "failed", "node-failed", "ended-without-epilog", "requeued", "open")
+# States in which a job's prolog may have run and its epilog not yet (a start file is expected).
+_UNDER_WAY = {"RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "STOPPED", "RESIZING", "SIGNALING",
+              "STAGE_OUT", "PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"}
 
 
 def check_job_id(job_id: str) -> str:
@@ -79,3 +82,36 @@ def job_here(config: dict, job_id: str) -> dict:
         "end_state": ended_as(fields),
         "gpu_indices": helper.job_gpus_here(config, fields, here, line),
     }
+
+
+def job_now(config: dict, job_id: str) -> dict | None:
+    """scontrol's fields for a job, None when Slurm no longer knows it (purged after
+    MinJobAge); a controller that does not answer raises (that is not a "no")."""
+    from hpcai.errors import PowerError
+
+    check_job_id(job_id)
+    try:
+        out = helper.scontrol(config, "show", "job", "-o", job_id)
+    except PowerError as exc:
+        if "Invalid job id" in str(exc):
+            return None
+        raise
+    return helper._fields(out.splitlines()[0]) if out.strip() else None
+
+
+def leftover_state(config: dict, job_id: str, restarts: int, node: str) -> str | None:
+    """What became of a run whose start file is still here after its epilog should
+    have run: None while that run may still be going on this node (leave it),
+    "ended-without-epilog" when Slurm no longer knows the job, else "node-failed"
+    (Slurm says NODE_FAIL, or the job ended, was requeued or runs elsewhere)."""
+    fields = job_now(config, job_id)
+    if fields is None:
+        return "ended-without-epilog"
+    if fields.get("JobState") in ("NODE_FAIL", "BOOT_FAIL"):
+        return "node-failed"
+    same_run = int(fields.get("Restarts", "0") or 0) == restarts
+    nodes = set(helper.scontrol(config, "show", "hostnames", fields.get("NodeList", "")).split()) \
+        if fields.get("NodeList") not in (None, "", "(null)") else set()
+    if same_run and fields.get("JobState") in _UNDER_WAY and (node in nodes or fields.get("JobState") == "PENDING"):
+        return None
+    return "node-failed"

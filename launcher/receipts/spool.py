@@ -99,6 +99,13 @@ def read(folder: Folder, name: str) -> dict | None:
     return doc if isinstance(doc, dict) else None
 
 
+def start_files(folder: Folder, node: str) -> list[str]:
+    """The names of the start files in the spool for this node's runs."""
+    tail = f".{node}{START_SUFFIX}"
+    return sorted(e.name for e in os.scandir(folder.fd)
+                  if e.name.endswith(tail) and not e.name.startswith(".") and e.is_file(follow_symlinks=False))
+
+
 def remove(folder: Folder, name: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(name, dir_fd=folder.fd)

@@ -30,6 +30,9 @@ RECEIPT_COLUMNS = {
     "gpu_count": "INTEGER", "start": "TIMESTAMP", "end": "TIMESTAMP", "duration_s": "DOUBLE",
     "gpu_hours": "DOUBLE", "gpu_energy_j": "DOUBLE", "node_energy_j": "DOUBLE",
     "node_energy_method": "VARCHAR", "node_source": "VARCHAR", "lost_gpus": "VARCHAR", "problems": "VARCHAR",
+    # The node's measurement tier (launcher/tier.py): last, so that a store made before them gains them.
+    "tier": "VARCHAR", "tier_agreement_frac": "DOUBLE", "tier_stated_frac": "DOUBLE", "tier_meter_api": "VARCHAR",
+    "tier_calibrated": "VARCHAR", "tier_reason": "VARCHAR",
 }
 GPU_COLUMNS = {
     "file": "VARCHAR", "uuid": "VARCHAR", "gpu_index": "INTEGER", "model": "VARCHAR", "model_full": "VARCHAR",
@@ -48,13 +51,17 @@ _JSON = {"job_id": "VARCHAR", "restarts": "INTEGER", "node": "VARCHAR", "host": 
          "uid": "BIGINT", "account": "VARCHAR", "partition": "VARCHAR", "job_name": "VARCHAR", "qos": "VARCHAR",
          "state": "VARCHAR", "slurm_state": "VARCHAR", "exit_code": "VARCHAR", "start": "VARCHAR",
          "end": "VARCHAR", "duration_s": "DOUBLE", "node_energy_j": "DOUBLE", "node_energy_method": "VARCHAR",
-         "node_source": "VARCHAR", "lost_gpus": "VARCHAR[]", "problems": "VARCHAR[]", "gpus": _JSON_GPU}
+         "node_source": "VARCHAR", "lost_gpus": "VARCHAR[]", "problems": "VARCHAR[]", "gpus": _JSON_GPU,
+         "tier": "STRUCT(tier VARCHAR, agreement_within_frac DOUBLE, stated_agreement_frac DOUBLE, "
+                 "meter_api VARCHAR, calibrated VARCHAR, reason VARCHAR)"}
 
 
 def create_tables(con) -> None:
     for table, columns in (("receipts", RECEIPT_COLUMNS), ("receipt_gpus", GPU_COLUMNS)):
         con.execute(f"CREATE TABLE IF NOT EXISTS {table} ("
                     + ", ".join(f'"{n}" {t}' for n, t in columns.items()) + ")")
+        for name, kind in columns.items():  # a store made by an older hpcai gains the newer columns
+            con.execute(f'ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "{name}" {kind}')
     con.execute("CREATE TABLE IF NOT EXISTS receipt_files (file VARCHAR, size BIGINT, mtime_ns BIGINT)")
 
 
@@ -143,7 +150,9 @@ def _read_batch(con, spool: Path, names: list[str]) -> int:
         slurm_state, exit_code, len(gpus), TRY_CAST(start AS TIMESTAMP), TRY_CAST("end" AS TIMESTAMP),
         duration_s, len(gpus) * duration_s / 3600.0,
         list_sum([g.energy_j FOR g IN gpus]), node_energy_j, node_energy_method, node_source,
-        array_to_string(lost_gpus, ','), array_to_string(problems, '; ')
+        array_to_string(lost_gpus, ','), array_to_string(problems, '; '),
+        tier.tier, tier.agreement_within_frac, tier.stated_agreement_frac, tier.meter_api, tier.calibrated,
+        tier.reason
         FROM batch WHERE job_id IS NOT NULL""")
     con.execute("""INSERT INTO receipt_gpus SELECT file, g.uuid, g."index", g.model, g.model_full,
         coalesce(g.lost, false), g.energy_j, g.energy_method, g.energy_start_j, g.energy_end_j,

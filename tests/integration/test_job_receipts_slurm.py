@@ -152,3 +152,29 @@ def test_a_requeued_job_gets_a_receipt_marked_requeued_for_the_run_that_ended(re
         assert receipt["problems"] == []
     finally:
         cluster.run("scancel", job)
+
+
+def test_a_start_file_left_by_a_job_slurm_no_longer_knows_becomes_a_receipt_at_the_next_prolog(receipts_cluster):
+    """A start file as the prolog of a job whose node then failed leaves it (its epilog never
+    ran; Slurm has since forgotten the job): node1's next prolog files it as
+    ended-without-epilog; node2's is node2's to file. Each receipt carries the node's tier."""
+    from hpcai.launcher.receipts import spool as spool_files
+
+    cluster, state, spool, tmp_path = receipts_cluster
+    uuid = fgs.read_state(state)["devices"][0]["uuid"]
+    with spool_files.open_spool(spool, create=True) as folder:
+        for job_id, node in (("999991", "node1"), ("999992", "node2")):
+            spool_files.write(folder, spool_files.receipt_name(job_id, 0, node, start=True), {
+                "kind": "hpcai-job-receipt-start", "job_id": job_id, "restarts": 0, "node": node, "user": "alice",
+                "partition": cluster.partition, "start": "2026-11-27T10:00:00.000000Z", "t": 1.0,
+                "gpus": [{"uuid": uuid, "index": 0, "model": "H100", "energy_j": 1000.0, "power_w": 300.0}],
+                "node_meter": {}, "tier": {"tier": "counter"}})
+    job = cluster.sbatch("--exclusive", "-N1", "-w", "node1", "--output=/dev/null", "--wrap", "sleep 1")
+    assert cluster.wait(job, 120) == "COMPLETED"
+    receipt = json.loads(wait_for(f"{job}.0.node1.json", spool).read_text())
+    assert receipt["tier"]["tier"] in ("counter", "node-meter", "analyzer"), receipt["tier"]
+    left = json.loads(wait_for("999991.0.node1.json", spool).read_text())
+    assert left["state"] == "ended-without-epilog", logs(tmp_path)
+    assert [(g["energy_start_j"], g["energy_j"]) for g in left["gpus"]] == [(1000.0, None)]
+    assert not (spool / "999991.0.node1.start.json").exists()
+    assert (spool / "999992.0.node2.start.json").exists() and not (spool / "999992.0.node2.json").exists()

@@ -377,7 +377,8 @@ def test_files_in_the_spool_that_are_not_root_receipts_are_left_out_and_said(thr
     assert done.exit_code == 0, done.output
     assert "2 file(s) in" in done.output and "not written by root" in done.output
     assert "1 file(s) in" in done.output and "are not receipts" in done.output
-    assert "999" not in done.output and "888" not in done.output and "4 receipt(s)" in done.output
+    listed = {line.split()[0] for line in done.output.splitlines() if line[:1].isdigit()}
+    assert "999" not in listed and "888" not in listed and "4 receipt(s)" in done.output  # (not in a timestamp)
 
 
 def test_a_reading_that_is_not_a_number_is_stored_as_nothing(tmp_path):
@@ -418,3 +419,172 @@ def test_a_node_meter_that_does_not_answer_is_a_problem_not_a_failure(gpus, site
     receipt = json.loads((spool.spool_path(site) / "4242.0.node1.json").read_text())
     assert receipt["node_energy_j"] is None and len(receipt["gpus"]) == 2
     assert [p for p in receipt["problems"] if p.startswith("node meter at the start")]
+
+
+# ---- the measurement tier (issue 44 §3) -------------------------------------------------------
+ANALYZER = {"analyzer": {"name": "Yokogawa WT310E", "agreement_frac": 0.01}}
+
+
+def test_every_receipt_carries_the_nodes_measurement_tier(gpus, site, tmp_path):
+    no_calibration = {**site, "node_power": {"calibration_file": str(tmp_path / "none.json")}}
+    record.begin(job(), no_calibration)
+    folder = spool.spool_path(site)
+    started = json.loads((folder / "4242.0.node1.start.json").read_text())
+    assert started["tier"]["tier"] == "counter" and "no calibration at" in started["tier"]["reason"]
+    record.finish(job(), {**site, "node_power": ANALYZER})  # the tier in force at the end
+    receipt = json.loads((folder / "4242.0.node1.json").read_text())
+    assert receipt["tier"] == {"tier": "analyzer", "agreement_within_frac": 0.01, "stated_agreement_frac": 0.01,
+                               "meter_api": "Yokogawa WT310E", "calibrated": None, "reason": None}
+
+
+def test_results_jobs_stores_and_lists_the_tier_and_says_when_tiers_mix(gpus, site, tmp_path):
+    import duckdb
+
+    finished({**site, "node_power": ANALYZER}, "201", gpus, {0: 100.0})
+    counter_site = {**site, "node_power": {"calibration_file": str(tmp_path / "none.json")}}
+    finished(counter_site, "202", gpus, {0: 100.0})
+    folder, db = spool.spool_path(site), tmp_path / "store.duckdb"
+    listed = jobs_cli("--spool", str(folder), "--store", str(db), "--limit", "5")
+    assert listed.exit_code == 0, listed.output
+    rows = {line.split()[0]: line for line in listed.output.splitlines() if line[:3] in ("201", "202")}
+    assert "analyzer" in rows["201"].split() and "counter" in rows["202"].split()
+    assert "measurement tier: analyzer+counter" in listed.output and "mix measurement tiers" in listed.output
+    summary = jobs_cli("--spool", str(folder), "--store", str(db), "--summary", "partition").output
+    assert [line.split()[-1] for line in summary.splitlines() if line.startswith("gpu ")] == ["analyzer+counter"]
+    con = duckdb.connect(str(db))
+    assert con.execute("SELECT tier, tier_agreement_frac, tier_meter_api FROM receipts WHERE job_id = '201'"
+                       ).fetchone() == ("analyzer", 0.01, "Yokogawa WT310E")
+    assert con.execute("SELECT tier, tier_stated_frac, tier_reason LIKE 'no calibration at%' FROM receipts "
+                       "WHERE job_id = '202'").fetchone() == ("counter", 0.05, True)
+
+
+def test_a_store_made_before_tiers_gains_their_columns(tmp_path):
+    import duckdb
+
+    from hpcai.launcher.receipts import store
+
+    db = tmp_path / "old.duckdb"
+    con = duckdb.connect(str(db))
+    old = {k: v for k, v in store.RECEIPT_COLUMNS.items() if not k.startswith("tier")}
+    con.execute("CREATE TABLE receipts (" + ", ".join(f'"{k}" {v}' for k, v in old.items()) + ")")
+    con.close()
+    con = store.open_store(tmp_path, str(db))
+    columns = [r[0] for r in con.execute("DESCRIBE receipts").fetchall()]
+    assert columns == list(store.RECEIPT_COLUMNS)
+
+
+# ---- a job whose epilog never ran (a failed node) ---------------------------------------------
+class FakeSlurm:
+    """A FAKE scontrol at helper.scontrol (as tests/unit/test_cap_authority.py fakes it): the
+    lines `scontrol show job -o` prints, and the error a purged job gives ("slurm_load_jobs
+    error: Invalid job id specified", src/scontrol/info_job.c); node1 is this host."""
+
+    def __init__(self, jobs: dict[str, str], down: bool = False):
+        self.jobs, self.down, self.asked = jobs, down, []
+
+    def __call__(self, config, *args):
+        from hpcai.errors import PowerError
+
+        self.asked.append(args)
+        if args[:2] == ("show", "node"):
+            return f"NodeName=node1 NodeHostName={__import__('socket').gethostname()} State=MIXED\n"
+        if args[:2] == ("show", "hostnames"):
+            return "\n".join(args[2].split(",")) + "\n"
+        job_id = args[-1]
+        if self.down:
+            raise PowerError(f"scontrol {' '.join(args)} failed: Unable to contact slurm controller")
+        if job_id not in self.jobs:
+            raise PowerError(f"scontrol {' '.join(args)} failed: slurm_load_jobs error: Invalid job id specified")
+        return self.jobs[job_id] + "\n"
+
+
+def slurm_job(job_id, state="RUNNING", restarts=0, nodes="node1", idx="0-1") -> str:
+    return (f"JobId={job_id} JobName=job{job_id} UserId=carol(1003) Account=ml QOS=normal JobState={state} "
+            f"Restarts={restarts} ExitCode=0:0 Partition=gpu NodeList={nodes} OverSubscribe=OK "
+            f"Nodes={nodes} CPU_IDs=0-3 Mem=0 GRES=gpu:2(IDX:{idx})")
+
+
+@pytest.fixture
+def fake_slurm(monkeypatch):
+    from hpcai.launcher.power import helper
+
+    fake = FakeSlurm({})
+    monkeypatch.setattr(helper, "scontrol", fake)
+    return fake
+
+
+def test_the_next_prolog_turns_a_failed_nodes_start_files_into_receipts(gpus, site, fake_slurm):
+    record.begin(job(job_id="500", indices={0, 1}), site)
+    record.begin(job(job_id="501", indices={2}), site)
+    record.begin(job(job_id="502", indices={3}), site)
+    started = json.loads((spool.spool_path(site) / "500.0.node1.start.json").read_text())
+    fake_slurm.jobs.update({"500": slurm_job("500", "NODE_FAIL"), "502": slurm_job("502", idx="3"),
+                            "600": slurm_job("600")})  # 501: purged, Slurm no longer knows it
+    line = record.start({}, site, "600")
+    assert "500 (node-failed)" in line and "501 (ended-without-epilog)" in line and "502" not in line
+    folder = spool.spool_path(site)
+    assert sorted(p.name for p in folder.iterdir()) == ["500.0.node1.json", "501.0.node1.json",
+                                                        "502.0.node1.start.json", "600.0.node1.start.json"]
+    failed = json.loads((folder / "500.0.node1.json").read_text())
+    assert failed["state"] == "node-failed" and failed["start"] == started["start"] and failed["end"] is None
+    assert [g["energy_j"] for g in failed["gpus"]] == [None, None] and failed["lost_gpus"] == []
+    assert [g["energy_start_j"] for g in failed["gpus"]] == [g["energy_j"] for g in started["gpus"]]
+    assert failed["problems"] == ["energy unknown: the node failed before the job's epilog ran, "
+                                  "so no end reading was taken"]
+    assert failed["tier"] == started["tier"] and failed["user"] == "alice"
+    gone = json.loads((folder / "501.0.node1.json").read_text())
+    assert gone["state"] == "ended-without-epilog" and "Slurm no longer knows it" in gone["problems"][0]
+    listed = jobs_cli("--spool", str(folder), "--store", str(spool.spool_path(site).parent / "s.duckdb"),
+                      "--state", "node-failed")
+    assert [line.split()[0] for line in listed.output.splitlines() if " node1 " in line] == ["500"]
+
+
+def test_the_epilog_also_files_leftovers_but_never_for_a_run_still_under_way_here(gpus, site, fake_slurm):
+    record.begin(job(job_id="700", indices={0}), site)  # requeued since, now running on node2
+    record.begin(job(job_id="701", indices={1}), site)  # its epilog runs now, beside this one
+    record.begin(job(job_id="702", indices={2}), site)  # ended COMPLETED, yet its start file is here
+    record.begin(job(job_id="600", indices={3}), site)
+    fake_slurm.jobs.update({"700": slurm_job("700", restarts=1, nodes="node2"),
+                            "701": slurm_job("701", "COMPLETING", idx="1"),
+                            "702": slurm_job("702", "COMPLETED", idx="2"),
+                            "600": slurm_job("600", "COMPLETING", idx="3")})
+    line = record.end({}, site, "600")
+    assert "receipt for job 600 (completed)" in line
+    assert "700 (node-failed)" in line and "702 (node-failed)" in line and "701" not in line
+    assert sorted(p.name for p in spool.spool_path(site).iterdir()) == [
+        "600.0.node1.json", "700.0.node1.json", "701.0.node1.start.json", "702.0.node1.json"]
+
+
+def test_leftovers_wait_while_slurm_does_not_answer_and_an_epilogs_receipt_is_kept(gpus, site, fake_slurm):
+    record.begin(job(job_id="800", indices={0}), site)
+    fake_slurm.down = True
+    assert "left for later: 800: " in record.leftovers({}, site, job(job_id="600"))
+    folder = spool.spool_path(site)
+    assert [p.name for p in folder.iterdir()] == ["800.0.node1.start.json"]
+    record.finish(job(job_id="800", indices={0}), site)  # its epilog's receipt, then a start file again
+    complete = (folder / "800.0.node1.json").read_bytes()
+    record.begin(job(job_id="800", indices={0}), site)
+    fake_slurm.down = False  # Slurm forgot 800: its complete receipt stays as the epilog wrote it
+    assert "800 (ended-without-epilog)" in record.leftovers({}, site, job(job_id="600"))
+    assert (folder / "800.0.node1.json").read_bytes() == complete
+    assert [p.name for p in folder.iterdir()] == ["800.0.node1.json"]
+
+
+def test_a_start_file_whose_name_and_record_disagree_is_left_alone(gpus, site, fake_slurm):
+    record.begin(job(job_id="900", indices={0}), site)
+    folder = spool.spool_path(site)
+    os.rename(folder / "900.0.node1.start.json", folder / "901.0.node1.start.json")
+    assert record.leftovers({}, site, job(job_id="600")) == ""
+    assert fake_slurm.asked == []
+
+
+def test_the_power_package_imports_its_session_and_backends_only_when_used():
+    import subprocess
+    import sys
+
+    code = ("import sys, hpcai.launcher.receipts.cli; "
+            "print(sorted(m for m in sys.modules if m.startswith('hpcai.launcher.power.'))); "
+            "from hpcai.launcher.power import CapSession, make_backend; print(CapSession.__module__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert "hpcai.launcher.power.session" not in out[0] and "hpcai.launcher.power.backends" not in out[0]
+    assert out[1] == "hpcai.launcher.power.session"
