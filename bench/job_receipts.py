@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from report_scaling import measure  # noqa: E402 (one way to measure a process, the report's)
 
 SUMMARIES = ("partition", "user", "gpu")
-CLASSES = ('[[classes]]\nname = "llm"\nworkload = "llama3-8b-pretrain"\njob_name = "llama*"\n\n'
+CLASSES = ('name = "receipts-bench"\n\n[[classes]]\nname = "llm"\nworkload = "llama3-8b-pretrain"\njob_name = "llama*"\n\n'
            '[[classes]]\nname = "cv"\nworkload = "resnet50"\njob_name = "resnet*"\n')
 
 
