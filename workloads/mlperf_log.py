@@ -153,7 +153,11 @@ class _mllogger:
 
     def __exit__(self, *exc):
         self.logger.removeHandler(self.handler)
-        self.handler.flush()
+        try:
+            self.handler.flush()
+        except BaseException as flushing:  # a full disk: the temporary file goes too
+            self.replacing.__exit__(type(flushing), flushing, flushing.__traceback__)
+            raise
         return bool(self.replacing.__exit__(*exc))
 
 

@@ -88,7 +88,7 @@ def test_bundle_and_verify_roundtrip_with_the_statement_saying_what_produced_the
     out = bundle(centres, "alpha", "alpha", tmp_path / "b", "--tar")
     run = centres["runs"]["alpha"].name
     assert sorted(p.name for p in (out / "runs" / run).iterdir()) == \
-        ["mllog.txt", "result.json", "samples.csv", "spec.json"]
+        ["mllog.txt", "power", "result.json", "samples.csv", "spec.json"]  # power/: MLPerf Power's file
     env = json.loads((out / "statement.dsse.json").read_text())
     assert env["payloadType"] == "application/vnd.in-toto+json" and len(env["signatures"]) == 1
     import base64
@@ -246,7 +246,10 @@ def test_report_over_two_sites_bundles_shows_origins_and_never_averages_a_failed
     # Every row of the figures says whose runs it averages and that they verified.
     (table,) = [t for key, t in report["tables"].items() if key.startswith("throughput-")]
     assert table["header"][-1] == "Origin"
-    assert [row[-1] for row in table["rows"]] == ["alpha (verified)"]
+    # Only alpha's verified runs are averaged; beta's tampered run keeps a row of its own
+    # with its failed check and no figure (issue 41: marks only on their own run set's row).
+    assert table["rows"][0][-1] == "alpha (verified)"
+    assert [(row[2], row[-1]) for row in table["rows"][1:]] == [("– ✗ figures_consistency", "–")]
 
 
 def test_push_pull_and_verify_through_the_real_registry(centres, registry, tmp_path):
