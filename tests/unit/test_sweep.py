@@ -8,7 +8,7 @@ import pytest
 
 from conftest import assert_valid_result, one_line_error
 from hpcai.errors import UsageError
-from hpcai.launcher import sweep as S
+from hpcai.launcher.sweep import driver as S
 from report_docs import make_result, write_result
 
 

@@ -1,7 +1,7 @@
 """`--vary PARAM=v1,v2,...`: a sweep over more than the cap. Each --vary adds an
 axis; the grid is every combination of their values (with every cap and
 repeat), run in the cap sweep's order, resumable, planned by --dry-run and
-submitted by --slurm like one (launcher/sweep.py).
+submitted by --slurm like one (launcher/sweep/driver.py).
 
 A grid point is a tuple of (name, value) pairs in the order the axes were given.
 """

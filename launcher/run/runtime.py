@@ -1,7 +1,7 @@
 """Runtimes: how the measurement entrypoint is started.
 
 `host` runs it with this Python (the embedded default); one process per GPU
-goes through torchrun. `apptainer` (launcher/container.py) wraps the same
+goes through torchrun. `apptainer` (launcher/run/container.py) wraps the same
 command to run it inside the workload's image. The choice is recorded in the
 spec's `runtime`, and everything after planning follows the spec.
 """
@@ -54,7 +54,7 @@ def entrypoint_command(spec_path: str, nproc: int, python: str = sys.executable,
 def child_environment(vendor: str | None, gpu_indices: list[int] | None,
                       device_type: str, nproc: int,
                       visible_ids: list[str] | None = None) -> dict[str, str]:
-    from hpcai.launcher.visibility import workload_environment
+    from hpcai.launcher.run.visibility import workload_environment
 
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
@@ -80,7 +80,7 @@ def select(requested: str, site: dict, vendor: str | None, family: str,
         raise UsageError(f"unknown runtime {requested!r}", f"choose one of: {', '.join(RUNTIMES)}")
     if image and requested == "host":
         raise UsageError("--image needs the apptainer runtime", "drop --runtime host")
-    from hpcai.launcher import container
+    from hpcai.launcher.run import container
 
     if requested == "auto" and plugin and not image:
         log(f"runtime: host ({plugin} comes from an installed package, which hpcai's images "
@@ -98,7 +98,7 @@ def command(spec: RunSpec, site: dict, spec_path: str) -> list[str]:
                                slurm=spec.slurm.to_json() if spec.slurm else None)
     if spec.runtime["kind"] == "host":
         return inner
-    from hpcai.launcher import container
+    from hpcai.launcher.run import container
 
     return container.command(spec, site, spec_path, inner)
 
@@ -110,7 +110,7 @@ def environment(spec: RunSpec, site: dict) -> dict[str, str]:
                             devices.get("visible_ids"))
     if spec.runtime["kind"] == "host":
         return env
-    from hpcai.launcher import container
+    from hpcai.launcher.run import container
 
     return container.environment(env, site)
 

@@ -12,9 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hpcai.errors import CapOutOfRangeError, UsageError
-from hpcai.launcher import output_check, runtime, sites
-from hpcai.launcher.options import Options, log
-from hpcai.launcher.spec import build_spec
+from hpcai.launcher.run import output_check
+from hpcai.launcher.run import runtime
+from hpcai.launcher.site import config as sites
+from hpcai.launcher.run.options import Options, log
+from hpcai.launcher.run.spec import build_spec
 from hpcai.spec import RunSpec
 from hpcai.workloads import catalog
 from hpcai.workloads.catalog import get_workload
@@ -136,7 +138,7 @@ def _refuse_limits_without_gpus(opts: Options, gpu_indices, why: str, cap_fix: s
 def _processes(opts: Options, workload, preset: str, device: str,
                node: Node) -> tuple[list[tuple], int]:
     """The GPUs the run uses, as (GpuInfo, workload id), and its process count."""
-    from hpcai.launcher.visibility import visible_gpus
+    from hpcai.launcher.run.visibility import visible_gpus
 
     impl = workload.impl(opts.impl)
     if device == "cuda":
@@ -187,8 +189,8 @@ def _place(spec: RunSpec, output: Path, placement: dict | None, run_id: str | No
 
 def select_gpus(node: Node, requested: int | None) -> list[tuple]:
     """The first N GPUs this job may use, as (GpuInfo, workload id), in the
-    order its inherited CUDA_/ROCR_VISIBLE_DEVICES gives (launcher/visibility.py)."""
-    from hpcai.launcher.visibility import visible_gpus
+    order its inherited CUDA_/ROCR_VISIBLE_DEVICES gives (launcher/run/visibility.py)."""
+    from hpcai.launcher.run.visibility import visible_gpus
 
     allowed = visible_gpus(node.gpus)
     count = requested if requested is not None else len(allowed)
@@ -225,7 +227,7 @@ def _window_protocol(spec: RunSpec) -> dict:
     """Adaptive windows (--ci-target): their settings filled in and checked. An
     engine that cannot (SGLang serving: one load wave per window) measures the
     preset's fixed epochs: its spec says so."""
-    from hpcai.launcher.inrun_support import adaptive_supported
+    from hpcai.launcher.sweep.inrun_support import adaptive_supported
     from hpcai.measure.adaptive import check_window_settings, resolve_protocol
 
     protocol = spec.protocol.to_json()
@@ -244,7 +246,7 @@ def _preset_gpus(preset, node: Node, requested: int | None) -> int | None:
     LLMs) as far as this node has them; None: all."""
     if requested is not None or preset.gpus is None:
         return requested
-    from hpcai.launcher.visibility import visible_gpus
+    from hpcai.launcher.run.visibility import visible_gpus
 
     return min(preset.gpus, max(1, len(visible_gpus(node.gpus))))
 

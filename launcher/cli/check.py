@@ -100,7 +100,7 @@ def _value(c: dict) -> str:
 
 def table(checks: list[dict], columns: int | None = None) -> list[str]:
     """The checks as aligned rows; the note wraps below its row past `columns` (a terminal's)."""
-    from hpcai.launcher.terminal import fitted
+    from hpcai.launcher.cli.terminal import fitted
 
     rows = [[c.get("name", "?"), c.get("subject") or "run", _value(c), c.get("threshold") or "–",
              c.get("verdict", "?").upper() if c.get("verdict") == "fail" else c.get("verdict", "?"),
@@ -115,7 +115,7 @@ def table(checks: list[dict], columns: int | None = None) -> list[str]:
 
 def check_results(paths: list[str]) -> int:
     from hpcai.launcher.bundles.recompute import samples_beside
-    from hpcai.launcher.terminal import width
+    from hpcai.launcher.cli.terminal import width
 
     loaded = [pair for p in paths for pair in load_results_of(p)]  # every file, before any output
     failed_any = False

@@ -20,7 +20,7 @@ import signal
 import time
 from pathlib import Path
 
-from hpcai.launcher.options import log
+from hpcai.launcher.run.options import log
 from hpcai.workloads.heartbeat import PROGRESS_ENV
 
 PROGRESS_FILE = ".progress"

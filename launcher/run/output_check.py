@@ -76,7 +76,7 @@ def first_write(run_dir: Path, spec: dict, placeholder: dict) -> None:
     """The run folder, spec.json and a `running` result, or none of them."""
     try:
         # Exclusive (a name planted there, link or not, is EEXIST); never writable by
-        # others, whatever the umask (launcher/trust.py trusts no such folder).
+        # others, whatever the umask (launcher/site/trust.py trusts no such folder).
         run_dir.mkdir(mode=0o755, parents=True, exist_ok=False)
     except OSError as exc:
         raise write_error(run_dir.parent, exc, "the run folder",

@@ -7,17 +7,18 @@ import json
 from pathlib import Path
 
 from hpcai.errors import HpcaiError, WorkloadError
-from hpcai.launcher import output_check, results
-from hpcai.launcher.options import Options, log
-from hpcai.launcher.plan import RunPlan, check_limits, clock_request, make_plan, preflight
-from hpcai.launcher.process import (ORPHAN_WAIT_S, WorkloadProcess, await_file, finish_result,
+from hpcai.launcher.run import output_check
+from hpcai.launcher.run import results
+from hpcai.launcher.run.options import Options, log
+from hpcai.launcher.run.plan import RunPlan, check_limits, clock_request, make_plan, preflight
+from hpcai.launcher.run.process import (ORPHAN_WAIT_S, WorkloadProcess, await_file, finish_result,
                                     placeholder_result, result_is_final)
 from hpcai.spec import RunSpec
 
 
 def run_single(opts: Options, placement: dict | None = None, run_id: str | None = None) -> int:
     """Inside a Slurm job, `placement` is this node's place and `run_id` the id all
-    nodes share (launcher/plan.py)."""
+    nodes share (launcher/run/plan.py)."""
     run = make_plan(opts, placement, run_id)
     spec = run.spec
     if opts.protocol.get("ci_target") not in (None, "off") and \
@@ -28,7 +29,7 @@ def run_single(opts: Options, placement: dict | None = None, run_id: str | None 
     check_limits(run, [opts.cap_w], [(clocks["sm_mhz"], clocks["mem_mhz"])] if clocks else [],
                  profiles=[opts.power_profile])
     if opts.dry_run:
-        from hpcai.launcher.dry_run import print_run
+        from hpcai.launcher.cli.dry_run import print_run
 
         print_run(spec, run.command, opts.dry_run_json)
         return 0
@@ -87,7 +88,7 @@ def _after_limits(run: RunPlan, proc: WorkloadProcess, end_limits: dict) -> int:
 
 
 def write_result(run_dir: Path, spec: RunSpec, proc: WorkloadProcess, end_limits: dict) -> dict:
-    """The workload's result.json, finished (launcher/process.py) and written back."""
+    """The workload's result.json, finished (launcher/run/process.py) and written back."""
     from hpcai.workloads.result import write_json_atomic
 
     path = run_dir / "result.json"
@@ -97,7 +98,7 @@ def write_result(run_dir: Path, spec: RunSpec, proc: WorkloadProcess, end_limits
                             f"see {run_dir / 'workload.log'}; the run spec is "
                             f"{run_dir / 'spec.json'}")
     if proc.stalled:
-        from hpcai.launcher.stall import mark_stalled
+        from hpcai.launcher.run.stall import mark_stalled
 
         mark_stalled(doc, proc.stalled)
     doc = finish_result(doc, run_dir, spec, proc.code, proc.limits, end_limits,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import sys
 
 import click
-from hpcai.launcher.cap_list import Caps, Repeats
-from hpcai.launcher.guarded import run_guarded as _run_guarded
+from hpcai.launcher.sweep.cap_list import Caps, Repeats
+from hpcai.launcher.cli.guarded import run_guarded as _run_guarded
 from hpcai.workloads.catalog import WORKLOADS, check_plugins
 
 import hpcai
@@ -34,7 +34,7 @@ class Clocks(click.ParamType):
     def convert(self, value, param, ctx):
         if isinstance(value, list):
             return value
-        from hpcai.launcher.sweep import parse_clocks
+        from hpcai.launcher.sweep.driver import parse_clocks
 
         try:
             return parse_clocks(value, self.flag)
@@ -113,7 +113,7 @@ class OneLineErrors(click.Group):
                 f"unknown workload or command {name!r} (workloads: {known}; "
                 f"commands: {commands})", ctx)
         name, command, rest = super().resolve_command(ctx, args)
-        from hpcai.launcher.finite_options import guard_floats  # NaN/inf: one line, exit 2
+        from hpcai.launcher.cli.finite_options import guard_floats  # NaN/inf: one line, exit 2
 
         return name, guard_floats(command) if command is not None else command, rest
 
@@ -198,13 +198,13 @@ def _workload_option(option):
 
 
 def _vary_axes(workload) -> list[str]:
-    from hpcai.launcher.grid import axes_for
+    from hpcai.launcher.sweep.grid import axes_for
 
     return list(axes_for(workload))
 
 
 def _parse_vary(texts, workload) -> list:
-    from hpcai.launcher.grid import parse_vary
+    from hpcai.launcher.sweep.grid import parse_vary
 
     return parse_vary(texts, workload)
 
@@ -226,7 +226,7 @@ def _slurm_options(slurm, nodes, partition, account, time_limit, array, extra, g
                         extra_options=list(extra))
 
 
-from hpcai.launcher.data_cli import data_options  # noqa: E402 (click options only)
+from hpcai.launcher.cli.data_cli import data_options  # noqa: E402 (click options only)
 
 
 def _choice_options(workload) -> list:
@@ -414,7 +414,7 @@ _COMMAND_PARAMS = (
 
 def _run_options_of(workload, v: dict, extra: dict, axes, batch):
     """launcher.options.Options from the command's values."""
-    from hpcai.launcher.options import Options
+    from hpcai.launcher.run.options import Options
 
     caps, sm_clocks, mem_clocks = v["caps"], v["sm_clocks"], v["mem_clocks"]
     profiles = v["power_profiles"]
@@ -449,9 +449,9 @@ def _run_options_of(workload, v: dict, extra: dict, axes, batch):
 
 def _run_workload(workload, values: dict):
     """What `hpcai-launch WORKLOAD ...` does: check the options, then launch."""
-    from hpcai.launcher.data_cli import resolve_data
-    from hpcai.launcher.inrun_support import check_request
-    from hpcai.launcher.run import launch
+    from hpcai.launcher.cli.data_cli import resolve_data
+    from hpcai.launcher.sweep.inrun_support import check_request
+    from hpcai.launcher.run.launch import launch
 
     v = {k: values[k] for k in _COMMAND_PARAMS}
     extra = {k: value for k, value in values.items() if k not in v}
@@ -461,11 +461,11 @@ def _run_workload(workload, values: dict):
     batch = _slurm_options(v["slurm"], v["nodes"], v["partition"], v["account"], v["time_limit"],
                            v["array"], v["slurm_options"], v["gpus"])
     _check_combinations(v, batch)
-    # (a sweep checks what else it varies when it starts: launcher/sweep.py)
+    # (a sweep checks what else it varies when it starts: launcher/sweep/driver.py)
     _run_guarded(check_request, v["in_run"], v["caps"] if v["caps"] else None)
     opts = _run_options_of(workload, v, extra, axes, batch)
     if axes or v["scaling"]:
-        from hpcai.launcher.grid import check
+        from hpcai.launcher.sweep.grid import check
 
         _run_guarded(check, opts, axes, nodes_given=v["nodes"] is not None)
     return _run_guarded(launch, opts)
@@ -492,7 +492,7 @@ def _workload_command(workload):
     def command(**values):
         return _run_workload(workload, values)
 
-    from hpcai.launcher.help_sections import SectionedCommand, section_names
+    from hpcai.launcher.cli.help_sections import SectionedCommand, section_names
 
     groups = _workload_option_groups(workload)
     for decorate in reversed([d for _, group in groups for d in group]):
@@ -528,7 +528,7 @@ def list_workloads():
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 def info(site, as_json):
     """Detected vendor, GPUs, runtime, power method, cap permission and site."""
-    from hpcai.launcher.info import show_info
+    from hpcai.launcher.cli.info import show_info
 
     _run_guarded(show_info, site, as_json)
 
@@ -543,7 +543,7 @@ def power():
 @click.option("--power-method", type=click.Choice(POWER_METHODS))
 def power_show(site, power_method):
     """Current, default, min and max power limit of every GPU."""
-    from hpcai.launcher.info import show_power
+    from hpcai.launcher.cli.info import show_power
 
     _run_guarded(show_power, site, power_method)
 
@@ -553,7 +553,7 @@ def power_show(site, power_method):
 @click.option("--power-method", type=click.Choice(POWER_METHODS))
 def power_clocks(site, power_method):
     """Each GPU's SM and memory clock now, and the clocks --sm-clock/--mem-clock accept."""
-    from hpcai.launcher.info import show_clocks
+    from hpcai.launcher.cli.info import show_clocks
 
     _run_guarded(show_clocks, site, power_method)
 
@@ -563,7 +563,7 @@ def power_clocks(site, power_method):
 @click.option("--power-method", type=click.Choice(POWER_METHODS))
 def power_profiles(site, power_method):
     """Each GPU's workload power profiles: offered, requested, enforced (--power-profile)."""
-    from hpcai.launcher.info import show_profiles
+    from hpcai.launcher.cli.info import show_profiles
 
     _run_guarded(show_profiles, site, power_method)
 
@@ -581,7 +581,7 @@ def power_restore(site, power_method, journal, force):
     Refuses while the killed run's workload still runs on the GPUs (a cap
     lifted under it would mislabel its result), unless --force.
     """
-    from hpcai.launcher.info import restore_power
+    from hpcai.launcher.cli.info import restore_power
 
     _run_guarded(restore_power, site, power_method, journal, force)
 
@@ -656,7 +656,7 @@ def check(results):
     figure); a file that is not an hpcai result is an error. The thresholds
     are in the documentation (docs/reference/validity-thresholds.md).
     """
-    from hpcai.launcher.check import check_results
+    from hpcai.launcher.cli.check import check_results
 
     code = _run_guarded(check_results, list(results))
     sys.exit(code or 0)
@@ -677,7 +677,7 @@ def jobs(job_ids, output, site, wait, timeout_s):
     JOB_IDS narrows the list. A job's folder holds its batch script, Slurm's
     log, and every run's node results and aggregate.
     """
-    from hpcai.launcher import sites
+    from hpcai.launcher.site import config as sites
     from hpcai.launcher.slurm.jobs import show
 
     def run():
@@ -716,22 +716,22 @@ def slurm_aggregate(job_dir, run_index):
     return _run_guarded(write, job_dir, run_index)
 
 
-from hpcai.launcher.site_cli import site as _site_group  # noqa: E402 (after main exists)
+from hpcai.launcher.cli.site_cli import site as _site_group  # noqa: E402 (after main exists)
 
 main.add_command(_site_group)
 from hpcai.launcher.images.cli import images as _images_group  # noqa: E402
 
 main.add_command(_images_group)
-from hpcai.launcher.data_cli import data as _data_group  # noqa: E402
+from hpcai.launcher.cli.data_cli import data as _data_group  # noqa: E402
 from hpcai.launcher.selftest import selftest_command  # noqa: E402
 
 main.add_command(_data_group)
-from hpcai.launcher.results_cli import results as _results_group  # noqa: E402
+from hpcai.launcher.cli.results_cli import results as _results_group  # noqa: E402
 
 main.add_command(_results_group)
 
 main.add_command(selftest_command(_run_guarded))
-from hpcai.launcher.exec_cli import exec_command  # noqa: E402 (issue 30: any command)
+from hpcai.launcher.cli.exec_cli import exec_command  # noqa: E402 (issue 30: any command)
 from hpcai.workloads.catalog import COMMAND_WORKLOADS  # noqa: E402
 
 main.add_command(exec_command(COMMAND_WORKLOADS["exec"], _workload_decorators(COMMAND_WORKLOADS["exec"]),

@@ -1,10 +1,10 @@
 """`hpcai-launch WORKLOAD`: the entry of every launch mode. A Slurm submission,
 a sweep (several caps, a grid, repeats) or a single run on this node; each mode
-plans through launcher/plan.py and runs through launcher/process.py.
+plans through launcher/run/plan.py and runs through launcher/run/process.py.
 """
 from __future__ import annotations
 
-from hpcai.launcher.options import Options
+from hpcai.launcher.run.options import Options
 
 
 def launch(opts: Options, placement: dict | None = None, run_id: str | None = None) -> int:
@@ -17,9 +17,9 @@ def launch(opts: Options, placement: dict | None = None, run_id: str | None = No
 
         return submit(opts, opts.slurm)
     if opts.is_sweep:
-        from hpcai.launcher.sweep import run_sweep
+        from hpcai.launcher.sweep.driver import run_sweep
 
         return run_sweep(opts)
-    from hpcai.launcher.single import run_single
+    from hpcai.launcher.run.single import run_single
 
     return run_single(opts, placement, run_id)

@@ -46,7 +46,7 @@ def build_spec(
     """gpu_name and gpu_memory_bytes: the model of the run's GPUs (NVML/amdsmi's name)
     and its memory, for settings a preset sets per GPU (the paper's ViT-L/16 batch on
     its 94 GB H100 and on MI300X)."""
-    from hpcai.launcher.comparability import assess
+    from hpcai.launcher.run.comparability import assess
 
     preset = workload.preset(preset_name)
     workload.refuse_unhonoured(impl, overrides)
@@ -58,7 +58,7 @@ def build_spec(
                 **{k: v for k, v in protocol_overrides.items() if v is not None}}
     protocol.setdefault("telemetry", True)
     if protocol.get("stall_timeout_s") is None:  # the watchdog's default for this preset's kind
-        from hpcai.launcher.stall import default_timeout_s
+        from hpcai.launcher.run.stall import default_timeout_s
 
         protocol["stall_timeout_s"] = default_timeout_s(preset.kind)
     if not 0 < float(protocol["stall_timeout_s"]) < float("inf"):

@@ -2,14 +2,14 @@
 use, the one it selects (merged with the defaults, and why), and whether that
 site fits the machine the command runs on.
 
-Kept free of heavy imports at module level, like cli.py: each command imports
+Kept free of heavy imports at module level, like commands.py: each command imports
 what it needs when it runs.
 """
 from __future__ import annotations
 
 import click
 
-from hpcai.launcher.guarded import run_guarded
+from hpcai.launcher.cli.guarded import run_guarded
 
 SITE_OPTION_HELP = "site name or .toml path (default: $HPCAI_SITE, else matched by hostname)"
 
@@ -55,7 +55,7 @@ def list_sites() -> None:
     from pathlib import Path
 
     from hpcai.errors import ConfigError
-    from hpcai.launcher import sites
+    from hpcai.launcher.site import config as sites
 
     host = socket.gethostname()
     try:
@@ -88,7 +88,7 @@ def show_site(selector: str | None, as_json: bool) -> None:
     import json
     from pathlib import Path
 
-    from hpcai.launcher import sites
+    from hpcai.launcher.site import config as sites
 
     site, reason = sites.select(selector)
     first = ("name", "description", "hostnames")
@@ -178,7 +178,7 @@ class _Checks:
 
 def check_site(selector: str | None) -> None:
     from hpcai.errors import ConfigError
-    from hpcai.launcher import sites
+    from hpcai.launcher.site import config as sites
 
     site, reason = sites.select(selector)  # an invalid file stops here, as one line
     report = _Checks()
@@ -232,7 +232,7 @@ def _check_node_power(site: dict, report) -> None:
 def _check_tier(site: dict, report) -> None:
     """This node's measurement tier (docs/concepts/tiers.md): a node meter that was
     never calibrated, or not lately, is a warning."""
-    from hpcai.launcher.tier import current_tier
+    from hpcai.launcher.site.tier import current_tier
 
     tier = current_tier(site)
     found = tier["agreement_within_frac"]
@@ -315,7 +315,7 @@ def _check_power_command(template: str, library, report) -> None:
     import os
 
     from hpcai.launcher.power.backends import check_command_template
-    from hpcai.launcher.site_power_helper import check_helper_setup
+    from hpcai.launcher.site.power_helper import check_helper_setup
 
     argv = check_command_template(template)
     through_sudo = os.path.basename(argv[0]) == "sudo"
@@ -403,7 +403,7 @@ def _check_policy(site: dict, library, report) -> None:
     """The [policy] in force (the file's parse already held each cap to the site's range),
     and each cap against the range of this node's GPUs of that model."""
     from hpcai.errors import HpcaiError
-    from hpcai.launcher.site_policy import describe, policy_entries
+    from hpcai.launcher.site.policy import describe, policy_entries
     from hpcai.measure.gpu_names import short_name
 
     lines = describe(site)
@@ -438,7 +438,7 @@ def _check_binds(site: dict, report) -> None:
     import os
     from pathlib import Path
 
-    from hpcai.launcher.sites import BIND_TARGETS
+    from hpcai.launcher.site.config import BIND_TARGETS
 
     for key, target in BIND_TARGETS.items():
         what = f"binds.{key}"
@@ -463,7 +463,7 @@ def _check_images(site: dict, report) -> None:
     import os
     from pathlib import Path
 
-    from hpcai.launcher.sites import IMAGES_DIR_ENV, images_dir
+    from hpcai.launcher.site.config import IMAGES_DIR_ENV, images_dir
 
     images = site["images"]
     path = images_dir(site)

@@ -1,5 +1,5 @@
 """`hpcai-launch results ls|show|export`: the results store, queried (registered on
-the `results` group of launcher/results_cli.py beside the bundle commands).
+the `results` group of launcher/cli/results_cli.py beside the bundle commands).
 
 Each command first brings the index up to date for the folders given (only new
 or changed result files are read: launcher/report/store.py), then asks DuckDB.
@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from hpcai.errors import UsageError
-from hpcai.launcher.guarded import run_guarded
+from hpcai.launcher.cli.guarded import run_guarded
 from hpcai.printable import printable
 
 LS_COLUMNS = ("run_id", "counted", "workload", "device", "site", "cap_w", "per_gpu", "started", "path")
@@ -28,7 +28,7 @@ EXPORT_COLUMNS = ("run_id", "sha256", "counted", "duplicate_of", "status", "prob
 
 @click.group()
 def results():
-    """The store's commands, before launcher/results_cli.py adds them to its group."""
+    """The store's commands, before launcher/cli/results_cli.py adds them to its group."""
 
 
 def _filters(func):
@@ -155,7 +155,7 @@ def ls(paths, limit, **filters):
 def _ls(paths, limit, **filters):
     columns, rows = query(paths, **filters)
     at = {c: i for i, c in enumerate(columns)}
-    from hpcai.launcher.terminal import fitted, width
+    from hpcai.launcher.cli.terminal import fitted, width
 
     table = [list(LS_COLUMNS)] + [[_text(row[at[c]]) if c != "counted" else _counted(row, at)
                                    for c in LS_COLUMNS] for row in rows[:limit]]

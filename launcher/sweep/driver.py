@@ -23,8 +23,8 @@ from pathlib import Path
 
 from hpcai.timestamps import now_iso
 from hpcai.errors import HpcaiError, Interrupted, ResultError, UsageError, WorkloadError
-from hpcai.launcher.options import log
-from hpcai.launcher.plan import clock_label
+from hpcai.launcher.run.options import log
+from hpcai.launcher.run.plan import clock_label
 from hpcai.signals import install_signal_handlers
 
 SUMMARY_FILE = "sweep.json"
@@ -130,7 +130,7 @@ class Slot:
     # Clock caps (--sm-clock/--mem-clock), MHz; None: the GPU's own clocks.
     sm_clock_mhz: int | None = None
     mem_clock_mhz: int | None = None
-    point: tuple = ()  # --vary: ((param, value), ...) (launcher/grid.py); () without
+    point: tuple = ()  # --vary: ((param, value), ...) (launcher/sweep/grid.py); () without
     profile: str | None = None  # --power-profile; None: the GPU's own
 
     def describe(self) -> str:
@@ -252,10 +252,10 @@ def run_slot(run: dict) -> Slot:
 def completed_slots(sweep_dir: Path, digest: str) -> dict[Slot, str]:
     """Slots with a result of this sweep that counts: schema-valid, `complete`,
     finished by its launcher, no failed validity check, and trusted (launcher/
-    trust.py): slot -> run id. Any other attempt stays in its folder, beside the
+    site/trust.py): slot -> run id. Any other attempt stays in its folder, beside the
     one that measures the slot again."""
-    from hpcai.launcher.results import validation_errors
-    from hpcai.launcher.trust import HOW_TO_TRUST, untrusted
+    from hpcai.launcher.run.results import validation_errors
+    from hpcai.launcher.site.trust import HOW_TO_TRUST, untrusted
 
     done: dict[Slot, str] = {}
     distrusted = []
@@ -442,7 +442,7 @@ class Summary:
     def write(self, quiet: bool = False) -> None:
         """quiet: on the way out of an error, say a failed write in one line and go on
         (the error being raised matters more; the summary keeps its last state)."""
-        from hpcai.launcher.output_check import write_error
+        from hpcai.launcher.run.output_check import write_error
         from hpcai.workloads.result import write_json_atomic
 
         self.doc["updated"] = now_iso()
@@ -497,8 +497,8 @@ class _Sweep:
     previous: Summary | None = None
 
     def slot_plan(self, point, slot: Slot, **changes):
-        from hpcai.launcher import grid
-        from hpcai.launcher.plan import make_plan
+        from hpcai.launcher.sweep import grid
+        from hpcai.launcher.run.plan import make_plan
 
         return make_plan(dataclasses.replace(
             _slot_options(grid.apply(self.opts, point, self.device), slot), **changes))
@@ -507,14 +507,14 @@ class _Sweep:
 def run_sweep(opts) -> int:
     """Check everything, then one process per slot (or one in-run process for
     them all); the limits come back after each."""
-    from hpcai.launcher.plan import preflight
+    from hpcai.launcher.run.plan import preflight
 
     sweep = _plan_sweep(opts)
     if opts.dry_run:
         return _dry_run(sweep)
     # Journal, free space, output: all before the idle baseline measures anything.
     _check_other_points(sweep)
-    from hpcai.launcher.trust import claim_folder
+    from hpcai.launcher.site.trust import claim_folder
 
     _guarded_output(claim_folder, sweep.folder, "the sweep folder")
     with _sweep_lock(sweep.folder):
@@ -576,7 +576,7 @@ def _run_locked(sweep: _Sweep, preflight) -> int:
 
 
 def _guarded_output(fn, folder: Path, what: str) -> None:
-    from hpcai.launcher.output_check import write_error
+    from hpcai.launcher.run.output_check import write_error
 
     try:
         fn(folder, what)
@@ -588,8 +588,9 @@ def _guarded_output(fn, folder: Path, what: str) -> None:
 def _plan_sweep(opts) -> _Sweep:
     """The sweep's axes and first plan, every cap and clock checked, its folder and
     slots (those already complete found)."""
-    from hpcai.launcher import grid, inrun_support
-    from hpcai.launcher.plan import check_limits, make_plan
+    from hpcai.launcher.sweep import grid
+    from hpcai.launcher.sweep import inrun_support
+    from hpcai.launcher.run.plan import check_limits, make_plan
     from hpcai.measure.adaptive import SWEEP_CI_TARGET
 
     caps = list(opts.caps) if opts.caps else [None]
@@ -628,7 +629,7 @@ def _find_folder(sweep: _Sweep) -> None:
         key["mode"] = "in-run"
     sweep.key, sweep.digest = key, key_hash(key)
     sweep.folder = Path(spec["output_dir"]).parent / sweep_id(spec, sweep.digest)
-    from hpcai.launcher.trust import refuse_planted
+    from hpcai.launcher.site.trust import refuse_planted
 
     # Its name is predictable: one planted by someone else is refused, never read.
     refuse_planted(sweep.folder, "the sweep folder")
@@ -648,7 +649,7 @@ def _read_folder(sweep: _Sweep) -> None:
 
 
 def _dry_run(sweep: _Sweep) -> int:
-    from hpcai.launcher.dry_run import print_sweep
+    from hpcai.launcher.cli.dry_run import print_sweep
 
     opts, slots, done = sweep.opts, sweep.slots, sweep.done
     plan = {"sweep_id": sweep.folder.name, "folder": str(sweep.folder),
@@ -667,7 +668,7 @@ def _dry_run(sweep: _Sweep) -> int:
 def _check_other_points(sweep: _Sweep) -> None:
     """Every point planned before anything runs (a bad one is refused now), and
     every cap checked on every point's GPUs."""
-    from hpcai.launcher.plan import check_limits
+    from hpcai.launcher.run.plan import check_limits
 
     for point in sweep.points[1:] if sweep.opts.vary else []:
         other = sweep.slot_plan(point, _first_slot(sweep))
@@ -703,7 +704,8 @@ def _new_summary(sweep: _Sweep) -> Summary:
 
 def _run_todo(sweep: _Sweep, summary: Summary, todo: list[int]) -> None:
     """The idle baseline (once, before the first run), then the runs still to do."""
-    from hpcai.launcher import grid, inrun
+    from hpcai.launcher.sweep import grid
+    from hpcai.launcher.sweep import inrun
 
     opts, spec = sweep.opts, sweep.plan.spec.to_json()
     if todo and not (summary.doc["idle_baseline"] or {}).get("available"):
@@ -722,8 +724,8 @@ def _run_todo(sweep: _Sweep, summary: Summary, todo: list[int]) -> None:
 
 def _run_slot(opts, slot: Slot, position: int, total: int, digest: str, sweep_dir: Path,
               seed: int, summary: Summary) -> None:
-    from hpcai.launcher.plan import make_plan
-    from hpcai.launcher.single import execute
+    from hpcai.launcher.run.plan import make_plan
+    from hpcai.launcher.run.single import execute
 
     plan = make_plan(dataclasses.replace(_slot_options(opts, slot), output=str(sweep_dir)))
     block = {"id": sweep_dir.name, "key": digest, "position": position, "repeat": slot.repeat,

@@ -42,7 +42,7 @@ class Options:
     # --power-profile: one NVML workload power profile per run; the list makes a sweep.
     power_profile: str | None = None
     power_profiles: list | None = None
-    # --vary: [(param, [values])], a grid sweep (launcher/grid.py); --scaling with nodes.
+    # --vary: [(param, [values])], a grid sweep (launcher/sweep/grid.py); --scaling with nodes.
     vary: list | None = None
     scaling: str | None = None
     in_run: bool | None = None  # sweeps: one process for every cap (None: where supported)

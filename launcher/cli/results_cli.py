@@ -1,4 +1,4 @@
-"""`hpcai-launch results ...`: the results store's queries (launcher/results_store_cli.py)
+"""`hpcai-launch results ...`: the results store's queries (launcher/cli/results_store_cli.py)
 and signed, attested result bundles (launcher/bundles).
 
 ls|show|export PATH...   list, show and export indexed results (DuckDB)
@@ -17,18 +17,18 @@ from pathlib import Path
 
 import click
 
-from hpcai.launcher import results_store_cli as store_cli
+from hpcai.launcher.cli import results_store_cli as store_cli
 from hpcai.printable import printable
 
 
 def _guarded(fn, *args, **kwargs):
-    from hpcai.launcher.guarded import run_guarded
+    from hpcai.launcher.cli.guarded import run_guarded
 
     return run_guarded(fn, *args, **kwargs)
 
 
 def _site(selector: str | None) -> dict:
-    from hpcai.launcher import sites
+    from hpcai.launcher.site import config as sites
 
     return sites.load(selector)
 

@@ -56,7 +56,7 @@ def exec_command(workload, decorators: list, run_workload) -> click.Command:
 
 
 def _guarded_params(workload, words, values: dict) -> dict:
-    from hpcai.launcher.guarded import run_guarded
+    from hpcai.launcher.cli.guarded import run_guarded
 
     return run_guarded(exec_params, workload, list(words), values)
 

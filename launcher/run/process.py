@@ -16,11 +16,13 @@ import time
 from pathlib import Path
 
 from hpcai.errors import Interrupted
-from hpcai.launcher import output_check, results, runtime
-from hpcai.launcher.lifeline import Lifeline
-from hpcai.launcher.options import log
-from hpcai.launcher.plan import RunPlan, clock_label
-from hpcai.launcher.workload_log import LogFollower
+from hpcai.launcher.run import output_check
+from hpcai.launcher.run import results
+from hpcai.launcher.run import runtime
+from hpcai.launcher.run.lifeline import Lifeline
+from hpcai.launcher.run.options import log
+from hpcai.launcher.run.plan import RunPlan, clock_label
+from hpcai.launcher.run.workload_log import LogFollower
 from hpcai.signals import install_signal_handlers
 from hpcai.spec import RunSpec
 
@@ -54,7 +56,7 @@ class WorkloadProcess:
         self.follower: LogFollower | None = None
         self.child: subprocess.Popen | None = None
         self.interrupted: Interrupted | None = None
-        from hpcai.launcher.stall import StallWatchdog
+        from hpcai.launcher.run.stall import StallWatchdog
 
         self.watchdog = StallWatchdog(self.run_dir, plan.spec.protocol.get("stall_timeout_s"))
         self.stalled: str | None = None  # why the watchdog ended the run
@@ -167,7 +169,7 @@ class WorkloadProcess:
 
     def _stall_ended_run(self) -> bool:
         """No step progress for the stall timeout: every rank stopped, the run failed."""
-        from hpcai.launcher.stall import STALL_GRACE_S, end_every_rank
+        from hpcai.launcher.run.stall import STALL_GRACE_S, end_every_rank
 
         reason = self.watchdog.stalled()
         if reason is None:
@@ -183,7 +185,7 @@ class WorkloadProcess:
     def _end_every_rank(self) -> None:
         """Before the limits come back: every process of the run gone (ranks in
         their own sessions included), given a moment to end by themselves."""
-        from hpcai.launcher.stall import ORPHAN_EXIT_S, ORPHAN_EXIT_SLURM_S, end_every_rank
+        from hpcai.launcher.run.stall import ORPHAN_EXIT_S, ORPHAN_EXIT_SLURM_S, end_every_rank
 
         if self.child is None:
             return
@@ -197,7 +199,7 @@ class WorkloadProcess:
     def start(self) -> None:
         # Its own session: a terminal's Ctrl-C reaches the launcher alone, which
         # forwards it once, instead of hitting torchrun and its workers twice.
-        from hpcai.launcher.stall import become_subreaper
+        from hpcai.launcher.run.stall import become_subreaper
 
         become_subreaper()  # the run's daemons stay in this launcher's process tree
         self.child = self.signals.child = start_workload(self.plan.command, self.env,

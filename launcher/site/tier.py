@@ -1,7 +1,7 @@
 """This node's measurement tier now (hpcai/measure/tier.py has the rules),
 from the self-test's calibration: a root-owned JSON state file
 (node_power.calibration_file), written through hpcai/safe_files.py (no-follow,
-atomic) and believed only when launcher/trust.py's check passes and root owns
+atomic) and believed only when launcher/site/trust.py's check passes and root owns
 it, so a user cannot promote their own results. Results, per-job receipts and
 metrics call current_tier(site)."""
 from __future__ import annotations
@@ -31,7 +31,7 @@ def store_calibration(site_or_config, calibration: dict) -> Path:
 
 def read_calibration(site_or_config) -> tuple[dict | None, str | None]:
     """(calibration, None), or (None, why it is not believed)."""
-    from hpcai.launcher.trust import untrusted
+    from hpcai.launcher.site.trust import untrusted
 
     path = calibration_path(site_or_config)
     if not os.path.lexists(path):

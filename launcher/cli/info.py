@@ -9,8 +9,8 @@ import sys
 
 import click
 
-from hpcai.launcher import sites
-from hpcai.launcher.plan import Node, journal_path
+from hpcai.launcher.site import config as sites
+from hpcai.launcher.run.plan import Node, journal_path
 from hpcai.install import install_hint
 
 

@@ -69,7 +69,7 @@ def data_make(workload, samples, output, preset, classes, cube, seed):
     JPEG files in class folders for image models, NumPy shards for volumes.
     Run a workload on it with `--data DIR`.
     """
-    from hpcai.launcher.guarded import run_guarded as _run_guarded
+    from hpcai.launcher.cli.guarded import run_guarded as _run_guarded
 
     def make():
         from hpcai.errors import UsageError

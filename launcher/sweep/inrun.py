@@ -20,9 +20,9 @@ import signal
 from pathlib import Path
 
 from hpcai.errors import HpcaiError, Interrupted, ResultError
-from hpcai.launcher.options import log
-from hpcai.launcher.plan import RunPlan, make_plan
-from hpcai.launcher.process import (ORPHAN_WAIT_S, WorkloadProcess, await_file, finish_result,
+from hpcai.launcher.run.options import log
+from hpcai.launcher.run.plan import RunPlan, make_plan
+from hpcai.launcher.run.process import (ORPHAN_WAIT_S, WorkloadProcess, await_file, finish_result,
                                     limits_in_force, placeholder_result)
 from hpcai.spec import RunSpec
 from hpcai.workloads import control
@@ -48,7 +48,7 @@ class Segments:
     def poll(self) -> None:
         """Answer the next request, if the workload made it; a full or read-only
         disk is an OutputError (the sweep stops, the limits come back)."""
-        from hpcai.launcher.output_check import write_error
+        from hpcai.launcher.run.output_check import write_error
 
         try:
             self._poll()
@@ -78,7 +78,7 @@ class Segments:
         self._start(k, position, slot)
 
     def _start(self, k: int, position: int, slot) -> None:
-        from hpcai.launcher import output_check
+        from hpcai.launcher.run import output_check
 
         spec = self.place(self.spec.as_segment().with_cap(slot.cap_w), position, slot)
         doc, run_dir = spec.to_json(), Path(spec.output_dir)
@@ -101,7 +101,7 @@ class Segments:
         """The open segment's result.json: the workload's segment.json with the
         limits this launcher set and read, checked against the schema; a segment
         the workload did not finish is marked so, never complete."""
-        from hpcai.launcher import results
+        from hpcai.launcher.run import results
         from hpcai.workloads.result import write_json_atomic
 
         seg, self.open = self.open, None
@@ -125,7 +125,7 @@ class Segments:
             else:
                 results.mark_crashed(doc, code if code is not None else -1)
         if self.stalled:
-            from hpcai.launcher.stall import mark_stalled
+            from hpcai.launcher.run.stall import mark_stalled
 
             mark_stalled(doc, self.stalled)
         if doc["status"] == "running":
@@ -176,7 +176,7 @@ def process_plan(plan: RunPlan, segments: int, spec: RunSpec | None = None) -> R
     resolved for segments and the control channel, and its command. Its folder holds
     the spec, the log and the channel; its record is process.json, not a result (each
     segment writes one)."""
-    from hpcai.launcher import runtime
+    from hpcai.launcher.run import runtime
     from hpcai.measure.adaptive import resolve_protocol
     from hpcai.workloads.catalog import preset_windows
 
@@ -190,7 +190,7 @@ def process_plan(plan: RunPlan, segments: int, spec: RunSpec | None = None) -> R
 
 def sweep_place(sweep_dir: Path, block: dict):
     """Each segment a run folder of the sweep, with a run id of its own."""
-    from hpcai.launcher.spec import make_run_id
+    from hpcai.launcher.run.spec import make_run_id
 
     def place(spec: RunSpec, position: int, slot) -> RunSpec:
         run_id = make_run_id(spec.workload, spec.preset, slot.cap_w)
@@ -200,7 +200,7 @@ def sweep_place(sweep_dir: Path, block: dict):
 
 
 def execute(plan: RunPlan, make_segments) -> None:
-    """One workload process (launcher/process.py) with the control channel served
+    """One workload process (launcher/run/process.py) with the control channel served
     while it runs; every segment's result filed before the limits come back."""
     spec, run_dir = plan.spec, Path(plan.spec.output_dir)
     failure: BaseException | None = None
@@ -232,7 +232,7 @@ def execute(plan: RunPlan, make_segments) -> None:
 
 
 def _make_folder(run_dir: Path, spec: RunSpec) -> None:
-    from hpcai.launcher import output_check
+    from hpcai.launcher.run import output_check
 
     try:
         run_dir.mkdir(mode=0o755, parents=True, exist_ok=False)
@@ -245,7 +245,7 @@ def _make_folder(run_dir: Path, spec: RunSpec) -> None:
 def _file_last(proc: WorkloadProcess, segments: Segments, run_dir: Path):
     """The last segment's result, its limits read before the snapshot comes back;
     an OutputError to raise if it could not be written."""
-    from hpcai.launcher import output_check
+    from hpcai.launcher.run import output_check
 
     if segments.open is None:
         return None

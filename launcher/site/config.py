@@ -135,7 +135,7 @@ def _check_consistency(raw: dict, path) -> None:
                 raise invalid(f"node_power.{kind}.{missing[0]}", f"is required when sources has {kind}",
                               f"name the BMC's {where} and a file holding its credentials")
     _check_tier_settings(node_power, invalid)
-    from hpcai.launcher import site_policy
+    from hpcai.launcher.site import policy as site_policy
 
     site_policy.check(raw, invalid)
     vendor = raw.get("gpu", {}).get("vendor", "auto")
