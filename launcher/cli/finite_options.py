@@ -2,7 +2,7 @@
 through every bound (each comparison with NaN is false) and "inf" through any
 open-ended one, and they used to fail only after the cap was set (a traceback,
 or a sweep.json left `running`). Checked before anything changes on the node:
-every command's float options are Finite (guard_floats, applied in cli/commands.py)."""
+every command's float options are Finite (guard_floats, applied in cli/hpcai_launch.py)."""
 from __future__ import annotations
 
 import math
@@ -37,7 +37,7 @@ class Finite(click.ParamType):
 
 def guard_floats(command: click.Command) -> click.Command:
     """Every float option of command (and of its subcommands) made Finite: the one
-    place the rule is applied, for every command at once (launcher/cli/commands.py)."""
+    place the rule is applied, for every command at once (launcher/cli/hpcai_launch.py)."""
     for param in command.params:
         if isinstance(param.type, click.types.FloatParamType):
             param.type = Finite(param.type)

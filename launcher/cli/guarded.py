@@ -1,6 +1,6 @@
 """Every command's error handling: hpcai errors as one line and an exit status.
-Shared by cli/commands.py and its sub-command groups (site_cli, data_cli, images/cli),
-which commands.py imports: a home below all of them keeps the imports one-way."""
+Shared by cli/hpcai_launch.py and its sub-command groups (site_cli, data_cli, images/cli),
+which hpcai_launch.py imports: a home below all of them keeps the imports one-way."""
 from __future__ import annotations
 
 import sys

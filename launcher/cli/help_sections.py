@@ -1,6 +1,6 @@
 """`hpcai-launch WORKLOAD --help` in sections: a workload command has some sixty
 options, which click lists as one block. Each group of decorators that makes them
-(commands.py's _workload_decorators) names a section; the help lists the options under
+(hpcai_launch.py's _workload_decorators) names a section; the help lists the options under
 their section's title, in the groups' order, the rest (--help) last."""
 from __future__ import annotations
 

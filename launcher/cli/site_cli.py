@@ -2,7 +2,7 @@
 use, the one it selects (merged with the defaults, and why), and whether that
 site fits the machine the command runs on.
 
-Kept free of heavy imports at module level, like commands.py: each command imports
+Kept free of heavy imports at module level, like hpcai_launch.py: each command imports
 what it needs when it runs.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The `fleet` command group (cli/commands.py registers it in one line)."""
+"""The `fleet` command group (cli/hpcai_launch.py registers it in one line)."""
 from __future__ import annotations
 
 import sys

@@ -1,4 +1,4 @@
-"""The `plan` command's click definition (registered in launcher/cli/commands.py)."""
+"""The `plan` command's click definition (registered in launcher/cli/hpcai_launch.py)."""
 from __future__ import annotations
 
 import click

@@ -202,7 +202,7 @@ def _table(rows: list[Check]) -> None:
 
 
 def selftest_command(fn_guard):
-    """The click command; cli/commands.py registers it (fn_guard: its one-line error wrapper)."""
+    """The click command; cli/hpcai_launch.py registers it (fn_guard: its one-line error wrapper)."""
 
     @click.command(name="selftest")
     @click.option("--only", multiple=True, metavar="CHECK[,CHECK]",

@@ -1,4 +1,4 @@
-"""The `--cap` option's type, shared by the workload commands (cli/commands.py) and `fleet run`."""
+"""The `--cap` option's type, shared by the workload commands (cli/hpcai_launch.py) and `fleet run`."""
 from __future__ import annotations
 
 import click

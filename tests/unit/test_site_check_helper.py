@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from fakes import fake_gpu_state as fgs
 
 from hpcai.launcher.site import config as sites
-from hpcai.launcher.cli.commands import main
+from hpcai.launcher.cli.hpcai_launch import main
 from hpcai.launcher.power import helper
 from hpcai.launcher.site.power_helper import check_epilog, epilog_paths
 

@@ -12,7 +12,7 @@ from fakes import fake_gpu_state as fgs  # tests/ is on sys.path via conftest
 
 from hpcai.errors import ConfigError
 from hpcai.launcher.site import config as sites
-from hpcai.launcher.cli.commands import main
+from hpcai.launcher.cli.hpcai_launch import main
 
 try:
     import tomllib

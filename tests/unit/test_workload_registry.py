@@ -111,7 +111,7 @@ def test_every_declared_unit_is_one_the_result_schema_and_the_report_know(result
 def test_a_declared_option_range_and_int_choices_reach_the_command_line():
     """Option(min=..., choices=...) become click types: bad values are refused by the
     CLI before a run, and an int choice is stored as an int."""
-    from hpcai.launcher.cli.commands import _workload_option
+    from hpcai.launcher.cli.hpcai_launch import _workload_option
     from hpcai.workloads.declaration import Option
 
     @click.command()
