@@ -34,7 +34,7 @@ class Clocks(click.ParamType):
     def convert(self, value, param, ctx):
         if isinstance(value, list):
             return value
-        from hpcai.launcher.sweep.driver import parse_clocks
+        from hpcai.launcher.sweep.axes import parse_clocks
 
         try:
             return parse_clocks(value, self.flag)

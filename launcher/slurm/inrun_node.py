@@ -23,7 +23,7 @@ IN_RUN_SUFFIX = "inrun"
 def job_block(opts, runs: list, when: str, preset: str, nodes: int, options: dict) -> dict:
     """job.json's `in_run` part: the process's run id (the same on every node) and
     the sweep key its segments' spec.sweep carries."""
-    from hpcai.launcher.sweep.driver import key_hash
+    from hpcai.launcher.sweep.resume import key_hash
 
     return {"process_run_id": f"{when}-{opts.workload}-{preset}-{nodes}n-{IN_RUN_SUFFIX}",
             "key": key_hash({"options": options, "caps": [r.cap_w for r in runs],
@@ -90,7 +90,7 @@ def run_node(job_dir: str) -> int:
     from hpcai.launcher.run.plan import check_limits, make_plan, preflight
     from hpcai.launcher.slurm.job import Job
     from hpcai.launcher.slurm.node import Placement, slurm_entry
-    from hpcai.launcher.sweep.driver import Slot
+    from hpcai.launcher.sweep.slots import Slot
     from hpcai.measure.adaptive import SWEEP_CI_TARGET
 
     job = Job.load(job_dir)

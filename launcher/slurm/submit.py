@@ -41,7 +41,7 @@ def run_slots(opts, nodes: int, when: str | None = None,
     """One slot per grid point, cap and repeat, in the sweep's order; run ids shared
     by all nodes. batches: nodes -> batch per process (strong scaling)."""
     from hpcai.launcher.sweep import grid
-    from hpcai.launcher.sweep.driver import Slot, new_seed, schedule
+    from hpcai.launcher.sweep.slots import Slot, new_seed, schedule
 
     preset = opts.preset or "auto"
     seed = None

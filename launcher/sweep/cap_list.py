@@ -15,7 +15,7 @@ class Caps(click.ParamType):
     def convert(self, value, param, ctx):
         if isinstance(value, list):
             return value
-        from hpcai.launcher.sweep.driver import parse_caps
+        from hpcai.launcher.sweep.axes import parse_caps
 
         try:
             return parse_caps(value)
@@ -24,14 +24,14 @@ class Caps(click.ParamType):
 
 
 class Repeats(click.IntRange):
-    """`--repeat`: at least 1, at most a sweep's MAX_SLOTS runs (launcher/sweep/driver.py), checked
+    """`--repeat`: at least 1, at most a sweep's MAX_SLOTS runs (launcher/sweep/axes.py), checked
     as the option is read (10**20 repeats would build a list until memory ran out)."""
 
     def __init__(self):
         super().__init__(min=1)
 
     def convert(self, value, param, ctx):
-        from hpcai.launcher.sweep.driver import MAX_SLOTS
+        from hpcai.launcher.sweep.axes import MAX_SLOTS
 
         number = super().convert(value, param, ctx)
         if number > MAX_SLOTS:

@@ -32,7 +32,8 @@ from hpcai.launcher.power.clocks import (
 )
 from hpcai.launcher.power.session import CapSession, refuse_stale_journal
 from hpcai.launcher.run.results import schema
-from hpcai.launcher.sweep.driver import Slot, parse_clocks, schedule
+from hpcai.launcher.sweep.slots import Slot, schedule
+from hpcai.launcher.sweep.axes import parse_clocks
 
 from fakes import fake_gpu_state as fgs  # noqa: E402 (tests/ is on sys.path via conftest)
 

@@ -11,7 +11,7 @@ from hpcai.launcher.slurm.job import Job, SlurmOptions, new_job_doc
 from hpcai.launcher.slurm.scaling import strong_batches
 from hpcai.launcher.slurm.script import render
 from hpcai.launcher.slurm.submit import run_slots
-from hpcai.launcher.sweep.driver import schedule
+from hpcai.launcher.sweep.slots import schedule
 from hpcai.workloads.catalog import get_workload
 
 RESNET = get_workload("resnet50")

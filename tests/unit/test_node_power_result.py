@@ -80,7 +80,7 @@ def test_a_node_source_that_missed_the_window_falls_back_with_reasons(tmp_path, 
 
 
 def test_the_idle_baseline_of_a_sweep_reads_the_node_sources(tmp_path, monkeypatch):
-    from hpcai.launcher.sweep.driver import measure_idle
+    from hpcai.launcher.sweep.idle import measure_idle
 
     fgs.install(monkeypatch, tmp_path / "gpus.json", fgs.make_devices(1, "nvidia"))
     root = pm_tree(tmp_path / "pm", accels=0)

@@ -259,7 +259,7 @@ def test_too_little_free_space_refuses_before_anything(tmp_path):
 
 # ---- sweeps: the idle baseline ---------------------------------------------------------
 def test_an_idle_baseline_on_busy_gpus_is_invalid(fake_gpus):
-    from hpcai.launcher.sweep.driver import measure_idle
+    from hpcai.launcher.sweep.idle import measure_idle
 
     fgs.update_device(fake_gpus, 1, utilization_pct=87.0)  # someone's job on GPU 1
     busy = measure_idle("nvidia", [0, 1], 0.5, 0.05)
@@ -273,7 +273,7 @@ def test_an_idle_baseline_while_another_run_holds_the_gpus_is_not_available(fake
     """Another run holds GPU 1 (the node's authority) but reads 0% utilisation in a
     pause: the baseline is not stored as available."""
     from hpcai.launcher.power.authority import GpuAuthority
-    from hpcai.launcher.sweep.driver import measure_idle
+    from hpcai.launcher.sweep.idle import measure_idle
 
     uuid = fgs.read_state(fake_gpus)["devices"][1]["uuid"]
     with GpuAuthority([uuid], "the-other-run"):

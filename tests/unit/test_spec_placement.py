@@ -16,7 +16,7 @@ from hpcai.launcher.run import spec as launcher_spec
 from hpcai.launcher.run.options import Options
 from hpcai.launcher.run.runtime import HOST
 from hpcai.launcher.slurm import inrun_node
-from hpcai.launcher.sweep.driver import Slot
+from hpcai.launcher.sweep.slots import Slot
 from hpcai.measure.adaptive import resolve_protocol
 from hpcai.workloads.declaration import CPU_TINY_WINDOWS
 from hpcai.spec import RunSpec
