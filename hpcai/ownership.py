@@ -1,5 +1,5 @@
 """Whether a file or folder could only have been written by this user (or root):
-the trust rule the launcher (launcher/trust.py) and the workloads (the batch-size
+the trust rule the launcher (launcher/site/trust.py) and the workloads (the batch-size
 cache) share, so it lives below both."""
 from __future__ import annotations
 

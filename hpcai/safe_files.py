@@ -10,7 +10,7 @@ Folders are made with mkdir, which never follows a link either (an existing
 name, link or not, is EEXIST).
 
 Used by every writer of run folders, results, samples, sweep folders and
-reports (launcher/output_check.py, launcher/sweep.py, launcher/report/,
+reports (launcher/run/output_check.py, launcher/sweep/driver.py, launcher/report/,
 workloads/result.py). The base of a path, the folder a user names with
 --output, is theirs to point anywhere; below it nothing is followed.
 """
@@ -83,7 +83,7 @@ class Folder:
         try:
             # Readable as the umask allows (a shared folder stays readable by the
             # group), never writable by others: resume and the report trust only
-            # results no one else could have written (launcher/trust.py).
+            # results no one else could have written (launcher/site/trust.py).
             os.fchmod(fd, (FILE_MODE & ~umask()) if mode is None else mode)
             with os.fdopen(fd, "wb") as fh:
                 yield fh

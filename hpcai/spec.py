@@ -1,5 +1,5 @@
 """The run spec, typed: one JSON document that says everything needed to repeat
-a run. The launcher builds it (launcher/spec.py), the entrypoint reads it, the
+a run. The launcher builds it (launcher/run/spec.py), the entrypoint reads it, the
 result keeps it (the schema's `$defs/spec`, held against these fields by a test).
 
 Every part is a frozen dataclass with `to_json()` / `from_json()`. A key the

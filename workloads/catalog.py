@@ -36,10 +36,10 @@ ENTRY_POINT_GROUP = "hpcai.workloads"
 # The plugins that could not be loaded, each a one-line error naming its distribution.
 # They are left out of the catalog rather than raised at import: `hpcai-launch power
 # restore` must still put limits back while a broken package is installed; the
-# other commands refuse with the first one (launcher/cli.py).
+# other commands refuse with the first one (launcher/cli/hpcai_launch.py).
 PLUGIN_PROBLEMS: list[UsageError] = []
 # The names of the workloads that came from installed packages: hpcai's images
-# do not carry them (launcher/runtime.py runs them on the host by default).
+# do not carry them (launcher/run/runtime.py runs them on the host by default).
 PLUGINS: set[str] = set()
 
 

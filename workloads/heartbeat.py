@@ -1,5 +1,5 @@
 """The workload's step progress, for the launcher's stall watchdog
-(launcher/stall.py): every rank touches one file in the run folder as its
+(launcher/run/stall.py): every rank touches one file in the run folder as its
 steps complete, at most once a second.
 
 One file for all ranks, not one each: the ranks of a data-parallel run meet

@@ -1,4 +1,4 @@
-"""The workload's side of the launcher's lifeline (launcher/lifeline.py).
+"""The workload's side of the launcher's lifeline (launcher/run/lifeline.py).
 
 A thread polls the lock the launcher holds; when the lock can be taken, the
 launcher is gone (killed, or its node agent died), so this process sends

@@ -100,7 +100,7 @@ OWNED_SERVER_FLAGS = {
     "--dp-size": "--dp", "--data-parallel-size": "--dp",
     "--random-seed": "--seed", "--load-format": "--weights (dummy weights without it)",
 }
-# Kept under the launcher's 30 s grace for its workload (launcher/process.py CHILD_GRACE_S).
+# Kept under the launcher's 30 s grace for its workload (launcher/run/process.py CHILD_GRACE_S).
 MAX_SERVER_STOP_GRACE_S = 25.0
 LATENCIES = {"ttft": "ttft", "itl": "itl", "tpot": "tpot", "e2e": "e2e_latency"}
 

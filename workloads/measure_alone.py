@@ -83,8 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ[READY_ENV] = args.ready
 
     from hpcai.errors import HpcaiError
-    from hpcai.launcher.options import Options
-    from hpcai.launcher.plan import make_plan
+    from hpcai.launcher.run.options import Options
+    from hpcai.launcher.run.plan import make_plan
     from hpcai.workloads.entrypoint import Run
 
     try:

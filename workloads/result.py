@@ -220,7 +220,7 @@ def power_section(spec: dict, discovery, sampler, window, units: int,
 
 
 def _tier(spec: dict) -> dict:
-    from hpcai.launcher.tier import current_tier
+    from hpcai.launcher.site.tier import current_tier
 
     return current_tier(spec.get("node_power") or {})
 

@@ -6,7 +6,7 @@ opens a measured window, writes `gate/open-K.json` in the run folder and waits
 for `gate/go-K.json`. The exec engine (workloads/exec_run.py) sees the request
 and calls Gate.open(): that asks the launcher for segment K over the same
 control channel the built-in workloads use (workloads/control.py; the launcher
-files segment K-1's result, sets K's cap and reads it back, launcher/inrun.py),
+files segment K-1's result, sets K's cap and reads it back, launcher/sweep/inrun.py),
 opens the segment in the entrypoint, and the engine answers the program. The
 window's close event closes the segment (its segment.json, for the launcher
 to check). So the cap is in force before the window's clock starts, and each

@@ -11,7 +11,7 @@
 Here the rules, pure (hpcai.measure imports no launcher): the calibration from
 the two phases and the tier from a calibration. The root-owned state file and
 current_tier(), which results, receipts and metrics call, are in
-launcher/tier.py.
+launcher/site/tier.py.
 """
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from 64 GB to 94 GB and from 2.0 to 3.9 TB/s.
 """
 from __future__ import annotations
 
-from hpcai.launcher.comparability import NEUTRAL, PROTOCOL_KEYS
+from hpcai.launcher.run.comparability import NEUTRAL, PROTOCOL_KEYS
 
 COMPARABLE, CAVEATS, NOT_COMPARABLE = "comparable", "comparable with caveats", "not comparable"
 HARDWARE = "different hardware"  # same workload, settings, protocol and cap; other GPUs

@@ -7,7 +7,7 @@ from hpcai.launcher.bundles.sources import load
 
 
 def compare_items(a: str, b: str, site_selector: str | None) -> list[dict]:
-    from hpcai.launcher import sites
+    from hpcai.launcher.site import config as sites
     from hpcai.launcher.bundles.trust import trusted_keys
 
     site = sites.load(site_selector)

@@ -15,7 +15,7 @@ import stat
 from pathlib import Path
 
 from hpcai.errors import UsageError
-from hpcai.launcher import trust
+from hpcai.launcher.site import trust
 from hpcai.launcher.bundles.files import read_regular, write_new
 from hpcai.install import install_hint
 
@@ -78,7 +78,7 @@ def _private_to_us(path: Path, st: os.stat_result) -> None:
 
 def _trusted_file(path: Path, st: os.stat_result) -> None:
     """A trusted public key another user can replace lets them sign as any site:
-    launcher/trust.py's rule for the file and the folder holding it."""
+    launcher/site/trust.py's rule for the file and the folder holding it."""
     if not trust.written_by_us(st):
         raise UsageError(f"public key {path} belongs to uid {st.st_uid} or can be written by other "
                          f"users (mode {stat.S_IMODE(st.st_mode):04o})",

@@ -40,7 +40,7 @@ def bundle_runs(folder: Path, verdict: Verdict) -> list[SourcedRun]:
 
 
 def loose_run(path: Path) -> SourcedRun:
-    from hpcai.launcher.check import load_result
+    from hpcai.launcher.cli.check import load_result
 
     result, doc = load_result(str(path))
     samples = result.parent / RUN_FILES[2]

@@ -145,7 +145,7 @@ def _check_files(folder: Path, names: list[str], stmt: dict) -> None:
 
 
 def _check_runs(folder: Path, stmt: dict, site: str) -> list[dict]:
-    from hpcai.launcher.results import validation_errors
+    from hpcai.launcher.run.results import validation_errors
 
     runs = []
     for name in sorted(n["name"] for n in stmt["subject"] if n["name"].endswith("/result.json")):

@@ -1,12 +1,12 @@
-"""The `fleet` command group (cli.py registers it in one line)."""
+"""The `fleet` command group (cli/hpcai_launch.py registers it in one line)."""
 from __future__ import annotations
 
 import sys
 
 import click
-from hpcai.launcher.cap_list import Caps
+from hpcai.launcher.sweep.cap_list import Caps
 from hpcai.launcher.fleet.stats import DEFAULT_MIN_SPREAD, DEFAULT_THRESHOLD
-from hpcai.launcher.guarded import run_guarded
+from hpcai.launcher.cli.guarded import run_guarded
 
 
 @click.group()

@@ -32,7 +32,7 @@ from hpcai.launcher.fleet.campaign import (
     safe_dir,
 )
 from hpcai.launcher.power.stale import pid_alive
-from hpcai.launcher.progress import Progress
+from hpcai.launcher.cli.progress import Progress
 
 from hpcai.errors import CapOutOfRangeError, DeviceError, UsageError
 
@@ -59,7 +59,7 @@ class FleetRequest:
 
 def _visible_gpus() -> list:
     """(GpuInfo, PowerLimits | None, workload id) for each GPU this node lets us use."""
-    from hpcai.launcher.visibility import visible_gpus
+    from hpcai.launcher.run.visibility import visible_gpus
 
     from hpcai.gpu import open_library
 

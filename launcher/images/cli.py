@@ -13,7 +13,7 @@ FAMILY_HELP = "image family (repeatable; default: all of " + ", ".join(IMAGE_FAM
 
 
 def _guarded(fn):
-    from hpcai.launcher.guarded import run_guarded as _run_guarded
+    from hpcai.launcher.cli.guarded import run_guarded as _run_guarded
 
     def wrapper(*args, **kwargs):
         return _run_guarded(fn, *args, **kwargs)
@@ -23,7 +23,7 @@ def _guarded(fn):
 
 
 def _context(site_selector: str | None):
-    from hpcai.launcher import sites
+    from hpcai.launcher.site import config as sites
     from hpcai.launcher.images.apptainer import Apptainer
 
     site = sites.load(site_selector)
@@ -110,7 +110,7 @@ def build(site, families, flavour, build_args, binds, fakeroot, force):
 @_guarded
 def list_images(site, as_json):
     """Every flavour and family: present here?, labels, digest, registry address."""
-    from hpcai.launcher import sites
+    from hpcai.launcher.site import config as sites
     from hpcai.launcher.images import store
     from hpcai.launcher.images.apptainer import Apptainer
 

@@ -11,7 +11,7 @@ from hpcai.launcher.metrics.sampler import DEFAULT_MAX_AGE_S
 
 
 def _guarded(fn, *args, **kwargs):
-    from hpcai.launcher.guarded import run_guarded
+    from hpcai.launcher.cli.guarded import run_guarded
 
     return run_guarded(fn, *args, **kwargs)
 
@@ -29,7 +29,7 @@ def open_sampler(site_selector: str | None, max_age_s: float):
     """The node's GPUs (through hpcai.gpu) and the site's node power sources, behind one
     cached sampler. DeviceError when the site names a vendor that fails here."""
     from hpcai.gpu import open_library
-    from hpcai.launcher import sites
+    from hpcai.launcher.site import config as sites
     from hpcai.launcher.metrics.sampler import CachedSampler
     from hpcai.measure.node_power import open_sources
     from hpcai.workloads.catalog import WORKLOADS

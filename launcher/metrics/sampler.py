@@ -21,8 +21,8 @@ from hpcai.launcher.power.authority import LOCK_ROOT, holder_of, read_private_js
 from hpcai.launcher.power.job_caps import job_record_path
 
 DEFAULT_MAX_AGE_S = 1.0
-# launcher/spec.py make_run_id: "<stamp>-<host>-<workload>-<preset>[-cap<W>W][-sm..MHz]";
-# an in-run sweep's process appends "-inrun" (launcher/inrun.py).
+# launcher/run/spec.py make_run_id: "<stamp>-<host>-<workload>-<preset>[-cap<W>W][-sm..MHz]";
+# an in-run sweep's process appends "-inrun" (launcher/sweep/inrun.py).
 _CAP_IN_RUN_ID = re.compile(r"-cap([0-9]+(?:\.[0-9]+)?(?:e[+-]?[0-9]+)?)W(?=-|$)")
 
 

@@ -4,7 +4,7 @@ textfile collector (--collector.textfile.directory).
 node_exporter reads every *.prom in the folder: a folder someone else can write
 would let them add or swap series beside ours, so it is refused, as a link in
 its place is (safe_files.Folder opens it O_NOFOLLOW, and the trust rule is
-launcher/trust.py's). The file is replaced atomically (a collector never reads
+launcher/site/trust.py's). The file is replaced atomically (a collector never reads
 half a file); on a full disk the temporary file goes and the previous
 hpcai.prom stays whole.
 """
@@ -23,7 +23,7 @@ PROM_MODE = 0o644  # node_exporter runs as its own user: it must read the file
 def open_textfile_folder(path: Path) -> Folder:
     """The folder, opened without following a link, and trusted: owned by this user
     or root and writable by no one else (UsageError naming the fix otherwise)."""
-    from hpcai.launcher.trust import written_by_us
+    from hpcai.launcher.site.trust import written_by_us
 
     try:
         folder = Folder.open(path)
@@ -43,7 +43,7 @@ def open_textfile_folder(path: Path) -> Folder:
 
 def write_textfile(folder: Folder, data: bytes) -> Path:
     """DIR/hpcai.prom replaced atomically; OutputError (one line) when it cannot be."""
-    from hpcai.launcher.output_check import write_error
+    from hpcai.launcher.run.output_check import write_error
 
     try:
         with folder.replacing(FILE_NAME, mode=PROM_MODE) as fh:

@@ -5,7 +5,7 @@ inputs (mix, prices) -> the report's loading and cells (report/__init__.py load_
 report/stats.py aggregate, report/efficiency.py analyse) -> curves (per class and
 GPU model) -> partitions and procurement (build.compute) -> sensitivity ->
 plan.json, plan.md, plan.html and policy.toml (write.py).
-Not the run plan of a sweep: that is launcher/plan.py.
+Not the run plan of a sweep: that is launcher/run/plan.py.
 """
 from __future__ import annotations
 

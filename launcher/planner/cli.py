@@ -1,9 +1,9 @@
-"""The `plan` command's click definition (registered in launcher/cli.py)."""
+"""The `plan` command's click definition (registered in launcher/cli/hpcai_launch.py)."""
 from __future__ import annotations
 
 import click
 
-from hpcai.launcher.guarded import run_guarded
+from hpcai.launcher.cli.guarded import run_guarded
 
 
 @click.command("plan")
@@ -108,7 +108,7 @@ def _sacct_mix_text(since: str, partition: str, selector: str | None) -> str:
 
     if not since or not partition:
         raise UsageError("--mix-from-sacct needs --since and --partition", "e.g. --since 2026-10-01 --partition gpu")
-    from hpcai.launcher import sites
+    from hpcai.launcher.site import config as sites
     from hpcai.launcher.slurm.mix import mix_from_sacct, mix_toml, sacct_args
 
     sacct_args(since, partition)  # every option checked before Slurm is asked

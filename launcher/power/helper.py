@@ -65,7 +65,7 @@ def _toml():
 def _trusted_file(path: Path, what: str) -> bytes | None:
     """A root-owned file no one else can write, in folders no one else can write
     (else deleting it would lift every limit); None when absent."""
-    from hpcai.launcher.trust import folder_chain_problem
+    from hpcai.launcher.site.trust import folder_chain_problem
 
     problem = folder_chain_problem(path.parent)
     if problem:
@@ -96,7 +96,7 @@ def load_config(path: Path = HELPER_CONFIG) -> dict:
     except (ValueError, UnicodeDecodeError) as exc:
         raise ConfigError(f"the power helper settings {path} are not valid TOML: {exc}") from None
     if config.get("site") and config.get("allowed_cap_range_w") is None:
-        from hpcai.launcher import sites
+        from hpcai.launcher.site import config as sites
 
         site_path = Path(config["site"])
         if _trusted_file(site_path, "site file") is None:

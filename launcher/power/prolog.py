@@ -47,7 +47,7 @@ def policy_site(config: dict) -> dict | None:
         return None
     from pathlib import Path
 
-    from hpcai.launcher import sites
+    from hpcai.launcher.site import config as sites
 
     path = Path(config["site"])
     if helper._trusted_file(path, "site file") is None:
@@ -79,7 +79,7 @@ def _owner(fields: dict) -> tuple[int, str]:
 def apply_policy(job_id: str, config: dict) -> list[str]:
     """Cap the job's GPUs on this node as the site's policy says; one line per GPU."""
     from hpcai.gpu import open_library
-    from hpcai.launcher.site_policy import job_class, job_fields, policy_entries
+    from hpcai.launcher.site.policy import job_class, job_fields, policy_entries
 
     site = policy_site(config)
     if site is None or not policy_entries(site):
@@ -102,7 +102,7 @@ def apply_policy(job_id: str, config: dict) -> list[str]:
 
 
 def _apply_one(device, site: dict, fields: dict, class_name: str | None, config: dict) -> str:
-    from hpcai.launcher.site_policy import setting_for
+    from hpcai.launcher.site.policy import setting_for
     from hpcai.measure.gpu_names import short_name
 
     info = device.info()

@@ -2,7 +2,7 @@
 
 The journal names the workload's process group (torchrun's, or the single
 entrypoint's) and a tag every workload process carries in its environment
-(launcher/lifeline.py): torchrun starts each rank in a session of its own,
+(launcher/run/lifeline.py): torchrun starts each rank in a session of its own,
 so the group alone would miss them. Only this user's processes on this node
 are looked at (the journal is per node).
 """
@@ -13,7 +13,7 @@ import signal
 import time
 from pathlib import Path
 
-from hpcai.launcher.lifeline import TAG_ENV
+from hpcai.launcher.run.lifeline import TAG_ENV
 
 STOP_GRACE_S = 15.0  # SIGTERM first: the workload writes its interrupted result
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from hpcai.errors import UsageError
-from hpcai.launcher.guarded import run_guarded
+from hpcai.launcher.cli.guarded import run_guarded
 from hpcai.launcher.report.safe_text import FORMULA_START
 
 LIST_COLUMNS = ("job_id", "node", "user", "account", "partition", "state", "gpu_count", "start",
@@ -132,8 +132,8 @@ def _check(options: dict) -> tuple[Path, str, list, str | None]:
 
 
 def _site_file(selector: str) -> Path:
-    """--site: a .toml path, else a site's name (launcher/sites.py finds its file)."""
-    from hpcai.launcher import sites
+    """--site: a .toml path, else a site's name (launcher/site/config.py finds its file)."""
+    from hpcai.launcher.site import config as sites
 
     if selector.endswith(".toml") or os.sep in selector:
         return Path(selector)

@@ -22,8 +22,8 @@ _NAME = re.compile(r"[A-Za-z0-9._-]+")
 
 def read_class_rules(site_path: str | Path) -> list[dict]:
     """The site file's [[classes]] rules (formats.md), as the site loader checks them
-    (launcher/site_policy.py: one reading of the rules for sacct, the prolog and receipts)."""
-    from hpcai.launcher import sites
+    (launcher/site/policy.py: one reading of the rules for sacct, the prolog and receipts)."""
+    from hpcai.launcher.site import config as sites
 
     rules = sites.load(str(site_path)).get("classes") or []
     if not rules:

@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 
 from hpcai.errors import ConfigError, HpcaiError
-from hpcai.launcher.trust import written_by_us
+from hpcai.launcher.site.trust import written_by_us
 from hpcai.safe_files import Folder
 
 DEFAULT_SPOOL = Path("/var/spool/hpcai/receipts")

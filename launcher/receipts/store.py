@@ -21,7 +21,7 @@ from pathlib import Path
 
 from hpcai.errors import UsageError
 from hpcai.launcher.receipts import spool as spool_files
-from hpcai.launcher.trust import written_by_us
+from hpcai.launcher.site.trust import written_by_us
 
 RECEIPT_COLUMNS = {
     "file": "VARCHAR", "job_id": "VARCHAR", "restarts": "INTEGER", "node": "VARCHAR", "host": "VARCHAR",

@@ -86,7 +86,7 @@ def make_report(paths: list, opts: ReportOptions, keep: list | None = None) -> d
     the report's parts are added to, for a process that ends without freeing them."""
     from hpcai.launcher.report import plan_screen
     from hpcai.launcher.report.facility import override_facility
-    from hpcai.launcher.progress import Progress
+    from hpcai.launcher.cli.progress import Progress
     from hpcai.launcher.report.forked import Claim, ForkedCall, Inbox
     from hpcai.launcher.report.load import shown_path
     from hpcai.launcher.report.tables import status_reason

@@ -94,7 +94,7 @@ def fast_valid(doc: dict) -> bool:
             import jsonschema_rs
         except ImportError:  # without the report extra: jsonschema alone decides, slowly
             return False
-        from hpcai.launcher.results import schema
+        from hpcai.launcher.run.results import schema
 
         _validator = jsonschema_rs.validator_for(schema())
     try:
@@ -104,7 +104,7 @@ def fast_valid(doc: dict) -> bool:
 
 
 def schema_errors(doc: dict, non_finite: bool) -> list[str]:
-    from hpcai.launcher.results import validation_errors
+    from hpcai.launcher.run.results import validation_errors
 
     if not non_finite and fast_valid(doc):
         return []

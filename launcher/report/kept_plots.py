@@ -13,7 +13,7 @@ the sha256 of every file it wrote.
 A group is kept only when its key is the same and each of its files is still
 the one written: a regular file (not a link) of this user's or root's that no
 one else can write, with the recorded hash, in a plots folder no one else can
-write (launcher/trust.py's rule for results). Anything else is drawn again:
+write (launcher/site/trust.py's rule for results). Anything else is drawn again:
 an unreadable or edited record costs the time of drawing, never a wrong plot.
 Deleting the record (or the plots folder) draws everything again.
 """
@@ -120,7 +120,7 @@ def _read_ours(folder: Path, name: str, limit: int) -> bytes | None:
     """The file's bytes if this user (or root) wrote it and no one else could have:
     the plots folder and the file opened without following a link, checked by
     their descriptors (nothing can be swapped in between); else None."""
-    from hpcai.launcher.trust import written_by_us
+    from hpcai.launcher.site.trust import written_by_us
     from hpcai.safe_files import Folder
 
     if not isinstance(name, str) or not name or "/" in name or name in (".", ".."):

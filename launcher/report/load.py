@@ -215,8 +215,8 @@ def _from_doc(path: Path, doc: dict, errors: list[str]) -> Run:
 
 
 def _trust(run: Run, path: Path) -> None:
-    """A result another user could have written or replaced is left out (launcher/trust.py)."""
-    from hpcai.launcher.trust import HOW_TO_TRUST, untrusted
+    """A result another user could have written or replaced is left out (launcher/site/trust.py)."""
+    from hpcai.launcher.site.trust import HOW_TO_TRUST, untrusted
 
     why = untrusted(path)
     if why:

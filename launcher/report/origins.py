@@ -39,7 +39,7 @@ def verified(envelopes: list[Path]) -> dict[Path, Origin]:
 
 
 def _trusted() -> tuple:
-    from hpcai.launcher import sites
+    from hpcai.launcher.site import config as sites
     from hpcai.launcher.bundles.trust import trusted_keys
 
     site = sites.load(None)  # --site is not a report option: $HPCAI_SITE or the host's

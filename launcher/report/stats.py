@@ -48,7 +48,7 @@ class Group:
     @functools.cached_property
     def clocks(self) -> str:
         """"SM 1410 MHz, memory 2619 MHz"; "" for the GPU's own clocks."""
-        from hpcai.launcher.plan import clock_label
+        from hpcai.launcher.run.plan import clock_label
 
         return clock_label(self.sm_clock_cap_mhz, self.mem_clock_cap_mhz)
 

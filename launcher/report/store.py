@@ -165,7 +165,7 @@ def _safe_location(db: Path) -> str | None:
     be ours and writable by no one else; an existing file must be a regular file of
     ours, reached without a link. One of ours that others could write is removed
     (a cache: it is built again), since its numbers may be anyone's."""
-    from hpcai.launcher.trust import written_by_us
+    from hpcai.launcher.site.trust import written_by_us
 
     try:
         db.parent.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -480,7 +480,7 @@ def runs_table(runs: list[Run]) -> Table:
                _number_column(per_gpu), _number_column(eff),
                text_column([shown_path(r.path) for r in runs])]
     if any(r.sm_clock_cap_mhz is not None or r.mem_clock_cap_mhz is not None for r in runs):
-        from hpcai.launcher.plan import clock_label
+        from hpcai.launcher.run.plan import clock_label
 
         header.insert(6, "Clock caps")  # only where some run capped clocks
         columns.insert(6, text_column([clock_label(r.sm_clock_cap_mhz, r.mem_clock_cap_mhz) or "own"

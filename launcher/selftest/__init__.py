@@ -85,9 +85,9 @@ def run_selftest(site_selector: str | None = None, only=None, as_json: bool = Fa
                  output: str | None = None, load: bool = True, load_s: float = DEFAULT_LOAD_S,
                  power_method: str | None = None, journal: str | None = None,
                  workloads: str | None = None) -> int:
-    from hpcai.launcher import sites
-    from hpcai.launcher.plan import journal_path
-    from hpcai.launcher.visibility import visible_gpus
+    from hpcai.launcher.site import config as sites
+    from hpcai.launcher.run.plan import journal_path
+    from hpcai.launcher.run.visibility import visible_gpus
     from hpcai.measure.power_sources import find_rapl_domains
 
     selected = parse_only(only)
@@ -138,7 +138,7 @@ def run_selftest(site_selector: str | None = None, only=None, as_json: bool = Fa
 def _run_checks(ctx: Context, selected, library_failed: bool, reasons: list,
                 workloads: str | None) -> list[Check]:
     """Each selected check's rows; one check failing must not hide the others'."""
-    from hpcai.launcher.progress import Progress
+    from hpcai.launcher.cli.progress import Progress
     from hpcai.launcher.selftest import gpu_checks, meter_check, workload_checks
 
     rows: list[Check] = []
@@ -202,7 +202,7 @@ def _table(rows: list[Check]) -> None:
 
 
 def selftest_command(fn_guard):
-    """The click command; cli.py registers it (fn_guard: its one-line error wrapper)."""
+    """The click command; cli/hpcai_launch.py registers it (fn_guard: its one-line error wrapper)."""
 
     @click.command(name="selftest")
     @click.option("--only", multiple=True, metavar="CHECK[,CHECK]",

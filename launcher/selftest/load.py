@@ -44,7 +44,7 @@ class GpuLoad:
     def __enter__(self) -> GpuLoad:
         if not self.enabled or not self.ids:
             return self
-        from hpcai.launcher.visibility import workload_environment
+        from hpcai.launcher.run.visibility import workload_environment
 
         for gpu_id in self.ids:
             env = dict(os.environ)

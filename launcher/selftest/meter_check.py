@@ -116,7 +116,7 @@ def _rows(ctx: Context, node, phases: dict, loaded: bool, why: str | None, summa
 
 
 def _calibration_rows(ctx: Context, idle, load, api: str, loaded: bool, why: str | None) -> list[Check]:
-    from hpcai.launcher.tier import store_calibration
+    from hpcai.launcher.site.tier import store_calibration
     from hpcai.measure.tier import DEFAULT_AGREEMENT_FRAC, calibrate, tier_of
 
     calibration = calibrate(idle, load, api)

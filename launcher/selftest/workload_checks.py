@@ -11,7 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from hpcai.launcher.runtime import EXTRAS
+from hpcai.launcher.run.runtime import EXTRAS
 from hpcai.launcher.selftest.base import Check, Context
 from hpcai.workloads.catalog import WORKLOADS
 from hpcai.install import install_hint

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from hpcai.timestamps import now_iso
 from hpcai.errors import ResultError
-from hpcai.launcher import results
+from hpcai.launcher.run import results
 from hpcai.launcher.slurm.job import AGGREGATE_FILE, Job, node_dir
 from hpcai.measure.efficiency import units_per_joule
 

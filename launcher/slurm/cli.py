@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from hpcai.launcher.guarded import run_guarded
+from hpcai.launcher.cli.guarded import run_guarded
 
 SITE_OPTION_HELP = "site name or .toml path whose [[classes]] rules sort jobs (default: $HPCAI_SITE, else by hostname)"
 
@@ -37,7 +37,7 @@ def write_mix(since: str, partition: str, output: str, selector: str | None) -> 
     from pathlib import Path
 
     from hpcai.errors import UsageError
-    from hpcai.launcher import sites
+    from hpcai.launcher.site import config as sites
     from hpcai.launcher.slurm.mix import mix_from_sacct, mix_toml, sacct_args
     from hpcai.safe_files import Folder
 

@@ -1,7 +1,7 @@
 """In-run sweeps under Slurm: one job step measures every cap of the job.
 
 On each node `slurm-node JOB --in-run` starts one launcher, which holds its
-own CapSession for its own GPUs (snapshot, journal, restore: launcher/inrun.py's
+own CapSession for its own GPUs (snapshot, journal, restore: launcher/sweep/inrun.py's
 execute, exactly as a single-node in-run sweep) and serves its own node's
 control channel in `<process>/node-<K>/control/`. The workload starts once on
 all nodes (torchrun across them), warms up once, and measures one segment per
@@ -23,7 +23,7 @@ IN_RUN_SUFFIX = "inrun"
 def job_block(opts, runs: list, when: str, preset: str, nodes: int, options: dict) -> dict:
     """job.json's `in_run` part: the process's run id (the same on every node) and
     the sweep key its segments' spec.sweep carries."""
-    from hpcai.launcher.sweep import key_hash
+    from hpcai.launcher.sweep.resume import key_hash
 
     return {"process_run_id": f"{when}-{opts.workload}-{preset}-{nodes}n-{IN_RUN_SUFFIX}",
             "key": key_hash({"options": options, "caps": [r.cap_w for r in runs],
@@ -34,8 +34,8 @@ def choose(opts, slurm, log) -> bool:
     """Whether a Slurm sweep runs in-run: as without Slurm, the default for a cap
     sweep of a workload that can (--no-in-run: one step per run), in one
     allocation; an --array job is one task per run by its own request."""
-    from hpcai.launcher import inrun_support
-    from hpcai.launcher.sweep import _other_axes
+    from hpcai.launcher.sweep import inrun_support
+    from hpcai.launcher.sweep.driver import _other_axes
 
     if opts.in_run is False:
         return False
@@ -85,12 +85,12 @@ class NodeSegments:
 
 def run_node(job_dir: str) -> int:
     """This node's launcher for every run of an in-run job (one srun step)."""
-    from hpcai.launcher import inrun
-    from hpcai.launcher.options import log
-    from hpcai.launcher.plan import check_limits, make_plan, preflight
+    from hpcai.launcher.sweep import inrun
+    from hpcai.launcher.run.options import log
+    from hpcai.launcher.run.plan import check_limits, make_plan, preflight
     from hpcai.launcher.slurm.job import Job
     from hpcai.launcher.slurm.node import Placement, slurm_entry
-    from hpcai.launcher.sweep import Slot
+    from hpcai.launcher.sweep.slots import Slot
     from hpcai.measure.adaptive import SWEEP_CI_TARGET
 
     job = Job.load(job_dir)

@@ -103,7 +103,7 @@ class Job:
 
     def options(self, cap_w: float | None):
         """The launcher options of one run on one node."""
-        from hpcai.launcher.options import Options
+        from hpcai.launcher.run.options import Options
 
         return dataclasses.replace(Options(**self.doc["options"]), cap_w=cap_w, caps=None,
                                    repeat=1, output=str(self.folder))
@@ -112,7 +112,7 @@ class Job:
         """One run's options on one node: its cap, grid point and strong-scaling batch."""
         opts = self.options(slot.cap_w)
         if slot.point:
-            from hpcai.launcher import grid
+            from hpcai.launcher.sweep import grid
 
             opts = grid.apply(opts, tuple((n, v) for n, v in slot.point), device_type)
         if slot.params:

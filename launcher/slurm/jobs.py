@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpcai.errors import SlurmError, UsageError
-from hpcai.launcher.results import load
+from hpcai.launcher.run.results import load
 from hpcai.launcher.slurm import commands
 from hpcai.launcher.slurm.job import AGGREGATE_FILE, Job, find_jobs, log_path
 

@@ -7,7 +7,7 @@ One sacct call lists a partition's job allocations since a date:
 
 A job's GPU-hours are its AllocTRES gres/gpu count times its elapsed time.
 Each job gets the class of the site's first matching `[[classes]]` rule
-(launcher/site_policy.py); a class's share is its part of the classified
+(launcher/site/policy.py); a class's share is its part of the classified
 GPU-hours. The mix (the TOML of the formats agreed for `plan --mix`) is
 written for the user to edit: what matched no rule is said in its comments.
 """
@@ -66,7 +66,7 @@ def parse_sacct(text: str) -> list[dict]:
 
 def mix_of(jobs: list[dict], classes: list[dict], partition: str) -> tuple[dict, dict]:
     """(the mix, {class or None: [jobs, GPU-hours]}): shares of the classified GPU-hours."""
-    from hpcai.launcher.site_policy import job_class, job_fields
+    from hpcai.launcher.site.policy import job_class, job_fields
 
     if not classes:
         raise UsageError("the site file has no [[classes]] rules to sort jobs into classes",
@@ -119,7 +119,7 @@ def mix_from_sacct(site: dict, since: str, partition: str) -> tuple[dict, dict]:
 
 def mix_toml(mix: dict, tally: dict, since: str) -> str:
     """The mix as TOML, with what sacct counted in comments, for the user to edit."""
-    from hpcai.launcher.site_cli import _toml_value
+    from hpcai.launcher.cli.site_cli import _toml_value
 
     partition = mix["default_partition"]
     lines = [f"# From Slurm's accounting: partition {partition}, jobs since {since} (hpcai-launch slurm mix).",

@@ -71,7 +71,7 @@ def slurm_entry(placement: Placement, run_index: int, mode: str) -> dict:
 
 
 def run_node(job_dir: str, run_index: int) -> int:
-    from hpcai.launcher.single import run_single
+    from hpcai.launcher.run.single import run_single
     from hpcai.launcher.slurm.job import Job
 
     job = Job.load(job_dir)
@@ -87,7 +87,7 @@ def run_node(job_dir: str, run_index: int) -> int:
             "weak" if slot.nodes is not None else None)
     device = None
     if any(name == "gpus" for name, _ in slot.point):  # a CPU node's `gpus` are processes
-        from hpcai.launcher.plan import make_plan
+        from hpcai.launcher.run.plan import make_plan
 
         device = make_plan(job.options(slot.cap_w), entry, slot.run_id).spec.devices.type
     return run_single(job.slot_options(slot, device), placement=entry, run_id=slot.run_id)

@@ -3,7 +3,7 @@
 throughput_N / (N x throughput_1) with the same processes per node)."""
 from __future__ import annotations
 
-from hpcai.launcher import results
+from hpcai.launcher.run import results
 from hpcai.launcher.slurm.job import Job, RunSlot, node_dir
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from hpcai.timestamps import now_iso
 from hpcai.errors import HpcaiError, SlurmError, UsageError
-from hpcai.launcher import sites
+from hpcai.launcher.site import config as sites
 from hpcai.launcher.slurm import commands
 from hpcai.launcher.slurm.job import (SCRIPT_FILE, Job, RunSlot, SlurmOptions, log_path,
                                       new_job_doc, stamp)
@@ -40,8 +40,8 @@ def run_slots(opts, nodes: int, when: str | None = None,
               batches: dict | None = None) -> tuple[list[RunSlot], int | None]:
     """One slot per grid point, cap and repeat, in the sweep's order; run ids shared
     by all nodes. batches: nodes -> batch per process (strong scaling)."""
-    from hpcai.launcher import grid
-    from hpcai.launcher.sweep import Slot, new_seed, schedule
+    from hpcai.launcher.sweep import grid
+    from hpcai.launcher.sweep.slots import Slot, new_seed, schedule
 
     preset = opts.preset or "auto"
     seed = None
@@ -72,7 +72,7 @@ def check_options(opts, slurm: SlurmOptions, site: dict) -> None:
                          "drop --nodes, or use --nodes 1")
     if opts.preset:
         workload.preset(opts.preset)
-    from hpcai.launcher.plan import outside_site_range
+    from hpcai.launcher.run.plan import outside_site_range
 
     for cap in (opts.caps or [opts.cap_w]):
         problem = None if cap is None else outside_site_range(cap, site)
@@ -108,7 +108,7 @@ def submit(opts, slurm: SlurmOptions, argv: list[str] | None = None) -> int:
     command = ["hpcai-launch", *(argv if argv is not None else sys.argv[1:])]
     folder = results / f"slurm-{when}-{opts.workload}-{expected_preset(opts, slurm)}"
     job = Job(folder, new_job_doc(opts, slurm, runs, command, seed))
-    from hpcai.launcher.options import log as say
+    from hpcai.launcher.run.options import log as say
     from hpcai.launcher.slurm import inrun_node
 
     if inrun_node.choose(opts, slurm, say):  # one step measures every cap, a segment each
@@ -152,7 +152,7 @@ def _allocation(opts, slurm: SlurmOptions):
 
 def _write_and_submit(job: Job, script: str, slurm: SlurmOptions, results: Path) -> str:
     """The job folder written and sbatch'ed; a refused job leaves nothing behind."""
-    from hpcai.launcher.plan import check_output_dir
+    from hpcai.launcher.run.plan import check_output_dir
 
     commands.require("sbatch")
     if slurm.partition:

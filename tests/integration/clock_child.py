@@ -26,7 +26,7 @@ def main(journal: str, vendor: str, sm_mhz: str) -> int:
         with make_backend(method, vendor) as backend:
             indices = [g.index for g in backend.gpus()]
             with install_signal_handlers(callback=forward):
-                # As launcher/process.py (WorkloadProcess._hold_limits): the cap first, the clocks inside it.
+                # As launcher/run/process.py (WorkloadProcess._hold_limits): the cap first, the clocks inside it.
                 with CapSession(backend, 300.0, indices, journal):
                     with ClockSession(backend, int(sm_mhz), mem, indices, journal):
                         print("READY", flush=True)

@@ -226,7 +226,7 @@ def counted_by_report(path: Path) -> bool:
 
 def false_completes(folder: Path) -> list[str]:
     """`complete` results that are not: unfinished by the launcher, or the cap not in force."""
-    from hpcai.launcher.results import validation_errors
+    from hpcai.launcher.run.results import validation_errors
 
     bad = []
     for path in folder.rglob("result.json"):

@@ -275,7 +275,7 @@ def test_build_needs_only_its_source_copy_visible_to_apptainer(apptainer_exe, ti
     # A checkout Apptainer cannot see (the sid shim here binds only /var/tmp):
     # the build must read the definition from the source copy beside the image.
     from hpcai.launcher.images import build
-    from hpcai.launcher.sites import DEFAULTS
+    from hpcai.launcher.site.config import DEFAULTS
 
     checkout = tmp_path / "checkout"
     (checkout / "definitions" / "cpu").mkdir(parents=True)

@@ -112,7 +112,7 @@ def test_recomputed_validity_holds_the_stated_power_to_samples_csv(tmp_path):
 
 
 def test_check_recomputes_and_names_a_stored_verdict_that_no_longer_holds(tmp_path, capsys):
-    from hpcai.launcher.check import check_results
+    from hpcai.launcher.cli.check import check_results
 
     doc = good_doc()
     doc["throughput"]["per_gpu"] *= 3
@@ -149,7 +149,7 @@ def test_trusted_keys_come_from_the_site_file_with_dates_and_relative_paths(tmp_
     import datetime as dt
 
     from hpcai.errors import ConfigError
-    from hpcai.launcher import sites
+    from hpcai.launcher.site import config as sites
     from hpcai.launcher.bundles.trust import trusted_keys
 
     keys.generate(tmp_path / "alpha")
@@ -180,7 +180,7 @@ def test_a_signing_key_others_can_read_is_refused(tmp_path):
 @pytest.mark.parametrize("change", ["others_write", "other_owner", "folder_others_write"])
 def test_a_trusted_public_key_another_user_could_replace_is_refused(tmp_path, change):
     from hpcai.errors import ConfigError
-    from hpcai.launcher import sites
+    from hpcai.launcher.site import config as sites
     from hpcai.launcher.bundles.trust import trusted_keys
 
     keys_dir = tmp_path / "keys"

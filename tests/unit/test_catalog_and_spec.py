@@ -1,7 +1,7 @@
 import pytest
 
 from hpcai.errors import UsageError
-from hpcai.launcher.spec import build_spec
+from hpcai.launcher.run.spec import build_spec
 from hpcai.workloads.catalog import get_workload
 
 

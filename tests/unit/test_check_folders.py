@@ -6,8 +6,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from hpcai.launcher.check import result_files
-from hpcai.launcher.cli import main
+from hpcai.launcher.cli.check import result_files
+from hpcai.launcher.cli.hpcai_launch import main
 from hpcai.launcher.report.load import find_files
 from report_docs import make_result, write_result
 

@@ -10,7 +10,7 @@ from conftest import ROOT, one_line_error
 
 
 def test_help_imports_no_framework_or_validator():
-    code = ("import sys; from hpcai.launcher.cli import main\n"
+    code = ("import sys; from hpcai.launcher.cli.hpcai_launch import main\n"
             "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
             "heavy = [m for m in ('torch', 'jsonschema', 'pynvml', 'amdsmi', 'numpy') if m in sys.modules]\n"
             "print('HEAVY', heavy)")

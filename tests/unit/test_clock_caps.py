@@ -31,8 +31,9 @@ from hpcai.launcher.power.clocks import (
     restore_clocks_from_journal,
 )
 from hpcai.launcher.power.session import CapSession, refuse_stale_journal
-from hpcai.launcher.results import schema
-from hpcai.launcher.sweep import Slot, parse_clocks, schedule
+from hpcai.launcher.run.results import schema
+from hpcai.launcher.sweep.slots import Slot, schedule
+from hpcai.launcher.sweep.axes import parse_clocks
 
 from fakes import fake_gpu_state as fgs  # noqa: E402 (tests/ is on sys.path via conftest)
 

@@ -8,10 +8,11 @@ import os
 import pytest
 
 from hpcai.errors import UsageError
-from hpcai.launcher import container, runtime
+from hpcai.launcher.run import container
+from hpcai.launcher.run import runtime
 from hpcai.launcher.images import store
 from hpcai.launcher.images.build import export_source
-from hpcai.launcher.sites import DEFAULTS
+from hpcai.launcher.site.config import DEFAULTS
 from hpcai.spec import RunSpec
 
 

@@ -62,7 +62,7 @@ def test_the_schema_pages_list_every_field_of_the_schemas(site):
 
 
 def test_the_cli_reference_lists_every_command_and_option(site):
-    from hpcai.launcher.cli import main
+    from hpcai.launcher.cli.hpcai_launch import main
 
     _, out = site
     page = text_of(out / "reference" / "cli" / "index.html")

@@ -4,7 +4,7 @@ order with their caps, and the wall time the protocol allows; the JSON only with
 import json
 
 from conftest import one_line_error
-from hpcai.launcher.dry_run import duration, measured_bounds, wall_time
+from hpcai.launcher.cli.dry_run import duration, measured_bounds, wall_time
 
 
 def test_an_18_run_sweep_is_a_plan_of_its_runs_with_a_wall_time(fake_nvidia_node):

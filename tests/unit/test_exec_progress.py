@@ -1,12 +1,12 @@
 """Work counted from a command's output and from hpcai.measure's events
 (workloads/exec_progress.py), and the exec command line's checks
-(launcher/exec_cli.py), without running anything."""
+(launcher/cli/exec_cli.py), without running anything."""
 import json
 
 import pytest
 
 from hpcai.errors import UsageError
-from hpcai.launcher.exec_cli import exec_params
+from hpcai.launcher.cli.exec_cli import exec_params
 from hpcai.workloads.catalog import get_workload
 from hpcai.workloads.exec_progress import (compile_regex, epochs_from_events, epochs_from_readings,
                                            read_line, unit_from_events)

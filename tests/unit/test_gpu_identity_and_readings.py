@@ -11,9 +11,9 @@ from conftest import FakeNode, one_line_error
 from fakes import fake_gpu_state as fgs
 from hpcai.gpu import open_library
 from hpcai.gpu.base import GpuInfo, GpuReading
-from hpcai.launcher import runtime
-from hpcai.launcher.plan import Node, select_gpus
-from hpcai.launcher.visibility import visible_gpus
+from hpcai.launcher.run import runtime
+from hpcai.launcher.run.plan import Node, select_gpus
+from hpcai.launcher.run.visibility import visible_gpus
 from hpcai.measure import power_sources
 from hpcai.workloads import result as R
 from hpcai.measure import telemetry
@@ -293,7 +293,7 @@ def test_info_lists_the_gpus_this_job_may_not_open(tmp_path):
 
 
 def test_the_result_records_requested_applied_and_enforced_limits(result_schema):
-    from hpcai.launcher.results import apply_limits
+    from hpcai.launcher.run.results import apply_limits
 
     doc = {"gpus": [{"index": 0, "used": True, "power_w": {"median": 290.0}}], "power": {}}
     limits = {0: {"default_w": 700.0, "min_w": 200.0, "max_w": 700.0, "requested_w": 300.0,

@@ -5,13 +5,13 @@ import subprocess
 import pytest
 
 from hpcai.errors import UsageError
-from hpcai.launcher import grid
-from hpcai.launcher.options import Options
+from hpcai.launcher.sweep import grid
+from hpcai.launcher.run.options import Options
 from hpcai.launcher.slurm.job import Job, SlurmOptions, new_job_doc
 from hpcai.launcher.slurm.scaling import strong_batches
 from hpcai.launcher.slurm.script import render
 from hpcai.launcher.slurm.submit import run_slots
-from hpcai.launcher.sweep import schedule
+from hpcai.launcher.sweep.slots import schedule
 from hpcai.workloads.catalog import get_workload
 
 RESNET = get_workload("resnet50")

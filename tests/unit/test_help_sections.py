@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from click.testing import CliRunner
 
-from hpcai.launcher.cli import main
+from hpcai.launcher.cli.hpcai_launch import main
 
 SECTIONS = ["Preset and implementation:", "Caps, clocks and sweeps:", "Measurement window and power:",
             "Run:", "Slurm:", "Data from storage:", "Other options:"]  # resnet50 has no settings of its own

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from hpcai.launcher.report import ReportOptions, make_report
-from hpcai.launcher.workload_log import LogFollower
+from hpcai.launcher.run.workload_log import LogFollower
 from hpcai.measure.telemetry import Sampler
 from hpcai.safe_files import Folder
 from hpcai.workloads.result import write_json_atomic

@@ -2,8 +2,8 @@
 benchmark client run per segment), which --ci-target cannot stop early."""
 from __future__ import annotations
 
-from hpcai.launcher.inrun_support import adaptive_supported, supported
-from hpcai.launcher.plan import _window_protocol
+from hpcai.launcher.sweep.inrun_support import adaptive_supported, supported
+from hpcai.launcher.run.plan import _window_protocol
 from hpcai.spec import RunSpec
 from hpcai.workloads import distributed
 from hpcai.workloads.inrun import Measurer

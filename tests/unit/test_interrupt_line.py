@@ -5,7 +5,7 @@ import pytest
 
 from fakes import fake_gpu_state as fgs
 from hpcai.errors import Interrupted
-from hpcai.launcher.guarded import run_guarded
+from hpcai.launcher.cli.guarded import run_guarded
 from hpcai.launcher.power import restoring
 from hpcai.launcher.power.backends import make_backend
 from hpcai.launcher.power.session import CapSession

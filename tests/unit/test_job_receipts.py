@@ -204,7 +204,7 @@ def finished(site, job_id, gpus_state, joules, **changes) -> None:
 def jobs_cli(*args):
     from click.testing import CliRunner
 
-    from hpcai.launcher.cli import main
+    from hpcai.launcher.cli.hpcai_launch import main
 
     return CliRunner().invoke(main, ["results", "jobs", *args])
 
@@ -332,7 +332,7 @@ def test_the_mix_from_measured_gpu_hours_per_class(three_jobs, tmp_path):
     # The planner straight from the spool: the same mix, planned and written beside the plan.
     from click.testing import CliRunner
 
-    from hpcai.launcher.cli import main
+    from hpcai.launcher.cli.hpcai_launch import main
 
     site_file.write_text(site_file.read_text().replace('name = "receipts-test"\n',
                                                        f'name = "receipts-test"\n\n[receipts]\nspool = "{folder}"\n'))

@@ -117,7 +117,7 @@ def test_site_before_the_subcommand_selects_the_site(monkeypatch):
 
     from click.testing import CliRunner
 
-    from hpcai.launcher.cli import main
+    from hpcai.launcher.cli.hpcai_launch import main
 
     monkeypatch.setenv("HPCAI_SITE", "unused")  # main sets $HPCAI_SITE: monkeypatch puts it back after
     monkeypatch.delenv("HPCAI_SITE")

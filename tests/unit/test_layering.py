@@ -174,10 +174,10 @@ def graph() -> ImportGraph:
 
 def test_the_graph_sees_every_part(graph):
     """The mapping works: the launcher's and the workloads' folders are read, with
-    function-level imports (plan.py imports the power journal inside a function)."""
-    assert "hpcai.launcher.run" in graph.modules
+    function-level imports (run/plan.py imports the power journal inside a function)."""
+    assert "hpcai.launcher.run.launch" in graph.modules
     assert "hpcai.workloads.catalog" in graph.modules
-    assert "hpcai.launcher.power.journal" in graph.edges("hpcai.launcher.plan")
+    assert "hpcai.launcher.power.journal" in graph.edges("hpcai.launcher.run.plan")
 
 
 def test_the_launcher_never_imports_a_framework(graph):

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from hpcai.errors import ConfigError
-from hpcai.launcher import sites
+from hpcai.launcher.site import config as sites
 from hpcai.launcher.selftest import load as load_mod
 from hpcai.launcher.selftest import run_selftest
-from hpcai.launcher import tier as LT
+from hpcai.launcher.site import tier as LT
 from hpcai.measure import tier as T
 
 from fakes import fake_gpu_state as fgs  # noqa: E402 (tests/ is on sys.path via conftest)

@@ -19,7 +19,7 @@ from hpcai.launcher.metrics.collector import DCGM_EQUIVALENTS, exposed_names, ex
 from hpcai.launcher.metrics.sampler import CachedSampler
 from hpcai.launcher.power.authority import GpuAuthority, write_private_json
 from hpcai.launcher.power.job_caps import job_record_path
-from hpcai.launcher.spec import make_run_id
+from hpcai.launcher.run.spec import make_run_id
 from hpcai.measure.pm_counters import PmCountersSource
 from hpcai.workloads.catalog import WORKLOADS
 

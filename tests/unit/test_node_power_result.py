@@ -80,7 +80,7 @@ def test_a_node_source_that_missed_the_window_falls_back_with_reasons(tmp_path, 
 
 
 def test_the_idle_baseline_of_a_sweep_reads_the_node_sources(tmp_path, monkeypatch):
-    from hpcai.launcher.sweep import measure_idle
+    from hpcai.launcher.sweep.idle import measure_idle
 
     fgs.install(monkeypatch, tmp_path / "gpus.json", fgs.make_devices(1, "nvidia"))
     root = pm_tree(tmp_path / "pm", accels=0)
@@ -99,9 +99,9 @@ def test_the_entrypoint_starts_the_sites_node_sources_and_writes_node_power(tmp_
     import json
     import types
 
-    from hpcai.launcher.results import validation_errors
-    from hpcai.launcher.runtime import HOST
-    from hpcai.launcher.spec import build_spec
+    from hpcai.launcher.run.results import validation_errors
+    from hpcai.launcher.run.runtime import HOST
+    from hpcai.launcher.run.spec import build_spec
     from hpcai.workloads import entrypoint
     from hpcai.workloads.catalog import get_workload
     from hpcai.workloads.protocol import Epoch

@@ -5,7 +5,7 @@ from test_node_power import pm_tree, rapl_tree
 from test_sites import assert_one_line_error, check_lines, clean_env, invoke, no_gpu, write_site  # noqa: F401
 
 from hpcai.errors import ConfigError
-from hpcai.launcher import sites
+from hpcai.launcher.site import config as sites
 
 
 @pytest.mark.parametrize("text, where", [

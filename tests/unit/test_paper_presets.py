@@ -3,7 +3,7 @@
 drifts from them fails here. Overrides still run, marked not comparable."""
 import pytest
 
-from hpcai.launcher.spec import build_spec
+from hpcai.launcher.run.spec import build_spec
 from hpcai.workloads.catalog import PRESET_KINDS, WORKLOADS, get_workload
 
 H100 = "NVIDIA H100 80GB HBM3"

@@ -1,8 +1,8 @@
-"""launcher/plan.py: the one site-range rule, and limits shown but not checked
+"""launcher/run/plan.py: the one site-range rule, and limits shown but not checked
 where no GPU is visible (a dry run on a login node)."""
 from pathlib import Path
 
-from hpcai.launcher.plan import Node, RunPlan, check_limits, outside_site_range
+from hpcai.launcher.run.plan import Node, RunPlan, check_limits, outside_site_range
 from hpcai.spec import RunSpec
 
 

@@ -463,7 +463,7 @@ def test_a_paper_preset_run_that_overrode_it_is_not_ranked_with_one_that_did_not
 def test_the_mix_is_given_once_and_sacct_needs_its_window(tmp_path, args, says):
     from click.testing import CliRunner
 
-    from hpcai.launcher.cli import main
+    from hpcai.launcher.cli.hpcai_launch import main
 
     done = CliRunner().invoke(main, ["plan", str(tmp_path), *args, "-o", str(tmp_path / "out")])
     assert done.exit_code == 2, done.output
@@ -539,7 +539,7 @@ def test_production_energy_per_gpu_hour_beside_the_benchmark_and_a_large_gap_fla
 def test_mix_from_receipts_needs_the_site(tmp_path):
     from click.testing import CliRunner
 
-    from hpcai.launcher.cli import main
+    from hpcai.launcher.cli.hpcai_launch import main
 
     done = CliRunner().invoke(main, ["plan", str(tmp_path), "--mix-from-receipts", "-o", str(tmp_path / "out")])
     assert done.exit_code == 2 and "--mix-from-receipts needs --site" in done.output

@@ -22,8 +22,8 @@ from hpcai.launcher.power.profiles import (
     restore_profiles_from_journal,
 )
 from hpcai.launcher.power.session import CapSession, install_signal_handlers, refuse_stale_journal
-from hpcai.launcher.results import schema
-from hpcai.launcher.sweep import Slot, schedule
+from hpcai.launcher.run.results import schema
+from hpcai.launcher.sweep.slots import Slot, schedule
 
 from fakes import fake_gpu_state as fgs  # noqa: E402 (tests/ is on sys.path via conftest)
 

@@ -8,8 +8,9 @@ import pytest
 
 from fakes import fake_gpu_state as fgs
 from hpcai.errors import UsageError
-from hpcai.launcher import inrun, plan as planning
-from hpcai.launcher.options import Options
+from hpcai.launcher.sweep import inrun
+from hpcai.launcher.run import plan as planning
+from hpcai.launcher.run.options import Options
 from hpcai.measure import adaptive
 from hpcai.workloads import catalog
 from hpcai.workloads.declaration import CPU_SHORT_WINDOWS, CPU_TINY_WINDOWS, Impl, Preset, Workload

@@ -9,7 +9,7 @@ import time
 
 from conftest import LAUNCHER, ROOT, FakeNode
 from fakes import fake_gpu_state as fgs
-from hpcai.launcher.progress import CLEAR, Progress
+from hpcai.launcher.cli.progress import CLEAR, Progress
 
 
 class Terminal(io.StringIO):

@@ -9,7 +9,7 @@ import pytest
 
 from hpcai.errors import ResultError
 from hpcai.launcher.report import ReportOptions, build_report, make_report
-from hpcai.launcher.results import validation_errors
+from hpcai.launcher.run.results import validation_errors
 from report_docs import crafted_set, make_result, write_result
 
 

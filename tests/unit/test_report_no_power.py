@@ -4,7 +4,7 @@ sentence, pointing to what would measure it, instead of an empty "Best cap" tabl
 import json
 
 from hpcai.launcher.report import ReportOptions, make_report
-from hpcai.launcher.single import _summarize
+from hpcai.launcher.run.single import _summarize
 from report_docs import make_result, write_result
 
 WHY = "RAPL counters intel-rapl:0 are readable only by root"

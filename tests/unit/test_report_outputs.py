@@ -128,7 +128,7 @@ def test_cli_report_errors_are_one_line(tmp_path, args, fragment):
 
 
 def test_report_help_imports_no_plotting_library():
-    code = ("import sys; from hpcai.launcher.cli import main\n"
+    code = ("import sys; from hpcai.launcher.cli.hpcai_launch import main\n"
             "try:\n    main(['report', '--help'])\nexcept SystemExit:\n    pass\n"
             "print('HEAVY', [m for m in ('matplotlib', 'numpy', 'jsonschema') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

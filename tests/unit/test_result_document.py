@@ -4,9 +4,9 @@ recorded them, turned into a schema-valid document with hand-checked numbers."""
 import pytest
 
 from hpcai.errors import Interrupted
-from hpcai.launcher.results import validation_errors
-from hpcai.launcher.runtime import HOST
-from hpcai.launcher.spec import build_spec
+from hpcai.launcher.run.results import validation_errors
+from hpcai.launcher.run.runtime import HOST
+from hpcai.launcher.run.spec import build_spec
 from hpcai.workloads import distributed
 from hpcai.workloads.catalog import get_workload
 from hpcai.workloads.entrypoint import Run, framework_versions

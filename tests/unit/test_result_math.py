@@ -4,7 +4,7 @@ import math
 import pytest
 
 from hpcai.gpu.base import GpuReading
-from hpcai.launcher.results import apply_limits, cap_held
+from hpcai.launcher.run.results import apply_limits, cap_held
 from hpcai.workloads import result as R
 from hpcai.measure.stats import quantile, summarize, throughput_stats
 from hpcai.measure.telemetry import Mark, Sampler, integrate_power_j

@@ -9,7 +9,7 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
-from hpcai.launcher.cli import main
+from hpcai.launcher.cli.hpcai_launch import main
 from hpcai.launcher.report import ReportOptions, make_report, readable
 from hpcai.launcher.report import ingest as ingest_module
 from hpcai.launcher.report.load import kit, load_results

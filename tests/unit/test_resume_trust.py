@@ -10,7 +10,7 @@ import os
 import pytest
 
 from hpcai.launcher.report.load import load_results
-from hpcai.launcher.sweep import attempts, completed_slots
+from hpcai.launcher.sweep.resume import attempts, completed_slots
 from hpcai.measure import validity
 from report_docs import make_result, write_result
 

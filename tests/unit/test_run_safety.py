@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from hpcai.errors import PowerError, StaleJournalError
-from hpcai.launcher.lifeline import LIFELINE_ENV, TAG_ENV, Lifeline
+from hpcai.launcher.run.lifeline import LIFELINE_ENV, TAG_ENV, Lifeline
 from hpcai.launcher.power import workload_procs
 from hpcai.launcher.power.backends import make_backend
 from hpcai.launcher.power.journal import load_journal, record_workload, write_journal
 from hpcai.launcher.power.session import CapSession, restore_from_journal
-from hpcai.launcher.workload_log import TracebackFilter
+from hpcai.launcher.run.workload_log import TracebackFilter
 
 from conftest import ROOT
 from fakes import fake_gpu_state as fgs
@@ -101,7 +101,7 @@ def test_lifeline_held_then_released_when_its_holder_dies(tmp_path):
 
     holder = subprocess.Popen([sys.executable, "-c",
                                "import sys, time\n"
-                               "from hpcai.launcher.lifeline import Lifeline\n"
+                               "from hpcai.launcher.run.lifeline import Lifeline\n"
                                f"with Lifeline({str(tmp_path)!r}, 'tag') as line:\n"
                                "    print(line.environment(), flush=True)\n"
                                "    time.sleep(120)\n"],
@@ -230,7 +230,7 @@ def test_results_are_written_with_the_users_umask(tmp_path):
 def test_a_failed_first_write_leaves_no_file(tmp_path, monkeypatch):
     import errno
 
-    from hpcai.launcher import output_check
+    from hpcai.launcher.run import output_check
     from hpcai.workloads import result as R
 
     real = R.write_json_atomic
@@ -249,7 +249,7 @@ def test_a_failed_first_write_leaves_no_file(tmp_path, monkeypatch):
 
 
 def test_too_little_free_space_refuses_before_anything(tmp_path):
-    from hpcai.launcher import output_check
+    from hpcai.launcher.run import output_check
 
     with pytest.raises(output_check.OutputError) as refused:
         output_check.check_free_space(tmp_path / "results", 1e15)
@@ -259,7 +259,7 @@ def test_too_little_free_space_refuses_before_anything(tmp_path):
 
 # ---- sweeps: the idle baseline ---------------------------------------------------------
 def test_an_idle_baseline_on_busy_gpus_is_invalid(fake_gpus):
-    from hpcai.launcher.sweep import measure_idle
+    from hpcai.launcher.sweep.idle import measure_idle
 
     fgs.update_device(fake_gpus, 1, utilization_pct=87.0)  # someone's job on GPU 1
     busy = measure_idle("nvidia", [0, 1], 0.5, 0.05)
@@ -273,7 +273,7 @@ def test_an_idle_baseline_while_another_run_holds_the_gpus_is_not_available(fake
     """Another run holds GPU 1 (the node's authority) but reads 0% utilisation in a
     pause: the baseline is not stored as available."""
     from hpcai.launcher.power.authority import GpuAuthority
-    from hpcai.launcher.sweep import measure_idle
+    from hpcai.launcher.sweep.idle import measure_idle
 
     uuid = fgs.read_state(fake_gpus)["devices"][1]["uuid"]
     with GpuAuthority([uuid], "the-other-run"):

@@ -48,8 +48,8 @@ def test_every_part_in_the_schema_is_typed_as_a_part():
 
 
 def _built(tmp_path) -> dict:
-    from hpcai.launcher.runtime import HOST
-    from hpcai.launcher.spec import build_spec
+    from hpcai.launcher.run.runtime import HOST
+    from hpcai.launcher.run.spec import build_spec
     from hpcai.workloads.catalog import get_workload
 
     return build_spec(get_workload("resnet50"), "tiny", impl="pytorch", overrides={"seed": None},

@@ -1,7 +1,7 @@
 """The summary line after `make run` says what its figure cannot (issue 15 §4):
 that the epochs varied beyond the noisy threshold, or that the run was a smoke
 test too short to compare; and `--steps-per-epoch` says what it sets."""
-from hpcai.launcher.single import NOISY_CV, STEADY_MEASURED_S, summary_notes
+from hpcai.launcher.run.single import NOISY_CV, STEADY_MEASURED_S, summary_notes
 from report_docs import make_result
 
 

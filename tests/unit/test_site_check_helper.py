@@ -12,10 +12,10 @@ import pytest
 from click.testing import CliRunner
 from fakes import fake_gpu_state as fgs
 
-from hpcai.launcher import sites
-from hpcai.launcher.cli import main
+from hpcai.launcher.site import config as sites
+from hpcai.launcher.cli.hpcai_launch import main
 from hpcai.launcher.power import helper
-from hpcai.launcher.site_power_helper import check_epilog, epilog_paths
+from hpcai.launcher.site.power_helper import check_epilog, epilog_paths
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]

@@ -1,5 +1,5 @@
 """The site file's [[classes]] rules and [policy] section (issue 42 §2,
-launcher/site_policy.py): parsed and validated by the site
+launcher/site/policy.py): parsed and validated by the site
 loader, matched to Slurm jobs, and shown by `hpcai-launch site check`.
 GPUs, where a test needs them, are the FAKE pynvml of tests/fakes."""
 import pytest
@@ -7,8 +7,8 @@ from fakes import fake_gpu_state as fgs
 from test_sites import assert_one_line_error, check_lines, clean_env, gpu_site, invoke, no_gpu, write_site  # noqa: F401
 
 from hpcai.errors import ConfigError
-from hpcai.launcher import sites
-from hpcai.launcher.site_policy import describe, job_class, setting_for
+from hpcai.launcher.site import config as sites
+from hpcai.launcher.site.policy import describe, job_class, setting_for
 
 CLASSES = '''
 [[classes]]

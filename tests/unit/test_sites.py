@@ -11,8 +11,8 @@ from click.testing import CliRunner
 from fakes import fake_gpu_state as fgs  # tests/ is on sys.path via conftest
 
 from hpcai.errors import ConfigError
-from hpcai.launcher import sites
-from hpcai.launcher.cli import main
+from hpcai.launcher.site import config as sites
+from hpcai.launcher.cli.hpcai_launch import main
 
 try:
     import tomllib
@@ -437,7 +437,7 @@ def test_site_check_fails_when_the_gpus_are_another_vendors(clean_env, tmp_path,
 
 
 def test_sudo_target_skips_sudos_options():
-    from hpcai.launcher.site_cli import _sudo_target
+    from hpcai.launcher.cli.site_cli import _sudo_target
 
     assert _sudo_target(["sudo", "-n", "/usr/local/sbin/cap", "{index}"]) == "/usr/local/sbin/cap"
     assert _sudo_target(["sudo", "-n", "-u", "root", "nvidia-smi", "-pl"]) == "nvidia-smi"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from hpcai.launcher.options import Options
+from hpcai.launcher.run.options import Options
 from hpcai.launcher.slurm import aggregate
 from hpcai.launcher.slurm.job import Job, SlurmOptions, new_job_doc, node_dir
 from hpcai.launcher.slurm.submit import run_slots

@@ -8,12 +8,12 @@ import subprocess
 import pytest
 
 from hpcai.errors import UsageError
-from hpcai.launcher.options import Options
+from hpcai.launcher.run.options import Options
 from hpcai.launcher.slurm import inrun_node
 from hpcai.launcher.slurm.job import Job, SlurmOptions, new_job_doc
 from hpcai.launcher.slurm.script import render
 from hpcai.launcher.slurm.submit import run_slots
-from hpcai.launcher.sweep import Slot
+from hpcai.launcher.sweep.slots import Slot
 from hpcai.spec import RunSpec
 from conftest import one_line_error
 

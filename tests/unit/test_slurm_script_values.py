@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from hpcai.errors import UsageError
-from hpcai.launcher.options import Options
+from hpcai.launcher.run.options import Options
 from hpcai.launcher.slurm.job import Job, SlurmOptions, new_job_doc
 from hpcai.launcher.slurm.script import render
 from hpcai.launcher.slurm.script_values import check_value, sbatch_word

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from hpcai.errors import SlurmError, UsageError
-from hpcai.launcher import runtime, sites
-from hpcai.launcher.options import Options
-from hpcai.launcher.process import slurm_grace_s
+from hpcai.launcher.run import runtime
+from hpcai.launcher.site import config as sites
+from hpcai.launcher.run.options import Options
+from hpcai.launcher.run.process import slurm_grace_s
 from hpcai.launcher.slurm.job import Job, SlurmOptions, new_job_doc
 from hpcai.launcher.slurm.node import Placement
 from hpcai.launcher.slurm.script import render, sbatch_options

@@ -10,11 +10,13 @@ import json
 import pytest
 
 from fakes import fake_gpu_state as fgs
-from hpcai.launcher import inrun, plan as planning, spec as launcher_spec
-from hpcai.launcher.options import Options
-from hpcai.launcher.runtime import HOST
+from hpcai.launcher.sweep import inrun
+from hpcai.launcher.run import plan as planning
+from hpcai.launcher.run import spec as launcher_spec
+from hpcai.launcher.run.options import Options
+from hpcai.launcher.run.runtime import HOST
 from hpcai.launcher.slurm import inrun_node
-from hpcai.launcher.sweep import Slot
+from hpcai.launcher.sweep.slots import Slot
 from hpcai.measure.adaptive import resolve_protocol
 from hpcai.workloads.declaration import CPU_TINY_WINDOWS
 from hpcai.spec import RunSpec

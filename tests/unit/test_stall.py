@@ -1,12 +1,12 @@
-"""The stall watchdog's parts (launcher/stall.py, workloads/heartbeat.py);
+"""The stall watchdog's parts (launcher/run/stall.py, workloads/heartbeat.py);
 tests/integration/test_hung_ranks.py runs them against a stopped rank."""
 from __future__ import annotations
 
 import os
 import time
 
-from hpcai.launcher.stall import PROGRESS_FILE, StallWatchdog, default_timeout_s, ranks_alive
-from hpcai.launcher.workload_log import TracebackFilter
+from hpcai.launcher.run.stall import PROGRESS_FILE, StallWatchdog, default_timeout_s, ranks_alive
+from hpcai.launcher.run.workload_log import TracebackFilter
 from hpcai.workloads import heartbeat
 
 

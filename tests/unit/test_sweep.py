@@ -8,7 +8,8 @@ import pytest
 
 from conftest import assert_valid_result, one_line_error
 from hpcai.errors import UsageError
-from hpcai.launcher import sweep as S
+from hpcai.launcher.sweep import axes, resume
+from hpcai.launcher.sweep import slots as slot_order
 from report_docs import make_result, write_result
 
 
@@ -23,7 +24,7 @@ from report_docs import make_result, write_result
     ("250.5", [250.5]),
 ])
 def test_cap_lists_and_ranges(text, caps):
-    assert S.parse_caps(text) == caps
+    assert axes.parse_caps(text) == caps
 
 
 @pytest.mark.parametrize("text,fragment", [
@@ -39,15 +40,15 @@ def test_cap_lists_and_ranges(text, caps):
 ])
 def test_bad_caps_are_one_line_usage_errors(text, fragment):
     with pytest.raises(UsageError) as err:
-        S.parse_caps(text)
+        axes.parse_caps(text)
     assert fragment in err.value.one_line() and "\n" not in err.value.one_line()
 
 
 def test_shuffle_is_reproducible_from_its_seed_and_covers_every_cap_each_round():
     caps = [200.0, 300.0, 400.0, 500.0, 600.0, 700.0]
-    first = S.schedule(caps, 3, "shuffle", seed=42)
-    assert first == S.schedule(caps, 3, "shuffle", seed=42)
-    assert first != S.schedule(caps, 3, "shuffle", seed=43)
+    first = slot_order.schedule(caps, 3, "shuffle", seed=42)
+    assert first == slot_order.schedule(caps, 3, "shuffle", seed=42)
+    assert first != slot_order.schedule(caps, 3, "shuffle", seed=43)
     for r in range(3):
         assert sorted(s.cap_w for s in first if s.repeat == r) == caps
     assert [s.repeat for s in first] == [0] * 6 + [1] * 6 + [2] * 6
@@ -57,20 +58,20 @@ def test_shuffle_is_reproducible_from_its_seed_and_covers_every_cap_each_round()
 
 def test_alternate_interleaves_low_and_high_and_reverses_every_other_round():
     caps = [200.0, 300.0, 400.0, 500.0, 600.0, 700.0]
-    slots = S.schedule(caps, 2, "alternate", seed=0)
+    slots = slot_order.schedule(caps, 2, "alternate", seed=0)
     assert [s.cap_w for s in slots[:6]] == [200.0, 700.0, 300.0, 600.0, 400.0, 500.0]
     assert [s.cap_w for s in slots[6:]] == [500.0, 400.0, 600.0, 300.0, 700.0, 200.0]
-    odd = S.schedule([200.0, 300.0, 400.0], 1, "alternate", seed=0)
+    odd = slot_order.schedule([200.0, 300.0, 400.0], 1, "alternate", seed=0)
     assert [s.cap_w for s in odd] == [200.0, 400.0, 300.0]
 
 
 def test_ascending_and_uncapped_repeats():
-    assert [s.cap_w for s in S.schedule([300.0, 200.0], 2, "ascending", 0)] == \
+    assert [s.cap_w for s in slot_order.schedule([300.0, 200.0], 2, "ascending", 0)] == \
         [200.0, 300.0, 200.0, 300.0]
-    slots = S.schedule([None], 3, "shuffle", 5)
-    assert slots == [S.Slot(None, 0), S.Slot(None, 1), S.Slot(None, 2)]
+    slots = slot_order.schedule([None], 3, "shuffle", 5)
+    assert slots == [slot_order.Slot(None, 0), slot_order.Slot(None, 1), slot_order.Slot(None, 2)]
     with pytest.raises(UsageError):
-        S.schedule([200.0], 1, "random", 0)
+        slot_order.schedule([200.0], 1, "random", 0)
 
 
 def _spec(**changes):
@@ -80,11 +81,11 @@ def _spec(**changes):
 
 def test_the_sweep_key_ignores_the_cap_but_not_the_measurement():
     a, b = _spec(cap_w=200.0), _spec(cap_w=300.0)
-    assert S.key_hash(S.measurement_key(a)) == S.key_hash(S.measurement_key(b))
+    assert resume.key_hash(resume.measurement_key(a)) == resume.key_hash(resume.measurement_key(b))
     c = _spec(cap_w=200.0)
     c["params"]["batch_size"] = 128
-    assert S.key_hash(S.measurement_key(a)) != S.key_hash(S.measurement_key(c))
-    assert S.sweep_id(a, "abc").endswith("-resnet50-paper-abc")
+    assert resume.key_hash(resume.measurement_key(a)) != resume.key_hash(resume.measurement_key(c))
+    assert resume.sweep_id(a, "abc").endswith("-resnet50-paper-abc")
 
 
 def test_only_valid_complete_results_of_this_sweep_count_as_done(tmp_path, result_schema):
@@ -104,11 +105,11 @@ def test_only_valid_complete_results_of_this_sweep_count_as_done(tmp_path, resul
     write_result(tmp_path, sweep_result(500.0, 0, key="another-sweep"))
     (tmp_path / "half-written").mkdir()
     (tmp_path / "half-written" / "result.json").write_text('{"status": "compl')
-    done = S.completed_slots(tmp_path, "k1")
-    assert done == {S.Slot(200.0, 0): good["run_id"]}
-    tried = S.attempts(tmp_path, "k1")
-    assert [a["status"] for a in tried[S.Slot(300.0, 0)]] == ["failed"]
-    assert S.Slot(500.0, 0) not in tried
+    done = resume.completed_slots(tmp_path, "k1")
+    assert done == {slot_order.Slot(200.0, 0): good["run_id"]}
+    tried = resume.attempts(tmp_path, "k1")
+    assert [a["status"] for a in tried[slot_order.Slot(300.0, 0)]] == ["failed"]
+    assert slot_order.Slot(500.0, 0) not in tried
 
 
 def test_cli_dry_run_prints_the_sweep_and_changes_nothing(fake_nvidia_node):
@@ -122,7 +123,7 @@ def test_cli_dry_run_prints_the_sweep_and_changes_nothing(fake_nvidia_node):
     assert Counter((r["cap_w"], r["repeat"]) for r in plan["runs"]) == Counter(
         {(c, r): 1 for c in (200.0, 300.0, 400.0) for r in (0, 1)})
     assert all(r["status"] == "to run" for r in plan["runs"])
-    expected = S.schedule([200.0, 300.0, 400.0], 2, "shuffle", 11)
+    expected = slot_order.schedule([200.0, 300.0, 400.0], 2, "shuffle", 11)
     assert [(r["cap_w"], r["repeat"]) for r in plan["runs"]] == \
         [(s.cap_w, s.repeat) for s in expected]
     assert plan["folder"].startswith(str(node.results))

@@ -7,9 +7,9 @@ import io
 
 from click.testing import CliRunner
 
-from hpcai.launcher.check import table
-from hpcai.launcher.cli import main
-from hpcai.launcher.terminal import CONTINUATION, fitted, width
+from hpcai.launcher.cli.check import table
+from hpcai.launcher.cli.hpcai_launch import main
+from hpcai.launcher.cli.terminal import CONTINUATION, fitted, width
 from hpcai.measure import validity
 from report_docs import make_result, write_result
 

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from hpcai import provenance
-from hpcai.launcher.runtime import child_environment
+from hpcai.launcher.run.runtime import child_environment
 
 
 @pytest.mark.parametrize("cores,slurm,processes,want", [

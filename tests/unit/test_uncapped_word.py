@@ -2,7 +2,7 @@
 (the report's tables, the roofline's table, a sweep's lines, a Slurm job's script)."""
 from hpcai.launcher.report import roofline
 from hpcai.launcher.report.stats import cap_label
-from hpcai.launcher.sweep import Slot
+from hpcai.launcher.sweep.slots import Slot
 
 
 def test_every_place_that_names_a_missing_cap_says_uncapped():

@@ -227,7 +227,7 @@ def test_the_report_leaves_failed_results_out_and_keeps_older_ones(tmp_path):
 
 
 def test_check_prints_each_results_table_and_evaluates_older_ones_now(tmp_path, capsys):
-    from hpcai.launcher.check import check_results
+    from hpcai.launcher.cli.check import check_results
 
     older = write_result(tmp_path, good_doc())  # no validity block: written before it existed
     failed = good_doc()

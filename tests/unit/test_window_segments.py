@@ -9,7 +9,7 @@ import types
 import pytest
 
 from hpcai.errors import WorkloadError
-from hpcai.launcher.inrun_support import adaptive_supported, supported
+from hpcai.launcher.sweep.inrun_support import adaptive_supported, supported
 from hpcai.measure import api
 from hpcai.workloads import window_segments as W
 
@@ -28,7 +28,7 @@ def test_events_are_read_as_they_grow_and_a_torn_line_waits(tmp_path):
 
 
 class FakeChannel:
-    """The launcher's answers (launcher/inrun.py Segments writes these), in order."""
+    """The launcher's answers (launcher/sweep/inrun.py Segments writes these), in order."""
 
     def __init__(self, answers):
         self.answers, self.asked = list(answers), []

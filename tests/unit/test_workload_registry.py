@@ -111,7 +111,7 @@ def test_every_declared_unit_is_one_the_result_schema_and_the_report_know(result
 def test_a_declared_option_range_and_int_choices_reach_the_command_line():
     """Option(min=..., choices=...) become click types: bad values are refused by the
     CLI before a run, and an int choice is stored as an int."""
-    from hpcai.launcher.cli import _workload_option
+    from hpcai.launcher.cli.hpcai_launch import _workload_option
     from hpcai.workloads.declaration import Option
 
     @click.command()
@@ -130,7 +130,7 @@ def test_a_declared_option_range_and_int_choices_reach_the_command_line():
 def test_a_paper_preset_names_its_own_upstream():
     from dataclasses import replace
 
-    from hpcai.launcher.comparability import assess
+    from hpcai.launcher.run.comparability import assess
     from hpcai.workloads.declaration import UPSTREAM
 
     workload = catalog.get_workload("resnet50")
