@@ -92,7 +92,7 @@ def startup_s() -> tuple[float, float]:
     start = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-c", "import hpcai.launcher.receipts.cli, "
                              "hpcai.launcher.receipts.record, hpcai.gpu.nvidia, hpcai.measure.node_power, "
-                             "hpcai.launcher.tier, hpcai.launcher.trust"])
+                             "hpcai.launcher.site.tier, hpcai.launcher.site.trust"])
     _, status, usage = os.wait4(proc.pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     return time.perf_counter() - start, usage.ru_utime + usage.ru_stime

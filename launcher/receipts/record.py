@@ -79,7 +79,7 @@ def read_gpus(job: dict, site_raw: dict) -> tuple[list, list]:
 
 def tier(site_raw: dict) -> dict:
     """This node's measurement tier now, from the site the receipt command loaded."""
-    from hpcai.launcher.tier import current_tier
+    from hpcai.launcher.site.tier import current_tier
 
     found = current_tier(site_raw)
     return {k: found.get(k) for k in TIER_FIELDS}
