@@ -81,7 +81,8 @@ def run_helper(state: Path, *args: str, sudo_uid: int | None, extra_env: dict | 
            "HPCAI_FAKE_GPU_STATE": str(state), **(extra_env or {})}
     if sudo_uid is not None:
         env["SUDO_UID"] = str(sudo_uid)
-    return subprocess.run([sys.executable, "-m", "hpcai.launcher.power.helper", *args],
+    # The console script's module (pyproject): user caps and restore, and prolog/epilog.
+    return subprocess.run([sys.executable, "-m", "hpcai.launcher.power.helper_command", *args],
                           capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
 
 
