@@ -1,6 +1,7 @@
 """`hpcai-launch info` and `hpcai-launch power show|restore`."""
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -116,13 +117,25 @@ def _images(site: dict, vendor: str | None) -> dict:
             "apptainer": shutil.which(site["apptainer"]["executable"])}
 
 
-def show_power(site_selector: str | None, method: str | None) -> None:
+@contextlib.contextmanager
+def _node_backend(site_selector: str | None, method: str | None, what: str):
+    """(the site, the backend over this node's GPUs) for the `power` views; None, said
+    in a line, where no GPU is found."""
     site = sites.load(site_selector)
     node = Node.detect(site["gpu"]["vendor"])
     if not node.gpus:
-        click.echo("no GPU found: there are no power limits to show")
+        click.echo(f"no GPU found: there are no {what} to show")
+        yield None
         return
     with _backend(site, method, node.vendor) as backend:
+        yield site, backend
+
+
+def show_power(site_selector: str | None, method: str | None) -> None:
+    with _node_backend(site_selector, method, "power limits") as found:
+        if found is None:
+            return
+        site, backend = found
         click.echo(f"{'GPU':<4} {'name':<28} {'current':>8} {'enforced':>9} {'default':>8} "
                    f"{'min':>6} {'max':>6}")
         for g in backend.gpus():
@@ -220,12 +233,10 @@ def show_profiles(site_selector: str | None, method: str | None) -> None:
     from hpcai.errors import HpcaiError
     from hpcai.gpu.profiles import profile_control
 
-    site = sites.load(site_selector)
-    node = Node.detect(site["gpu"]["vendor"])
-    if not node.gpus:
-        click.echo("no GPU found: there are no power profiles to show")
-        return
-    with _backend(site, method, node.vendor) as backend:
+    with _node_backend(site_selector, method, "power profiles") as found:
+        if found is None:
+            return
+        _, backend = found
         for g in backend.gpus():
             try:
                 control = profile_control(backend._device(g.index))
@@ -241,12 +252,10 @@ def show_clocks(site_selector: str | None, method: str | None) -> None:
     """`hpcai-launch power clocks`: each GPU's clocks now and the ones it supports."""
     from hpcai.gpu.clocks import clock_control
 
-    site = sites.load(site_selector)
-    node = Node.detect(site["gpu"]["vendor"])
-    if not node.gpus:
-        click.echo("no GPU found: there are no clocks to show")
-        return
-    with _backend(site, method, node.vendor) as backend:
+    with _node_backend(site_selector, method, "clocks") as found:
+        if found is None:
+            return
+        _, backend = found
         for g in backend.gpus():
             control = clock_control(backend._device(g.index))
             for domain, name in (("sm", "SM"), ("mem", "memory")):
