@@ -25,13 +25,12 @@ from hpcai.errors import (
     CapOutOfRangeError,
     ConfigError,
     HpcaiError,
-    PowerError,
     UsageError,
 )
 from hpcai.gpu.clocks import DOMAIN_NAMES, DOMAINS, clock_control
 from hpcai.launcher.power.restoring import SETTLE_S, RestoringSession, describe, read_back_settled
 from hpcai.launcher.power.stale import (
-    check_restorable, record_side_workload, refuse_stale_side_journal, vendor_controls,
+    record_side_workload, refuse_stale_side_journal, replay_side_journal, vendor_controls,
 )
 
 log = logging.getLogger(__name__)
@@ -244,39 +243,14 @@ def restore_clocks_from_journal(backend, power_journal, force: bool = False) -> 
     Returns {"journal", "found", "gpus": [{"index", "uuid", "domain", "restore", "ok",
     "error"}]}; PowerError (journal kept) when any could not be restored.
     """
-    from hpcai.launcher.power.journal import remove_journal
-
-    path = clock_journal_path(power_journal)
-    record = load_clock_journal(path)
-    if record is None:
-        return {"journal": str(path), "found": False, "gpus": []}
-    check_restorable(record, path, force, "clock journal")
-    by_uuid = {g.uuid: g.index for g in backend.gpus()}
-    results, failures = [], []
-    for entry in record["gpus"]:
-        uuid = entry.get("uuid")
-        index = by_uuid.get(uuid) if uuid else int(entry["index"])
+    def steps(entry):
         for domain, snap in entry["domains"].items():
-            result = {"index": index, "uuid": uuid, "domain": domain, "restore": snap["restore"],
-                      "mhz": snap.get("mhz"), "ok": False, "error": None}
-            results.append(result)
-            try:
-                if index is None:
-                    raise PowerError(f"no visible GPU has UUID {uuid}")
-                controls_for(backend, [index], restoring=True)[index].restore(domain, snap)
-                result["ok"] = True
-            except HpcaiError as exc:
-                result["error"] = exc.one_line()
-                failures.append(f"GPU {entry['index']} {DOMAIN_NAMES[domain]} clock: "
-                                f"{exc.one_line()}")
-    summary = {"journal": str(path), "found": True, "gpus": results}
-    if failures:
-        error = PowerError(f"could not restore clocks from {path}: {'; '.join(failures)}",
-                           RESTORE_HINT)
-        error.result = summary
-        raise error
-    remove_journal(path)
-    return summary
+            yield ({"domain": domain, "restore": snap["restore"], "mhz": snap.get("mhz")},
+                   f"{DOMAIN_NAMES[domain]} clock",
+                   lambda index, d=domain, s=snap: controls_for(backend, [index], restoring=True)[index].restore(d, s))
+
+    return replay_side_journal(backend, clock_journal_path(power_journal), load_clock_journal, "clock journal",
+                               "clocks", steps, RESTORE_HINT, force)
 
 
 # ---- the result --------------------------------------------------------------------------

@@ -18,11 +18,11 @@ import socket
 import time
 from pathlib import Path
 
-from hpcai.errors import CapNotAppliedError, ConfigError, HpcaiError, PowerError, UsageError
+from hpcai.errors import CapNotAppliedError, ConfigError, PowerError, UsageError
 from hpcai.gpu.profiles import PROFILE_IDS, profile_control
 from hpcai.launcher.power.restoring import SETTLE_S, RestoringSession, describe, read_back_settled
 from hpcai.launcher.power.stale import (
-    check_restorable, record_side_workload, refuse_stale_side_journal, vendor_controls,
+    record_side_workload, refuse_stale_side_journal, replay_side_journal, vendor_controls,
 )
 
 FORMAT = 1
@@ -181,37 +181,13 @@ class ProfileSession(RestoringSession):
 def restore_profiles_from_journal(backend, power_journal, force: bool = False) -> dict:
     """Put back the profiles a killed run left requested; remove the journal when all are.
     Returns {"journal", "found", "gpus": [{"index", "uuid", "requested", "ok", "error"}]}."""
-    from hpcai.launcher.power.journal import remove_journal
+    def steps(entry):
+        snapshot = entry["snapshot"]
+        yield ({"requested": snapshot["requested"]}, "power profile",
+               lambda index: profile_controls(backend, [index], restoring=True)[index].restore(snapshot))
 
-    path = profile_journal_path(power_journal)
-    record = load_profile_journal(path)
-    if record is None:
-        return {"journal": str(path), "found": False, "gpus": []}
-    check_restorable(record, path, force, "power profile journal")
-    by_uuid = {g.uuid: g.index for g in backend.gpus()}
-    results, failures = [], []
-    for entry in record["gpus"]:
-        uuid = entry.get("uuid")
-        index = by_uuid.get(uuid) if uuid else int(entry["index"])
-        result = {"index": index, "uuid": uuid, "requested": entry["snapshot"]["requested"],
-                  "ok": False, "error": None}
-        results.append(result)
-        try:
-            if index is None:
-                raise PowerError(f"no visible GPU has UUID {uuid}")
-            profile_controls(backend, [index], restoring=True)[index].restore(entry["snapshot"])
-            result["ok"] = True
-        except HpcaiError as exc:
-            result["error"] = exc.one_line()
-            failures.append(f"GPU {entry['index']} power profile: {exc.one_line()}")
-    summary = {"journal": str(path), "found": True, "gpus": results}
-    if failures:
-        error = PowerError(f"could not restore power profiles from {path}: {'; '.join(failures)}",
-                           RESTORE_HINT)
-        error.result = summary
-        raise error
-    remove_journal(path)
-    return summary
+    return replay_side_journal(backend, profile_journal_path(power_journal), load_profile_journal,
+                               "power profile journal", "power profiles", steps, RESTORE_HINT, force)
 
 
 # ---- the result --------------------------------------------------------------------------

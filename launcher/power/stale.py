@@ -71,6 +71,45 @@ def vendor_controls(backend, indices: list[int], restoring: bool, options: str, 
     return {i: make(backend._device(i)) for i in indices}
 
 
+def replay_side_journal(backend, path: Path, load, journal_what: str, restored_what: str, steps,
+                        hint: str, force: bool = False) -> dict:
+    """Put back what a killed run's clock or profile journal at path (read by load)
+    recorded, GPU by GPU: steps(entry) gives, per setting of a GPU's entry, (its result
+    fields, its name in a failure, restore(index)). The journal goes only when every
+    setting came back; else PowerError (journal kept) carrying the summary.
+    Returns {"journal", "found", "gpus": [{"index", "uuid", ..., "ok", "error"}]}."""
+    from hpcai.errors import HpcaiError
+    from hpcai.launcher.power.journal import remove_journal
+
+    record = load(path)
+    if record is None:
+        return {"journal": str(path), "found": False, "gpus": []}
+    check_restorable(record, path, force, journal_what)
+    by_uuid = {g.uuid: g.index for g in backend.gpus()}
+    results, failures = [], []
+    for entry in record["gpus"]:
+        uuid = entry.get("uuid")
+        index = by_uuid.get(uuid) if uuid else int(entry["index"])
+        for fields, name, restore in steps(entry):
+            result = {"index": index, "uuid": uuid, **fields, "ok": False, "error": None}
+            results.append(result)
+            try:
+                if index is None:
+                    raise PowerError(f"no visible GPU has UUID {uuid}")
+                restore(index)
+                result["ok"] = True
+            except HpcaiError as exc:
+                result["error"] = exc.one_line()
+                failures.append(f"GPU {entry['index']} {name}: {exc.one_line()}")
+    summary = {"journal": str(path), "found": True, "gpus": results}
+    if failures:
+        error = PowerError(f"could not restore {restored_what} from {path}: {'; '.join(failures)}", hint)
+        error.result = summary
+        raise error
+    remove_journal(path)
+    return summary
+
+
 def check_restorable(record: dict, path: Path, force: bool, what: str) -> None:
     """A journal (`what`: "clock journal", ...) is replayed only on the host that
     wrote it, once its run has ended, and never under a workload still running."""
