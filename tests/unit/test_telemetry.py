@@ -86,3 +86,20 @@ def test_rapl_counter_gives_power_and_survives_a_wrap(tmp_path):
     reading = domains[0].read()
     assert reading.energy_j == pytest.approx(0.2)
     assert reading.power_w is not None and reading.power_w > 0
+
+
+def test_window_stats_hold_instant_power_over_the_limits_one_second_window():
+    """Instant readings alternate 560/840 W every 100 ms (an overshooting board at a
+    700 W limit): the raw p95 is 840 W, the trailing 1 s mean stays at 700 W."""
+    from hpcai.gpu.base import GpuReading
+    from hpcai.measure.telemetry import window_stats
+
+    series = [(i * 0.1, GpuReading(power_w=560.0 if i % 2 else 840.0, power_source="instant"))
+              for i in range(40)]
+    stats = window_stats(series)
+    assert stats["power_w"]["p95"] == 840.0
+    assert stats["power_w_1s_p95"] == pytest.approx(700.0, abs=15.0)
+    # Shorter than the window: no figure; an averaged source: none needed.
+    assert window_stats(series[:8])["power_w_1s_p95"] is None
+    averaged = [(t, GpuReading(power_w=r.power_w, power_source="average")) for t, r in series]
+    assert window_stats(averaged)["power_w_1s_p95"] is None

@@ -280,3 +280,25 @@ def test_a_slow_epoch_on_the_cpu_is_a_warning():
     doc = make_result(device_type="cpu", cap_w=None, epochs=[10.0, 10.0, 2.0])
     (c,) = [c for c in validity.evaluate(doc)["checks"] if c["name"] == "slow_epoch"]
     assert c["verdict"] == "warn" and "CPU run" in c["note"]
+
+
+def test_instant_power_is_held_to_the_limit_over_its_one_second_window():
+    """An H100 at 700 W read through NVML's instant field: p95 828 W, 1 s mean at
+    most 705 W (the GPU kit, 2026-11-28). The limit governs the 1 s average
+    (NVML docs, nvmlDeviceGetPowerUsage), so only the smoothed figure is held to it."""
+    doc = good_doc()
+    gpu = doc["gpus"][0]
+    gpu.update(power_source="instant", power_w_1s_p95=705.0)
+    gpu["power_w"].update(mean=670.0, p95=828.0, max=857.0)
+    assert verdict_of(doc, "power_range", "GPU 0") == "pass"
+    gpu["power_w_1s_p95"] = 760.0  # over 700 W x 1.05 even when smoothed: a broken cap
+    assert verdict_of(doc, "power_range", "GPU 0") == "fail"
+    # A result without the smoothed figure falls back to the mean, not the raw p95.
+    gpu["power_w_1s_p95"] = None
+    assert verdict_of(doc, "power_range", "GPU 0") == "pass"
+    gpu["power_w"]["mean"] = 750.0
+    assert verdict_of(doc, "power_range", "GPU 0") == "fail"
+    # An averaged source keeps the raw p95 (it is already the 1 s mean).
+    gpu.update(power_source="average")
+    gpu["power_w"].update(mean=670.0, p95=760.0)
+    assert verdict_of(doc, "power_range", "GPU 0") == "fail"
