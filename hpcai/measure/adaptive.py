@@ -132,6 +132,13 @@ class StopRule:
 def slope_over(points: list[tuple[float, float]], window_s: float) -> float | None:
     """Least-squares slope of the points in the last window_s, times window_s
     (the change over the window); None with fewer than 3 points."""
+    fit = _trend(points, window_s)
+    return fit[0] if fit else None
+
+
+def _trend(points: list[tuple[float, float]], window_s: float) -> tuple[float, float] | None:
+    """(change over the window, its standard error) from the least-squares fit of
+    the points in the last window_s; None with fewer than 3 points."""
     if not points:
         return None
     end = points[-1][0]
@@ -143,25 +150,48 @@ def slope_over(points: list[tuple[float, float]], window_s: float) -> float | No
     den = sum((t - mt) ** 2 for t, _ in recent)
     if den == 0:
         return None
-    return sum((t - mt) * (v - mv) for t, v in recent) / den * window_s
+    slope = sum((t - mt) * (v - mv) for t, v in recent) / den
+    residual = sum((v - mv - slope * (t - mt)) ** 2 for t, v in recent) / (len(recent) - 2)
+    return slope * window_s, math.sqrt(residual / den) * window_s
 
 
 def drift(power: list[tuple[float, float]], temperature: list[tuple[float, float]],
           window_s: float) -> dict:
-    """Drift over the last window: temperature in degrees C, power as a share of its mean."""
-    power_change = slope_over(power, window_s)
+    """Drift over the last window: temperature in degrees C, power as a share of its
+    mean with its fit's standard error (`power_frac_se`): an H100's instant power
+    swings by +-20% from one 100 ms reading to the next at a steady load (the GPU
+    kit, 2026-11-28), so a power slope is a drift only where it stands out of that.
+    Temperature is smooth (a 1 degree C sensor): its slope is read as it is."""
     end = power[-1][0] if power else 0.0
     recent = [v for t, v in power if t >= end - window_s]
     mean = statistics.fmean(recent) if recent else None
+    power_fit = _trend(power, window_s)
     return {"temperature_c": slope_over(temperature, window_s),
-            "power_frac": power_change / mean if power_change is not None and mean else None}
+            "power_frac": power_fit[0] / mean if power_fit and mean else None,
+            "power_frac_se": power_fit[1] / mean if power_fit and mean else None}
+
+
+# A fitted drift this many standard errors from zero is a trend, not noise.
+SIGNIFICANT_SE = 2.0
+
+
+def significant_drift(found: dict, key: str) -> float | None:
+    """How far the drift `key` stands out of its fit's noise (|drift| less
+    SIGNIFICANT_SE standard errors, at least 0); the drift itself where the record
+    has no standard error (older results); None where unknown."""
+    value = found.get(key)
+    if value is None:
+        return None
+    se = found.get(f"{key}_se")
+    return abs(value) if se is None else max(0.0, abs(value) - SIGNIFICANT_SE * se)
 
 
 def is_settled(found: dict, protocol: dict) -> bool:
-    """Both drifts known and below their thresholds (temperature may be unknown:
-    a source without a sensor)."""
-    power = found.get("power_frac")
-    if power is None or abs(power) > float(protocol["settle_power_frac"]):
+    """Both drifts known and below their thresholds, power beyond its fit's noise
+    (temperature may be unknown: a source without a sensor)."""
+    power = significant_drift(found, "power_frac")
+    if power is None or power > float(protocol["settle_power_frac"]):
         return False
     temp = found.get("temperature_c")
     return temp is None or abs(temp) <= float(protocol["settle_temperature_c"])
+

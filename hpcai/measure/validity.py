@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import math
 
+from hpcai.measure import adaptive
+
 VERSION = 1
 
 # name -> value. Where a peer's validator or a sensor's documentation fixes a
@@ -486,10 +488,11 @@ def _settle(doc: dict, T: dict) -> list[dict]:
                                          or T["settle_temperature_c"]),
                   "power_frac": float(given.get("power_frac") or settle.get("settle_power_frac")
                                       or T["settle_power_frac"])}
-        ratios = {k: abs(drift[k]) / limits[k] for k in limits
+        ratios = {k: adaptive.significant_drift(drift, k) / limits[k] for k in limits
                   if isinstance(drift.get(k), (int, float)) and limits[k] > 0}
         threshold = (f"|temperature slope| <= {limits['temperature_c']:g} °C and |power slope| <= "
-                     f"{limits['power_frac']:.0%} over the settle window "
+                     f"{limits['power_frac']:.0%} beyond {adaptive.SIGNIFICANT_SE:g} standard errors "
+                     "of its fit, over the settle window "
                      f"(fail above {T['settle_fail_factor']:g}x)")
         if not ratios:
             no_telemetry = settle.get("stopped") == "no telemetry"
@@ -501,6 +504,8 @@ def _settle(doc: dict, T: dict) -> list[dict]:
         verdict = ("fail" if worst > T["settle_fail_factor"] else "warn" if worst > 1.0 else "pass")
         if settle.get("settled") is False and verdict == "pass":
             verdict = "warn"
-        note = ", ".join(f"{k} {drift[k]:+.3g}" for k in ratios)
+        note = ", ".join(f"{k} {drift[k]:+.3g}"
+                         + (f" (se {drift[k + '_se']:.2g})" if drift.get(k + "_se") is not None else "")
+                         for k in ratios)
         out.append(check("settle_drift", verdict, worst, "x threshold", threshold, note, subject))
     return out

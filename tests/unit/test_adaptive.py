@@ -170,3 +170,23 @@ def test_blocks_are_calibrated_from_the_settle_s_typical_step_not_its_first():
             break
     assert record["stopped"] == "settled" and record["epochs"] == 3
     assert measurer.block_steps * 0.009 >= 0.2  # the first epoch alone gave 10 steps: 0.09 s
+
+
+def test_noise_is_no_drift_but_a_trend_through_noise_is():
+    """An H100's instant power at a steady 650 W swings +-20% reading to reading
+    (the GPU kit, 2026-11-28): a 1 s window's fitted slope is then mostly noise,
+    and the settle rule waits only for a drift that stands out of it."""
+    protocol = {**adaptive.window_settings({}, {}), "settle_window_s": 1.0}
+    rng = random.Random(7)
+    times = [i * 0.1 for i in range(60)]
+    steady = [(t, 650 + rng.gauss(0, 80)) for t in times]
+    cool = [(t, 60.0) for t in times]
+    found = adaptive.drift(steady, cool, 1.0)
+    assert found["power_frac_se"] > 0.01  # the raw slope alone could not settle
+    assert adaptive.significant_drift(found, "power_frac") <= abs(found["power_frac"])
+    assert adaptive.is_settled(found, protocol)
+    # The same noise on a power still falling 150 W a second after a cap change.
+    falling = [(t, 900 - 150 * t + rng.gauss(0, 80)) for t in times]
+    assert not adaptive.is_settled(adaptive.drift(falling, cool, 1.0), protocol)
+    # A record without standard errors (an older result) is read as before.
+    assert adaptive.significant_drift({"power_frac": -0.03}, "power_frac") == 0.03

@@ -302,3 +302,16 @@ def test_instant_power_is_held_to_the_limit_over_its_one_second_window():
     gpu.update(power_source="average")
     gpu["power_w"].update(mean=670.0, p95=760.0)
     assert verdict_of(doc, "power_range", "GPU 0") == "fail"
+
+
+def test_a_settle_drift_within_its_fits_noise_passes():
+    doc = good_doc()
+    doc["segment"] = {"index": 2, "settle": {
+        "seconds": 5.0, "epochs": 14, "stopped": "max_settle", "settled": False,
+        "drift_at_start": {"temperature_c": 0.1, "power_frac": 0.06, "power_frac_se": 0.04}}}
+    (c,) = [c for c in validity.evaluate(doc)["checks"] if c["name"] == "settle_drift"]
+    # Power within its noise: the temperature (0.1 of 0.5) is the worst; not settled: warn.
+    assert c["verdict"] == "warn" and c["value"] == pytest.approx(0.2) and "se 0.04" in c["note"]
+    doc["segment"]["settle"]["drift_at_start"]["power_frac_se"] = 0.001  # the same drift, clear of noise
+    (c,) = [c for c in validity.evaluate(doc)["checks"] if c["name"] == "settle_drift"]
+    assert c["verdict"] == "fail"
