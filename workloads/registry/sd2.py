@@ -68,7 +68,8 @@ WORKLOAD = Workload(
             "and text tower, channels-last UNet and VAE, fused AdamW, SDPA attention, the largest "
             "batch that fits, every GPU; the paper's 512x512 and 1 warm-up + 10 x 50 steps. "
             "Expected about 1.1-1.5x the paper per GPU (bf16 against fp16, the frozen parts "
-            "compiled), not 2x: the UNet's attention already runs SDPA in both (unmeasured on a GPU)",
+            "compiled), not 2x: the UNet's attention already runs SDPA in both. Unmeasured on a GPU: "
+            "its first compile took over 165 s on an H100 (docs/how-to/selftest.md)",
             params={"batch_size": "auto", "batch_search_start": 8, "image_size": 512,
                     "model_size": "full", "precision": "auto", "compile": True, "channels_last": True,
                     "cudnn_benchmark": True, "fused_optimizer": True},
