@@ -362,13 +362,12 @@ def find_for_torch(trainer, ctx, start: int) -> dict:
 
     from hpcai.workloads import distributed
 
-    fastest = trainer.spec.get("preset_kind") != "paper"  # the paper's rule: the largest
+    fastest = picks_fastest(trainer.spec)
     cache = torch_batch_cache(trainer, ctx, fastest)
     record = find(torch_step_runner(trainer, ctx), ctx.device_type == "cuda", start,
                   gather=lambda value: distributed.gather(ctx, value),
                   local_processes=ctx.local_world_size, fastest=fastest, cache=cache)
-    if ctx.device_type == "cuda" and cache is None:
-        record["cache"] = {"used": False, "note": f"{batch_cache.ENV}=off"}
+    note_cache_off(record, ctx.device_type == "cuda", cache)
     trainer.set_batch_size(None)
     trainer.reset_training_state()
     gc.collect()
@@ -379,21 +378,41 @@ def find_for_torch(trainer, ctx, start: int) -> dict:
     return record
 
 
+def picks_fastest(spec: dict) -> bool:
+    """Every preset but `paper` keeps the fastest batch; the paper's rule is the largest."""
+    return spec.get("preset_kind") != "paper"
+
+
+def gpu_batch_cache(spec: dict, device: str, memory_bytes: int | None, framework: str,
+                    fastest: bool, writer: bool, **settings):
+    """The cache entry for this GPU model, workload and settings (the pick, fastest
+    or largest, and each framework's own memory-relevant `settings` count too);
+    None when HPCAI_BATCH_CACHE=off."""
+    if not batch_cache.enabled():
+        return None
+    params = {**spec["params"], **settings, "pick": "fastest" if fastest else "largest"}
+    description = batch_cache.describe_key(device, memory_bytes, spec["workload"], framework, params)
+    return batch_cache.BatchCache(description, writer=writer)
+
+
+def note_cache_off(record: dict, on_gpu: bool, cache) -> None:
+    """A GPU search without a cache says why in its record."""
+    if on_gpu and cache is None:
+        record["cache"] = {"used": False, "note": f"{batch_cache.ENV}=off"}
+
+
 def torch_batch_cache(trainer, ctx, fastest: bool):
-    """The cache entry for this GPU model, workload and settings; None on a CPU
-    (the memory model is not cached) or when HPCAI_BATCH_CACHE=off."""
-    if ctx.device_type != "cuda" or not batch_cache.enabled():
+    """The cache entry for this process's GPU; None on a CPU (the memory model is
+    not cached) or when HPCAI_BATCH_CACHE=off."""
+    if ctx.device_type != "cuda":
         return None
     import torch
 
     from hpcai.workloads import distributed
 
     memory = int(torch.cuda.get_device_properties(ctx.device).total_memory)
-    # The pick (fastest or largest) and DDP's buckets count too.
-    params = {**trainer.spec["params"], "ddp": bool(ctx.distributed), "pick": "fastest" if fastest else "largest"}
-    description = batch_cache.describe_key(distributed.device_name(ctx), memory, trainer.spec["workload"],
-                                           f"torch {torch.__version__}", params)
-    return batch_cache.BatchCache(description, writer=ctx.local_rank == 0)
+    return gpu_batch_cache(trainer.spec, distributed.device_name(ctx), memory, f"torch {torch.__version__}",
+                           fastest, ctx.local_rank == 0, ddp=bool(ctx.distributed))
 
 
 def no_sync(model):

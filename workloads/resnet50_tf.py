@@ -135,7 +135,14 @@ class KerasResNet50(StepWorkload):
             self.set_batch_size(int(requested))
             return
         start = catalog.batch_search_start(self.spec)
-        self.batch_size_search = batch_search.find(self._probe, on_gpu=on_gpu, start=int(start))
+        fastest = batch_search.picks_fastest(self.spec)
+        # One process drives the node's GPUs: it writes the entry; the replicas count.
+        cache = batch_search.gpu_batch_cache(
+            self.spec, self.gpu_names[0], None, f"tensorflow {self.tf.__version__}", fastest, True,
+            replicas=self.replicas, xla=self.compiled) if on_gpu else None
+        self.batch_size_search = batch_search.find(self._probe, on_gpu=on_gpu, start=int(start),
+                                                   fastest=fastest, cache=cache)
+        batch_search.note_cache_off(self.batch_size_search, on_gpu, cache)
         self._reset_optimizer()
         self.set_batch_size(self.batch_size_search["found"])
 

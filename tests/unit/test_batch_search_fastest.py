@@ -237,6 +237,25 @@ def test_a_pytorch_run_keys_its_gpu_its_workload_and_its_pick(monkeypatch):
     assert bs.torch_batch_cache(trainer, types.SimpleNamespace(device_type="cpu"), fastest=True) is None
 
 
+def test_a_tensorflow_run_keys_its_replicas_and_xla_and_says_when_the_cache_is_off(monkeypatch):
+    """The Keras ResNet-50 (one process, every GPU) uses the same cache rule as
+    PyTorch: its replica count and XLA are its memory-relevant settings."""
+    spec = {"workload": "resnet50", "params": {"image_size": 224}, "preset_kind": "fast"}
+    assert bs.picks_fastest(spec) and not bs.picks_fastest({**spec, "preset_kind": "paper"})
+    one = bs.gpu_batch_cache(spec, "NVIDIA H100 80GB HBM3", None, "tensorflow 2.20.0", True, True,
+                             replicas=1, xla=True)
+    assert one.description["settings"] == {"image_size": 224, "pick": "fastest", "replicas": 1, "xla": True}
+    assert bs.gpu_batch_cache(spec, "NVIDIA H100 80GB HBM3", None, "tensorflow 2.20.0", True, True,
+                              replicas=4, xla=True).key != one.key
+    monkeypatch.setenv("HPCAI_BATCH_CACHE", "off")
+    assert bs.gpu_batch_cache(spec, "NVIDIA H100 80GB HBM3", None, "tensorflow 2.20.0", True, True) is None
+    record = {}
+    bs.note_cache_off(record, True, None)
+    assert record["cache"] == {"used": False, "note": "HPCAI_BATCH_CACHE=off"}
+    bs.note_cache_off(cpu := {}, False, None)
+    assert cpu == {}
+
+
 def test_the_records_fit_the_result_schema(tmp_path):
     import jsonschema
 
