@@ -54,27 +54,10 @@ def build_spec(
     # channels-last under --impl tensorflow) is left out, not recorded as applied.
     preset_params = workload.without_unhonoured(impl, preset.resolve(gpu_name, vendor, gpu_memory_bytes))
     params = {**preset_params, **{k: v for k, v in overrides.items() if v is not None}}
-    protocol = {**PROTOCOL_DEFAULTS, **preset.protocol,
-                **{k: v for k, v in protocol_overrides.items() if v is not None}}
-    protocol.setdefault("telemetry", True)
-    if protocol.get("stall_timeout_s") is None:  # the watchdog's default for this preset's kind
-        from hpcai.launcher.run.stall import default_timeout_s
-
-        protocol["stall_timeout_s"] = default_timeout_s(preset.kind)
-    if not 0 < float(protocol["stall_timeout_s"]) < float("inf"):
-        raise UsageError("--stall-timeout-s must be a positive number of seconds",
-                         f"got {protocol['stall_timeout_s']}")
-    for key in ("warmup_epochs", "epochs", "steps_per_epoch"):
-        minimum = 0 if key == "warmup_epochs" else 1
-        if int(protocol[key]) < minimum:
-            raise UsageError(f"--{key.replace('_', '-')} must be at least {minimum}",
-                             f"got {protocol[key]}")
+    protocol = _resolve_protocol(preset, protocol_overrides)
     typed = workload.params.from_dict(params)
     if typed.batch_size not in ("auto", "unlimited", None) and int(typed.batch_size) < 1:
         raise UsageError("--batch-size must be at least 1", f"got {typed.batch_size}")
-    if not 0.01 <= float(protocol["sample_interval_s"]) <= 10:
-        raise UsageError("--sample-interval-ms must be between 10 and 10000",
-                         "100 ms is the protocol's default")
     if typed.data and workload.data_format == "npy":
         _check_dataset_shape(workload, typed)
     run_id = make_run_id(workload.name, preset.name, cap_w)
@@ -94,6 +77,29 @@ def build_spec(
                     node_overhead_w=node_overhead_w),
         site=freeze(site), runtime=freeze(runtime), output_dir=output_dir, seed=seed,
     )
+
+
+def _resolve_protocol(preset, protocol_overrides: dict) -> dict:
+    """The defaults, then the preset's protocol, then the command line's; checked."""
+    protocol = {**PROTOCOL_DEFAULTS, **preset.protocol,
+                **{k: v for k, v in protocol_overrides.items() if v is not None}}
+    protocol.setdefault("telemetry", True)
+    if protocol.get("stall_timeout_s") is None:  # the watchdog's default for this preset's kind
+        from hpcai.launcher.run.stall import default_timeout_s
+
+        protocol["stall_timeout_s"] = default_timeout_s(preset.kind)
+    if not 0 < float(protocol["stall_timeout_s"]) < float("inf"):
+        raise UsageError("--stall-timeout-s must be a positive number of seconds",
+                         f"got {protocol['stall_timeout_s']}")
+    for key in ("warmup_epochs", "epochs", "steps_per_epoch"):
+        minimum = 0 if key == "warmup_epochs" else 1
+        if int(protocol[key]) < minimum:
+            raise UsageError(f"--{key.replace('_', '-')} must be at least {minimum}",
+                             f"got {protocol[key]}")
+    if not 0.01 <= float(protocol["sample_interval_s"]) <= 10:
+        raise UsageError("--sample-interval-ms must be between 10 and 10000",
+                         "100 ms is the protocol's default")
+    return protocol
 
 
 def _check_dataset_shape(workload, params) -> None:

@@ -82,11 +82,15 @@ def render(job: Job, python: str = sys.executable) -> str:
         "# scancel or the time limit: the launchers get SIGTERM from Slurm themselves.",
         "trap 'stopped=1' TERM INT",
     ]
-    if job.in_run:
-        lines += in_run_body(job)
-        lines.append('exit "$status"')
-        return "\n".join(lines) + "\n"
-    lines += [
+    lines += in_run_body(job) if job.in_run else runs_body(job)
+    lines.append('exit "$status"')
+    return "\n".join(lines) + "\n"
+
+
+def runs_body(job: Job) -> list[str]:
+    """One step per run (a job array: this task's run), each then aggregated."""
+    runs = job.runs
+    lines = [
         "run() {",
         '  echo "hpcai: run $1 on %s node(s): $SLURM_JOB_NODELIST"' % (
             "${2:-$SLURM_JOB_NUM_NODES}" if any(r.nodes for r in runs) else "$SLURM_JOB_NUM_NODES"),
@@ -118,8 +122,7 @@ def render(job: Job, python: str = sys.executable) -> str:
             lines += [f"for index in {' '.join(str(r.index) for r in runs)}; do",
                       '  "${HPCAI[@]}" slurm-aggregate "$JOB_DIR" --run "$index" || true',
                       "done"]
-    lines.append('exit "$status"')
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def in_run_body(job: Job) -> list[str]:
