@@ -15,27 +15,18 @@ amdsmi reports the range in force, so AMD gets its old maximum back.
 from __future__ import annotations
 
 import logging
-import os
-import socket
-import time
 from pathlib import Path
 
-from hpcai.errors import (
-    CapNotAppliedError,
-    CapOutOfRangeError,
-    ConfigError,
-    HpcaiError,
-    UsageError,
-)
+from hpcai.errors import CapOutOfRangeError, HpcaiError
 from hpcai.gpu.clocks import DOMAIN_NAMES, DOMAINS, clock_control
-from hpcai.launcher.power.restoring import SETTLE_S, RestoringSession, describe, read_back_settled
+from hpcai.launcher.power.restoring import SETTLE_S, SettingSession, describe
 from hpcai.launcher.power.stale import (
-    record_side_workload, refuse_stale_side_journal, replay_side_journal, vendor_controls,
+    load_side_journal, record_side_workload, refuse_stale_side_journal, replay_side_journal,
+    vendor_controls, write_side_journal,
 )
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1
 KIND = "hpcai.clock-journal"
 # A GPU reading up to this much above its cap still holds it (the reading and
 # the cap are both whole MHz; a clock that changes mid-read rounds).
@@ -53,39 +44,19 @@ def clock_journal_path(power_journal) -> Path:
 
 def write_clock_journal(path, method: str, gpus: list[dict]) -> dict:
     """gpus: [{"index", "uuid", "vendor", "domains": {"sm"|"mem": restore record}}]."""
-    from hpcai.launcher.power.journal import write_new_record
+    return write_side_journal(path, KIND, method, "clock journal", gpus)
 
-    record = {"format": FORMAT, "kind": KIND, "hostname": socket.gethostname(),
-              "pid": os.getpid(), "method": method,
-              "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "created_unix": time.time(),
-              "gpus": gpus}
-    write_new_record(path, record, "clock journal")
-    return record
+
+def _check_clock_entry(gpu: dict) -> None:
+    for domain, entry in gpu["domains"].items():
+        if domain not in DOMAINS or entry["restore"] not in ("reset", "max_mhz"):
+            raise ValueError(f"unknown entry {domain}: {entry}")
 
 
 def load_clock_journal(path) -> dict | None:
-    import json
-
-    from hpcai.launcher.power.journal import read_record_text
-
-    path = Path(path)
-    text = read_record_text(path, "clock journal")
-    if text is None:
-        return None
-
-    try:
-        record = json.loads(text)
-        for gpu in record["gpus"]:
-            int(gpu["index"])
-            for domain, entry in gpu["domains"].items():
-                if domain not in DOMAINS or entry["restore"] not in ("reset", "max_mhz"):
-                    raise ValueError(f"unknown entry {domain}: {entry}")
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise ConfigError(
-            f"the clock journal {path} is unreadable ({exc})",
-            "reset the clocks by hand (nvidia-smi -rgc -rmc, or amd-smi reset --clocks), "
-            "then delete the file") from exc
-    return record
+    return load_side_journal(path, "clock journal", _check_clock_entry,
+                             "reset the clocks by hand (nvidia-smi -rgc -rmc, or amd-smi reset --clocks), "
+                             "then delete the file")
 
 
 def record_clock_workload(power_journal, pgid: int, tag: str) -> None:
@@ -126,13 +97,15 @@ def check_clocks(controls: dict, sm_mhz: int | None, mem_mhz: int | None) -> Non
 
 
 # ---- the session ------------------------------------------------------------------------
-class ClockSession(RestoringSession):
+class ClockSession(SettingSession):
     """Context manager holding clock caps on some GPUs; see the module docstring.
 
     sm_mhz and mem_mhz None: nothing is set (no journal) and the record is empty.
     """
 
     restoring_what, setting_what, restore_hint = "clocks", "the clock cap", RESTORE_HINT
+    requested_what, no_gpu_hint = "a clock cap", "drop --sm-clock/--mem-clock, or run on a GPU node"
+    override_hint = "the driver or a site agent overrides clocks; ask the site admins"
 
     def __init__(self, backend, sm_mhz: int | None, mem_mhz: int | None,
                  gpu_indices: list[int], power_journal):
@@ -155,12 +128,10 @@ class ClockSession(RestoringSession):
     def domains(self) -> list[str]:
         return [d for d in DOMAINS if self.requested[d] is not None]
 
-    def __enter__(self) -> ClockSession:
-        if not self.domains:
-            return self
-        if not self.indices:
-            raise UsageError("a clock cap was requested but no GPU is visible",
-                             "drop --sm-clock/--mem-clock, or run on a GPU node")
+    def _requested(self) -> bool:
+        return bool(self.domains)
+
+    def _prepare(self) -> None:
         refuse_stale_clock_journal(self.power_journal)
         self._controls = controls_for(self.backend, self.indices)
         check_clocks(self._controls, self.requested["sm"], self.requested["mem"])
@@ -177,33 +148,19 @@ class ClockSession(RestoringSession):
         write_clock_journal(self.journal_path, self.backend.name, [
             {"index": i, "uuid": self.gpus[i]["uuid"], "vendor": self.gpus[i]["vendor"],
              "domains": self._snapshot[i]} for i in self.indices])
-        try:
-            for i, control in self._controls.items():
-                # Memory first: NVIDIA's SM clocks were checked against that memory clock.
-                for domain in sorted(self.domains, key=lambda d: d != "mem"):
-                    self._changed.add((i, domain))  # before: a signal may land just after
-                    try:
-                        control.set_max(domain, self.requested[domain])
-                    except HpcaiError:
-                        self._changed.discard((i, domain))  # refused: nothing changed
-                        raise
-            self._read_back()
-            self._active = True
-        except BaseException as exc:
-            self._roll_back(exc)
-            raise
-        return self
 
-    def _read_back(self) -> None:
-        """The limits read back; the clocks now may fall under the cap late
-        (restoring.SETTLE_S)."""
-        wrong = read_back_settled(self._off_cap)
-        if wrong:
-            raise CapNotAppliedError(
-                f"the clock cap did not take effect: {'; '.join(wrong)}",
-                "the driver or a site agent overrides clocks; ask the site admins")
+    def _apply(self) -> None:
+        for i, control in self._controls.items():
+            # Memory first: NVIDIA's SM clocks were checked against that memory clock.
+            for domain in sorted(self.domains, key=lambda d: d != "mem"):
+                self._changed.add((i, domain))  # before: a signal may land just after
+                try:
+                    control.set_max(domain, self.requested[domain])
+                except HpcaiError:
+                    self._changed.discard((i, domain))  # refused: nothing changed
+                    raise
 
-    def _off_cap(self) -> tuple[list[str], list[str]]:
+    def _read_once(self) -> tuple[list[str], list[str]]:
         """One read of every GPU's clocks: (limits that read otherwise, clocks still
         above the cap)."""
         refused, lagging = [], []

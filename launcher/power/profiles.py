@@ -12,20 +12,16 @@ inside (hold=True), as for clocks. The vendor calls are in hpcai/gpu/profiles.py
 """
 from __future__ import annotations
 
-import json
-import os
-import socket
-import time
 from pathlib import Path
 
-from hpcai.errors import CapNotAppliedError, ConfigError, PowerError, UsageError
+from hpcai.errors import PowerError, UsageError
 from hpcai.gpu.profiles import PROFILE_IDS, profile_control
-from hpcai.launcher.power.restoring import SETTLE_S, RestoringSession, describe, read_back_settled
+from hpcai.launcher.power.restoring import SETTLE_S, SettingSession, describe
 from hpcai.launcher.power.stale import (
-    record_side_workload, refuse_stale_side_journal, replay_side_journal, vendor_controls,
+    load_side_journal, record_side_workload, refuse_stale_side_journal, replay_side_journal,
+    vendor_controls, write_side_journal,
 )
 
-FORMAT = 1
 KIND = "hpcai.profile-journal"
 RESTORE_HINT = "run `hpcai-launch power restore` (as root)"
 
@@ -37,27 +33,18 @@ def profile_journal_path(power_journal) -> Path:
     return path.with_name(f"{path.stem}.profiles{path.suffix or '.json'}")
 
 
-def load_profile_journal(path) -> dict | None:
-    from hpcai.launcher.power.journal import read_record_text
+def _check_profile_entry(gpu: dict) -> None:
+    snapshot = gpu["snapshot"]
+    known = (all(n in PROFILE_IDS for n in snapshot["requested"]) if snapshot["restore"] == "requested"
+             else snapshot["restore"] == "perf_level" and len(snapshot["requested"]) == 1)
+    if not known:
+        raise ValueError(f"unknown snapshot {snapshot}")
 
-    path = Path(path)
-    text = read_record_text(path, "power profile journal")
-    if text is None:
-        return None
-    try:
-        record = json.loads(text)
-        for gpu in record["gpus"]:
-            int(gpu["index"])
-            snapshot = gpu["snapshot"]
-            known = (all(n in PROFILE_IDS for n in snapshot["requested"]) if snapshot["restore"] == "requested"
-                     else snapshot["restore"] == "perf_level" and len(snapshot["requested"]) == 1)
-            if not known:
-                raise ValueError(f"unknown snapshot {snapshot}")
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise ConfigError(f"the power profile journal {path} is unreadable ({exc})",
-                          "clear the profiles by hand (nvidia-smi power-profiles, amd-smi set "
-                          "--perf-level AUTO), then delete the file") from exc
-    return record
+
+def load_profile_journal(path) -> dict | None:
+    return load_side_journal(path, "power profile journal", _check_profile_entry,
+                             "clear the profiles by hand (nvidia-smi power-profiles, amd-smi set "
+                             "--perf-level AUTO), then delete the file")
 
 
 def record_profile_workload(power_journal, pgid: int, tag: str) -> None:
@@ -91,10 +78,11 @@ def check_profile(controls: dict, name: str) -> None:
 
 
 # ---- the session ------------------------------------------------------------------------
-class ProfileSession(RestoringSession):
+class ProfileSession(SettingSession):
     """Context manager holding one power profile on some GPUs; name None: nothing."""
 
     restoring_what, setting_what, restore_hint = "power profiles", "the power profile", RESTORE_HINT
+    requested_what, no_gpu_hint = "a power profile", "drop --power-profile, or run on a GPU node"
 
     def __init__(self, backend, name: str | None, gpu_indices: list[int], power_journal):
         self.backend, self.name = backend, name
@@ -108,12 +96,10 @@ class ProfileSession(RestoringSession):
         self._received: list[int] = []
         self._active = False
 
-    def __enter__(self) -> ProfileSession:
-        if self.name is None:
-            return self
-        if not self.indices:
-            raise UsageError("a power profile was requested but no GPU is visible",
-                             "drop --power-profile, or run on a GPU node")
+    def _requested(self) -> bool:
+        return self.name is not None
+
+    def _prepare(self) -> None:
         refuse_stale_profile_journal(self.power_journal)
         self._controls = profile_controls(self.backend, self.indices)
         check_profile(self._controls, self.name)
@@ -123,35 +109,16 @@ class ProfileSession(RestoringSession):
             self.gpus[i] = {"uuid": infos[i].uuid, "requested": self.name,
                             "before": self._snapshot[i]["requested"],
                             "read_back_requested": None, "read_back_enforced": None, "restored": None}
-        self._write_journal()
-        try:
-            for i, control in self._controls.items():
-                self._changed.add(i)  # before: a signal may land just after
-                control.apply(self.name)
-            self._read_back()
-            self._active = True
-        except BaseException as exc:
-            self._roll_back(exc)
-            raise
-        return self
+        write_side_journal(self.journal_path, KIND, self.backend.name, "power profile journal",
+                           [{"index": i, "uuid": self.gpus[i]["uuid"], "snapshot": self._snapshot[i]}
+                            for i in self.indices], profile=self.name)
 
-    def _write_journal(self) -> None:
-        from hpcai.launcher.power.journal import write_new_record
+    def _apply(self) -> None:
+        for i, control in self._controls.items():
+            self._changed.add(i)  # before: a signal may land just after
+            control.apply(self.name)
 
-        write_new_record(self.journal_path, {
-            "format": FORMAT, "kind": KIND, "hostname": socket.gethostname(), "pid": os.getpid(),
-            "method": self.backend.name, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "created_unix": time.time(), "profile": self.name,
-            "gpus": [{"index": i, "uuid": self.gpus[i]["uuid"], "snapshot": self._snapshot[i]}
-                     for i in self.indices]}, "power profile journal")
-
-    def _read_back(self) -> None:
-        wrong = read_back_settled(self._off_profile)
-        if wrong:
-            raise CapNotAppliedError(f"the power profile did not take effect: {'; '.join(wrong)}",
-                                     "the driver or a site agent overrides it; ask the site admins")
-
-    def _off_profile(self) -> tuple[list[str], list[str]]:
+    def _read_once(self) -> tuple[list[str], list[str]]:
         """One read: (GPUs whose requested profiles differ, GPUs not yet enforcing it)."""
         refused, lagging = [], []
         for i, control in self._controls.items():

@@ -1,13 +1,14 @@
-"""What CapSession (session.py) and ClockSession (clocks.py) share: undoing
-every change on every exit, with signals held off while restoring, and the
-journal removed only when everything came back."""
+"""What CapSession (session.py), ClockSession (clocks.py) and ProfileSession
+(profiles.py) share: undoing every change on every exit, with signals held off
+while restoring, and the journal removed only when everything came back; the
+clock and profile sessions also share one way in (SettingSession)."""
 from __future__ import annotations
 
 import logging
 import signal
 import time
 
-from hpcai.errors import HpcaiError, Interrupted, PowerError
+from hpcai.errors import CapNotAppliedError, HpcaiError, Interrupted, PowerError, UsageError
 from hpcai.signals import deferred_signals
 
 log = logging.getLogger(__name__)
@@ -109,3 +110,50 @@ class RestoringSession:
                 raise KeyboardInterrupt
             raise Interrupted(signum)
         return False
+
+
+class SettingSession(RestoringSession):
+    """A clock or profile session's way in: nothing asked, nothing set (no
+    journal); else refuse an earlier run's journal, check the request against
+    every GPU, snapshot and journal what is there, then set and read back,
+    rolled back on any failure. A subclass sets `indices`, the labels below
+    and the steps: _requested, _prepare (check, snapshot, journal), _apply and
+    _read_once (one read: what reads otherwise, what is not in force yet)."""
+
+    requested_what = "a setting"  # "<this> was requested but no GPU is visible"
+    no_gpu_hint = "drop the option, or run on a GPU node"
+    override_hint = "the driver or a site agent overrides it; ask the site admins"
+
+    def _requested(self) -> bool:
+        raise NotImplementedError
+
+    def _prepare(self) -> None:
+        raise NotImplementedError
+
+    def _apply(self) -> None:
+        raise NotImplementedError
+
+    def _read_once(self) -> tuple[list[str], list[str]]:
+        raise NotImplementedError
+
+    def __enter__(self):
+        if not self._requested():
+            return self
+        if not self.indices:
+            raise UsageError(f"{self.requested_what} was requested but no GPU is visible", self.no_gpu_hint)
+        self._prepare()
+        try:
+            self._apply()
+            self._read_back()
+            self._active = True
+        except BaseException as exc:
+            self._roll_back(exc)
+            raise
+        return self
+
+    def _read_back(self) -> None:
+        """What was set reads back; what is in force may follow late (SETTLE_S)."""
+        wrong = read_back_settled(self._read_once)
+        if wrong:
+            raise CapNotAppliedError(f"{self.setting_what} did not take effect: {'; '.join(wrong)}",
+                                     self.override_hint)

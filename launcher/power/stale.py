@@ -3,11 +3,14 @@ processes. Shared by the cap, clock and profile sessions (session.py,
 clocks.py, profiles.py), which each keep a journal of their own."""
 from __future__ import annotations
 
+import json
 import logging
 import os
+import socket
+import time
 from pathlib import Path
 
-from hpcai.errors import PowerError
+from hpcai.errors import ConfigError, PowerError
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +30,41 @@ def pid_alive(pid) -> bool:
         return True
 
 
+SIDE_JOURNAL_FORMAT = 1
+
+
+def write_side_journal(path: Path, kind: str, method: str, what: str, gpus: list[dict], **fields) -> dict:
+    """A clock or profile journal (`what`), written before the first change: who
+    wrote it and when, the power method, `fields`, and per GPU what to put back."""
+    from hpcai.launcher.power.journal import write_new_record
+
+    record = {"format": SIDE_JOURNAL_FORMAT, "kind": kind, "hostname": socket.gethostname(),
+              "pid": os.getpid(), "method": method,
+              "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "created_unix": time.time(),
+              **fields, "gpus": gpus}
+    write_new_record(path, record, what)
+    return record
+
+
+def load_side_journal(path: Path, what: str, check_gpu, hint: str) -> dict | None:
+    """A clock or profile journal (`what`); None when there is none. Every GPU entry
+    has an index and passes check_gpu (which raises ValueError, KeyError...); else
+    ConfigError with `hint`, the way to undo it by hand."""
+    from hpcai.launcher.power.journal import read_record_text
+
+    text = read_record_text(Path(path), what)
+    if text is None:
+        return None
+    try:
+        record = json.loads(text)
+        for gpu in record["gpus"]:
+            int(gpu["index"])
+            check_gpu(gpu)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ConfigError(f"the {what} {path} is unreadable ({exc})", hint) from exc
+    return record
+
+
 def record_side_workload(path: Path, load, pgid: int, tag: str) -> None:
     """As journal.record_workload, for the clock or profile journal at path (read by
     load): `power restore` must not change a setting under a workload that still runs."""
@@ -42,7 +80,7 @@ def record_side_workload(path: Path, load, pgid: int, tag: str) -> None:
 def refuse_stale_side_journal(path: Path, load, what: str, risk: str) -> None:
     """StaleJournalError where an earlier run's clock or profile journal (`what`) is
     left: its GPUs may still hold that setting (`risk`)."""
-    from hpcai.errors import ConfigError, StaleJournalError
+    from hpcai.errors import StaleJournalError
 
     if not os.path.lexists(path):
         return
