@@ -4,9 +4,10 @@ on the terminal.
 The workload writes into the log file directly (not through a pipe to the
 launcher, so it never dies of a broken pipe if the launcher does); a thread
 follows the file and echoes each line to the launcher's stderr, except
-Python tracebacks and torchrun's failure banner: a failing run with two ranks
-prints about 80 of those lines. They stay in the log, and the launcher says
-where.
+Python tracebacks and torchrun's failure banner (a failing run with two ranks
+prints about 80 of those lines), and a rank's error line that another rank
+already printed word for word (every rank of a run without the GPUs it was
+planned on says so). They stay in the log, and the launcher says where.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ _CHAINED = ("During handling of the above exception", "The above exception was t
 # The line that ends a traceback: `RuntimeError: ...`, `pkg.mod.SomeError: ...`,
 # or a bare `KeyboardInterrupt`. A rank's own "[hpcai] error: ..." line is not one.
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(:|$)")
+_RANK_ERROR = "[hpcai] error: "
 
 
 class TracebackFilter:
@@ -42,6 +44,7 @@ class TracebackFilter:
         self.open = 0  # tracebacks whose exception line has not come yet
         self.banner_rules = None  # None, or the ==== rules of torchrun's banner seen so far
         self.hidden = 0
+        self.errors_shown: set[str] = set()  # the ranks' error lines, each shown once
 
     def show(self, line: str) -> bool:
         keep = self._show(_RANK_PREFIX.sub("", line.rstrip("\n"), count=1))
@@ -70,6 +73,10 @@ class TracebackFilter:
                 return False
         if _TORCHRUN_LOG.match(line) or line.startswith(_CHAINED):
             return False
+        if line.startswith(_RANK_ERROR):
+            if line in self.errors_shown:
+                return False
+            self.errors_shown.add(line)
         return True
 
 
@@ -160,7 +167,7 @@ class LogFollower:
             pass
         if self.filter.hidden:
             try:
-                print(f"hpcai: {self.filter.hidden} line(s) of tracebacks kept in {self.path}",
+                print(f"hpcai: {self.filter.hidden} line(s) of tracebacks and repeated errors kept in {self.path}",
                       file=self.out, flush=True)
             except (OSError, ValueError):
                 pass

@@ -139,7 +139,7 @@ def test_worker_tracebacks_stay_in_the_log():
     assert len(text.splitlines()) >= 70
     assert all("Traceback" not in line and "File " not in line for line in shown)
     assert any("[hpcai] error: RuntimeError" in line for line in shown)
-    assert len(shown) <= 3, shown  # two ranks' one-line errors
+    assert len(shown) <= 3, shown  # the ranks' one-line errors, each said once
 
 
 def test_interleaved_tracebacks_of_two_ranks_stay_hidden():
@@ -155,7 +155,20 @@ def test_interleaved_tracebacks_of_two_ranks_stay_hidden():
     interleaved = [line for pair in zip(rank, rank) for line in pair]  # a a b b ...
     keep = TracebackFilter()
     shown = [line for line in interleaved + ["hpcai.workloads FAILED"] if keep.show(line)]
-    assert shown == ["[hpcai] error: RuntimeError: out of memory"] * 2 + ["hpcai.workloads FAILED"]
+    # The second rank's error line says nothing new: shown once.
+    assert shown == ["[hpcai] error: RuntimeError: out of memory", "hpcai.workloads FAILED"]
+    assert keep.hidden == len(interleaved) - 1
+
+
+def test_each_ranks_own_error_shows_and_a_repeat_does_not():
+    """Every rank of a run planned on GPUs that PyTorch cannot see says so, word
+    for word: once on the terminal. Errors that differ all show."""
+    keep = TracebackFilter()
+    lines = ["[rank0]: [hpcai] error: this run is planned on the GPUs, but PyTorch sees none",
+             "[rank1]: [hpcai] error: this run is planned on the GPUs, but PyTorch sees none",
+             "[hpcai] error: RuntimeError: rank 1 ran out of memory"]
+    assert [keep.show(line) for line in lines] == [True, False, True]
+    assert keep.hidden == 1
 
 
 # ---- one efficiency formula, node overhead 0 W included -----------------------------
