@@ -34,9 +34,9 @@ def cache_folder() -> Path | None:
         info = os.lstat(folder)
     except OSError:
         return None
-    import stat
+    from hpcai.ownership import stat_problem
 
-    return folder if stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() else None
+    return None if stat_problem(info, folder, owners={os.geteuid()}, kind="folder") else folder
 
 
 def power_series(run) -> Series:
