@@ -20,7 +20,6 @@ import contextlib
 import io
 import os
 import secrets
-import stat
 from pathlib import Path
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -119,10 +118,6 @@ class Folder:
         """A new, empty file's descriptor (O_EXCL: a planted name or link is EEXIST)."""
         _plain_name(name)
         return os.open(name, _NEW_FILE_FLAGS, mode, dir_fd=self.fd)
-
-    def owner_and_mode(self) -> tuple[int, int]:
-        st = os.fstat(self.fd)
-        return st.st_uid, stat.S_IMODE(st.st_mode)
 
     def close(self) -> None:
         if self.fd >= 0:
