@@ -163,6 +163,7 @@ def written_by_a_tool(path):
     """A path for another program (DuckDB's COPY, a build) to write whole, in a private
     folder made beside `path`; on success renamed over `path` within its folder (a link
     planted at the name is replaced, never written through), always cleaned up."""
+    import shutil
     import tempfile
 
     path = Path(path)
@@ -173,8 +174,7 @@ def written_by_a_tool(path):
         with Folder.open(path.parent) as folder:
             os.replace(temp, path.name, dst_dir_fd=folder.fd)
     finally:
-        temp.unlink(missing_ok=True)
-        private.rmdir()
+        shutil.rmtree(private, ignore_errors=True)  # ours alone (0700): whatever the tool left there
 
 
 def _plain_name(name: str) -> None:
