@@ -20,11 +20,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import stat
 import time
 from dataclasses import dataclass
 
-from hpcai.ownership import written_by_us
+from hpcai.ownership import stat_problem, written_by_us
 from hpcai.safe_files import Folder
 from hpcai.state_dir import state_dir
 
@@ -84,9 +83,9 @@ class BatchCache:
         except OSError as exc:
             return None, f"{path} cannot be read ({exc.strerror})"
         with os.fdopen(fd, "rb") as fh:
-            st = os.fstat(fh.fileno())
-            if not stat.S_ISREG(st.st_mode) or not written_by_us(st):
-                return None, f"{path} is not a file only you (or root) could have written: ignored"
+            why = stat_problem(os.fstat(fh.fileno()), "it", kind="file")
+            if why:
+                return None, f"{path} is not a file only you (or root) could have written ({why}): ignored"
             try:
                 entry = json.loads(fh.read(65536))
             except ValueError:
@@ -115,18 +114,17 @@ class BatchCache:
 
 
 def _untrusted_folders(folder) -> str | None:
-    """Why the cache folder or the state folder above it cannot be trusted; None if both can."""
+    """Why the cache folder or the state folder above it cannot be trusted (the one
+    trust check, hpcai/ownership.py); None if both can."""
     for each in (folder, folder.parent):
         try:
-            st = os.lstat(each)
+            why = stat_problem(os.lstat(each), each, kind="folder", sticky_ok=True)
         except FileNotFoundError:
             return "no entry for this key"
         except OSError as exc:
             return f"{each} cannot be read ({exc.strerror})"
-        if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-            return f"{each} is not a folder (a link?): ignored"
-        if not written_by_us(st, folder=True):
-            return f"{each} can be written by others: ignored"
+        if why:
+            return f"{why}: ignored, as anything a folder written by others holds"
     return None
 
 

@@ -4,14 +4,16 @@ symbolic link, never into a file someone else made.
 A folder is opened once (O_DIRECTORY | O_NOFOLLOW: a link in its place is
 refused, ELOOP); files are made inside it through that descriptor with
 O_CREAT | O_EXCL | O_NOFOLLOW, written in full, synced, and renamed over the
-name within the same descriptor, so a reader sees the old file or the new
-one, and a link planted at the name is replaced, never written through.
+name within the same descriptor (or linked to it, for a file that must be
+new: Folder.creating), so a reader sees the old file or the new one, and a
+link planted at the name is replaced, never written through. This is the one
+atomic write: every other module writes through it.
 Folders are made with mkdir, which never follows a link either (an existing
 name, link or not, is EEXIST).
 
 Used by every writer of run folders, results, samples, sweep folders and
 reports (launcher/run/output_check.py, launcher/sweep/driver.py, launcher/report/,
-workloads/result.py). The base of a path, the folder a user names with
+workloads/result.py), power and clock journals (launcher/power/journal.py). The base of a path, the folder a user names with
 --output, is theirs to point anywhere; below it nothing is followed.
 """
 from __future__ import annotations
@@ -20,7 +22,6 @@ import contextlib
 import io
 import os
 import secrets
-import stat
 from pathlib import Path
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -77,26 +78,44 @@ class Folder:
         """A binary file object; on success its content becomes `name`, atomically.
         durable: the folder is synced after the rename too, so the new name itself
         survives a crash (a power journal, a GPU's holder record)."""
+        with self._published(name, mode, durable, os.replace) as fh:
+            yield fh
+
+    @contextlib.contextmanager
+    def creating(self, name: str, mode: int | None = None, durable: bool = False):
+        """As replacing, but `name` must not exist: the whole file is linked to it
+        (FileExistsError when it exists, that file untouched: of two writers racing
+        for one name, the second fails)."""
+        with self._published(name, mode, durable, os.link) as fh:
+            yield fh
+
+    def sync(self) -> None:
+        """The folder's entries to disk (some filesystems refuse fsync on a folder)."""
+        with contextlib.suppress(OSError):
+            os.fsync(self.fd)
+
+    @contextlib.contextmanager
+    def _published(self, name: str, mode: int | None, durable: bool, publish):
+        """The one atomic write: a new temporary file (O_EXCL | O_NOFOLLOW) written
+        whole and fsynced, then published as `name` within this folder."""
         _plain_name(name)
         tmp = f".{name}.{secrets.token_hex(6)}.tmp"
         fd = os.open(tmp, _NEW_FILE_FLAGS, 0o600, dir_fd=self.fd)
         try:
             # Readable as the umask allows (a shared folder stays readable by the
             # group), never writable by others: resume and the report trust only
-            # results no one else could have written (launcher/site/trust.py).
-            os.fchmod(fd, (FILE_MODE & ~umask()) if mode is None else mode)
+            # results no one else could have written (hpcai/ownership.py).
             with os.fdopen(fd, "wb") as fh:
+                os.fchmod(fh.fileno(), (FILE_MODE & ~umask()) if mode is None else mode)
                 yield fh
                 fh.flush()
                 os.fsync(fh.fileno())
-            os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+            publish(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
             if durable:
-                with contextlib.suppress(OSError):  # some filesystems refuse fsync on a folder
-                    os.fsync(self.fd)
-        except BaseException:
-            with contextlib.suppress(OSError):
+                self.sync()
+        finally:
+            with contextlib.suppress(OSError):  # gone already once renamed
                 os.unlink(tmp, dir_fd=self.fd)
-            raise
 
     @contextlib.contextmanager
     def replacing_text(self, name: str, newline: str | None = None):
@@ -119,10 +138,6 @@ class Folder:
         """A new, empty file's descriptor (O_EXCL: a planted name or link is EEXIST)."""
         _plain_name(name)
         return os.open(name, _NEW_FILE_FLAGS, mode, dir_fd=self.fd)
-
-    def owner_and_mode(self) -> tuple[int, int]:
-        st = os.fstat(self.fd)
-        return st.st_uid, stat.S_IMODE(st.st_mode)
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -148,6 +163,7 @@ def written_by_a_tool(path):
     """A path for another program (DuckDB's COPY, a build) to write whole, in a private
     folder made beside `path`; on success renamed over `path` within its folder (a link
     planted at the name is replaced, never written through), always cleaned up."""
+    import shutil
     import tempfile
 
     path = Path(path)
@@ -158,8 +174,7 @@ def written_by_a_tool(path):
         with Folder.open(path.parent) as folder:
             os.replace(temp, path.name, dst_dir_fd=folder.fd)
     finally:
-        temp.unlink(missing_ok=True)
-        private.rmdir()
+        shutil.rmtree(private, ignore_errors=True)  # ours alone (0700): whatever the tool left there
 
 
 def _plain_name(name: str) -> None:

@@ -30,7 +30,7 @@ import threading
 import time
 from pathlib import Path
 
-from hpcai.safe_files import write_json
+from hpcai.safe_files import open_append, write_json
 
 EVENTS_ENV = "HPCAI_MEASURE_EVENTS"
 # Under an in-run sweep (exec --api --cap A,B): where each measured window asks
@@ -100,12 +100,10 @@ class _Reporter:
     def write(self, event: dict) -> None:
         line = json.dumps(event) + "\n"
         with self._lock:
-            # One write per line with O_APPEND: lines from threads never interleave.
-            fd = os.open(self.events, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                os.write(fd, line.encode())
-            finally:
-                os.close(fd)
+            # One write per line with O_APPEND (never through a link): lines from
+            # threads never interleave.
+            with open_append(self.events, 0o644) as fh:
+                fh.write(line.encode())
 
     def wait_for_cap(self) -> int | None:
         """Under an in-run sweep: ask for this measured window's segment and wait

@@ -45,23 +45,22 @@ def read_regular(path: Path | str, what: str = "file", check=None, limit: int = 
 
 
 def write_new(path: Path | str, data: bytes, mode: int = 0o644) -> None:
-    """Create path with data; an existing file (or link) there is an error, never replaced."""
+    """Create path with data, atomically (hpcai/safe_files.py Folder.creating: whole or
+    not at all); an existing file (or link) there is an error, never replaced. The
+    folder is the one the path names (links above the file followed, as the user's)."""
+    from hpcai.safe_files import Folder, umask
+
     path = Path(path)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+        with Folder.open(os.path.realpath(path.parent)) as folder, \
+                folder.creating(path.name, mode=mode & ~umask(), durable=True) as fh:
+            fh.write(data)
     except FileExistsError:
         raise UsageError(f"{path} already exists: not overwritten",
                          "choose another path, or move the file away") from None
     except OSError as exc:
         raise UsageError(f"cannot create {path} ({exc.strerror})",
                          "check that its folder exists and is writable") from None
-    try:
-        with os.fdopen(fd, "wb", closefd=False) as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-    finally:
-        os.close(fd)
 
 
 def new_folder(path: Path | str) -> Path:

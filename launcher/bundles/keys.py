@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import os
-import stat
 from pathlib import Path
 
 from hpcai.errors import UsageError
-from hpcai.launcher.site import trust
+from hpcai.ownership import OTHERS_ANY, chain_problem, owner_ok, stat_problem
 from hpcai.launcher.bundles.files import read_regular, write_new
 from hpcai.install import install_hint
 
@@ -67,28 +66,23 @@ def key_id(public) -> str:
 
 def _private_to_us(path: Path, st: os.stat_result) -> None:
     """A signing key others can read signs for anyone who copied it (ssh's rule: 0600)."""
-    if st.st_uid not in (os.geteuid(), 0):
-        raise UsageError(f"signing key {path} belongs to uid {st.st_uid}, not to you",
-                         "sign with a key of your own (`hpcai-launch results keygen PATH`)")
-    if st.st_mode & 0o077:
-        raise UsageError(f"signing key {path} can be read or written by other users "
-                         f"(mode {stat.S_IMODE(st.st_mode):04o})",
-                         f"chmod 600 {path}, and make a new key if others may have copied it")
+    why = stat_problem(st, f"signing key {path}", forbidden=OTHERS_ANY)
+    if why is None:
+        return
+    if not owner_ok(st.st_uid):
+        raise UsageError(why, "sign with a key of your own (`hpcai-launch results keygen PATH`)")
+    raise UsageError(why, f"chmod 600 {path}, and make a new key if others may have copied it")
 
 
 def _trusted_file(path: Path, st: os.stat_result) -> None:
     """A trusted public key another user can replace lets them sign as any site:
-    launcher/site/trust.py's rule for the file and the folder holding it."""
-    if not trust.written_by_us(st):
-        raise UsageError(f"public key {path} belongs to uid {st.st_uid} or can be written by other "
-                         f"users (mode {stat.S_IMODE(st.st_mode):04o})",
-                         f"keep trusted keys in files only you (or root) can write: chown and chmod go-w {path}")
-    try:
-        folder = os.stat(path.parent)
-    except OSError as exc:
-        raise UsageError(f"cannot read {path.parent} ({exc.strerror})", "check its permissions") from None
-    if not trust.written_by_us(folder, folder=True):
-        raise UsageError(f"the folder {path.parent} holding public key {path} can be written by other users",
+    the trust rule (hpcai/ownership.py) for the file and the folder holding it."""
+    why = stat_problem(st, f"public key {path}")
+    if why:
+        raise UsageError(why, f"keep trusted keys in files only you (or root) can write: chown and chmod go-w {path}")
+    why = chain_problem(path.parent, count=1)
+    if why:
+        raise UsageError(f"the folder holding public key {path}: {why}",
                          f"keep trusted keys in a folder only you (or root) can write (chmod go-w {path.parent})")
 
 

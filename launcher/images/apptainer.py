@@ -5,8 +5,9 @@ other module sees them:
 - it always runs an executable named `singularity`: the command it builds
   gets the configured Apptainer executable instead;
 - `build` prepends sudo unless told not to, and reports failure by returning
-  None, so a stale file at the target looks like success: builds go to a
-  fresh temporary file that replaces the target only after a clean exit;
+  None, so a stale file at the target looks like success: builds and pulls go
+  to a fresh file in a private folder (hpcai/safe_files.py written_by_a_tool)
+  that replaces the target only after a clean exit;
 - results come back as a string, a list or a dict with `return_code`
   depending on the outcome: `_result` turns them into (code, text);
 - a bad URI or bind path ends in `SystemExit`: caught and turned into our
@@ -19,10 +20,8 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -107,24 +106,33 @@ class Apptainer:
               on_line: Callable[[str], None] = lambda line: None, log_path: Path | None = None,
               ) -> Path:
         """Build DEFINITION into IMAGE; every output line goes to on_line and the log."""
-        from spython.utils import stream_command
+        from hpcai.safe_files import written_by_a_tool
 
         image = Path(image)
         image.parent.mkdir(parents=True, exist_ok=True)
-        fd, partial = tempfile.mkstemp(dir=image.parent, prefix=f".{image.name}.", suffix=".partial")
-        os.close(fd)
-        os.unlink(partial)  # Apptainer writes it; only a clean exit moves it into place
-        options = ["--fakeroot"] if fakeroot else []
-        # A file, not --build-arg: that flag splits values on commas (HPCAI_WORKLOADS has them).
-        args_file = Path(partial + ".args")
-        args_file.write_text("".join(f"{k}={v}\n" for k, v in sorted(build_args.items())))
-        # A site may pass arguments some definitions do not use: warn, do not fail.
-        options += ["--build-arg-file", str(args_file), "--warn-unused-build-args"]
-        for bind in binds:
-            options += ["--bind", bind]
-        if mksquashfs_args:  # one string: Apptainer splits it at spaces
-            options += ["--mksquashfs-args", " ".join(mksquashfs_args)]
-        cmd = self.client._init_command("build") + options + [partial, str(definition)]
+        # Apptainer writes it in a private folder; only a clean exit moves it into place.
+        with written_by_a_tool(image) as partial:
+            options = ["--fakeroot"] if fakeroot else []
+            # A file, not --build-arg: that flag splits values on commas (HPCAI_WORKLOADS has them).
+            args_file = partial.with_name(f"{partial.name}.args")
+            args_file.write_text("".join(f"{k}={v}\n" for k, v in sorted(build_args.items())))
+            # A site may pass arguments some definitions do not use: warn, do not fail.
+            options += ["--build-arg-file", str(args_file), "--warn-unused-build-args"]
+            for bind in binds:
+                options += ["--bind", bind]
+            if mksquashfs_args:  # one string: Apptainer splits it at spaces
+                options += ["--mksquashfs-args", " ".join(mksquashfs_args)]
+            cmd = self.client._init_command("build") + options + [str(partial), str(definition)]
+            self._stream_build(cmd, image, definition, on_line, log_path)
+            if not partial.is_file():
+                raise ImageError(f"apptainer build reported success but wrote no {image.name}",
+                                 "check free space and the build log")
+        return image
+
+    def _stream_build(self, cmd: list[str], image: Path, definition: Path,
+                      on_line: Callable[[str], None], log_path: Path | None) -> None:
+        from spython.utils import stream_command
+
         log = open(log_path, "w") if log_path else None
         try:
             for line in stream_command(cmd, output_type="both"):
@@ -133,23 +141,13 @@ class Apptainer:
                     log.flush()
                 on_line(line.rstrip("\n"))
         except subprocess.CalledProcessError as exc:
-            Path(partial).unlink(missing_ok=True)
             where = f"; the build log is {log_path}" if log_path else ""
             raise ImageError(f"building {image.name} from {definition} failed "
                              f"(apptainer exited with {exc.returncode}){where}",
                              "fix the error in the log, then run the build again") from None
-        except BaseException:
-            Path(partial).unlink(missing_ok=True)
-            raise
         finally:
-            args_file.unlink(missing_ok=True)
             if log:
                 log.close()
-        if not Path(partial).is_file():
-            raise ImageError(f"apptainer build reported success but wrote no {image.name}",
-                             "check free space and the build log")
-        os.replace(partial, image)
-        return image
 
     # ---- inspect -----------------------------------------------------------------------
     def labels(self, image: Path) -> dict[str, str]:
@@ -167,20 +165,19 @@ class Apptainer:
 
     # ---- registry ----------------------------------------------------------------------
     def pull(self, uri: str, image: Path, *, https: bool = True) -> Path:
+        from hpcai.safe_files import written_by_a_tool
+
         image = Path(image)
         image.parent.mkdir(parents=True, exist_ok=True)
-        partial = image.with_name(f".{image.name}.pull")
-        partial.unlink(missing_ok=True)
         flags = [] if https else ["--no-https"]
-        with _spython_exits(f"cannot pull {uri}", "check the registry address in the site config"):
-            cmd = self.client._init_command("pull") + flags + [str(partial), uri]
-            code, text = self._run(cmd)
-        if code != 0 or not partial.is_file():
-            partial.unlink(missing_ok=True)
-            raise ImageError(f"pulling {uri} failed: {_last_line(text)}",
-                             "check the registry and tag (`hpcai-launch images list`), "
-                             "or build it with `make images`")
-        os.replace(partial, image)
+        with written_by_a_tool(image) as partial:
+            with _spython_exits(f"cannot pull {uri}", "check the registry address in the site config"):
+                cmd = self.client._init_command("pull") + flags + [str(partial), uri]
+                code, text = self._run(cmd)
+            if code != 0 or not partial.is_file():
+                raise ImageError(f"pulling {uri} failed: {_last_line(text)}",
+                                 "check the registry and tag (`hpcai-launch images list`), "
+                                 "or build it with `make images`")
         return image
 
     def push(self, image: Path, uri: str, *, https: bool = True) -> None:

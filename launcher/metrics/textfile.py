@@ -3,8 +3,8 @@ textfile collector (--collector.textfile.directory).
 
 node_exporter reads every *.prom in the folder: a folder someone else can write
 would let them add or swap series beside ours, so it is refused, as a link in
-its place is (safe_files.Folder opens it O_NOFOLLOW, and the trust rule is
-launcher/site/trust.py's). The file is replaced atomically (a collector never reads
+its place is (safe_files.Folder opens it O_NOFOLLOW, and the trust check is
+hpcai/ownership.py's). The file is replaced atomically (a collector never reads
 half a file); on a full disk the temporary file goes and the previous
 hpcai.prom stays whole.
 """
@@ -23,7 +23,7 @@ PROM_MODE = 0o644  # node_exporter runs as its own user: it must read the file
 def open_textfile_folder(path: Path) -> Folder:
     """The folder, opened without following a link, and trusted: owned by this user
     or root and writable by no one else (UsageError naming the fix otherwise)."""
-    from hpcai.launcher.site.trust import written_by_us
+    from hpcai.ownership import stat_problem
 
     try:
         folder = Folder.open(path)
@@ -32,11 +32,10 @@ def open_textfile_folder(path: Path) -> Folder:
                          "a symbolic link is never followed)",
                          "give an existing folder of yours, e.g. node_exporter's --collector.textfile.directory") \
             from None
-    st = os.fstat(folder.fd)
-    if not written_by_us(st, folder=False):
+    why = stat_problem(os.fstat(folder.fd), "it", kind="folder")
+    if why:
         folder.close()
-        raise UsageError(f"refusing the textfile folder {path}: it belongs to uid {st.st_uid} or others can "
-                         f"write it (mode {st.st_mode & 0o7777:04o}), so they could add series beside hpcai's",
+        raise UsageError(f"refusing the textfile folder {path}: {why}, so they could add series beside hpcai's",
                          f"use a folder only you (or root) can write: chmod go-w {path}")
     return folder
 

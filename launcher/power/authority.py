@@ -27,11 +27,11 @@ import os
 import pwd
 import re
 import socket
-import stat
 import time
 from pathlib import Path
 
 from hpcai.errors import PowerError
+from hpcai.ownership import stat_problem
 
 # Fixed on purpose (see the module docstring); tests isolate by GPU UUID.
 LOCK_ROOT = Path("/run/hpcai")
@@ -90,19 +90,9 @@ _MOVE_ASIDE = ("make sure no hpcai run or hpcai-power-helper is using it (`fuser
 
 
 def private_problem(st: os.stat_result, uid: int, directory: bool) -> str | None:
-    """Why a file or folder must not be trusted by `uid`; None when it may be."""
-    kind = "folder" if directory else "file"
-    if stat.S_ISLNK(st.st_mode):
-        return f"it is a symbolic link, not a {kind}"
-    if directory and not stat.S_ISDIR(st.st_mode):
-        return "it is not a folder"
-    if not directory and not stat.S_ISREG(st.st_mode):
-        return "it is not a regular file"
-    if st.st_uid != uid:
-        return f"it is owned by {_user_name(st.st_uid)}, not {_user_name(uid)}"
-    if st.st_mode & 0o022:
-        return f"it is group- or world-writable (mode {stat.S_IMODE(st.st_mode):04o})"
-    return None
+    """Why a file or folder must not be trusted by `uid`: hpcai/ownership.py's check with
+    `uid` the only owner; None when it may be."""
+    return stat_problem(st, "it", owners={uid}, kind="folder" if directory else "file")
 
 
 def _open_lock(path: Path) -> int:

@@ -65,9 +65,9 @@ def _toml():
 def _trusted_file(path: Path, what: str) -> bytes | None:
     """A root-owned file no one else can write, in folders no one else can write
     (else deleting it would lift every limit); None when absent."""
-    from hpcai.launcher.site.trust import folder_chain_problem
+    from hpcai.ownership import chain_problem
 
-    problem = folder_chain_problem(path.parent)
+    problem = chain_problem(path.parent)  # this user (root) or root own them all
     if problem:
         raise ConfigError(f"refusing the {what} {path}: {problem}",
                           "it and the folders above it must be owned by root and writable by root alone")

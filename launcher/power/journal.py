@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import tempfile
 import time
 from pathlib import Path
 
@@ -51,6 +50,7 @@ def write_new_record(path, record: dict, what: str) -> None:
     (made 0700; refused when another user could write it): of two launchers
     racing to write one journal, the second gets StaleJournalError."""
     from hpcai.errors import StaleJournalError
+    from hpcai.safe_files import Folder
 
     path = Path(path)
     try:
@@ -58,18 +58,17 @@ def write_new_record(path, record: dict, what: str) -> None:
     except OSError as exc:
         raise PowerError(f"cannot write the {what} {path}: {exc}", STATE_DIR_HINT) from exc
     check_state_dir(path.parent)
-    tmp = _write_temporary(path, record)
+    text = json.dumps(record, indent=2) + "\n"
     try:
-        os.link(tmp, path)  # fails if the journal exists: never replaces another run's
+        # Linked to its name only whole and fsynced: never replaces another run's.
+        with Folder.open(path.parent) as folder, folder.creating(path.name, mode=0o600, durable=True) as f:
+            f.write(text.encode())
     except FileExistsError:
         raise StaleJournalError(
             f"a {what} appeared at {path} while this run was starting (another run uses it)",
             "give each concurrent run its own --journal, or wait for the other run to end") from None
     except OSError as exc:
         raise PowerError(f"cannot write the {what} {path}: {exc}", STATE_DIR_HINT) from exc
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-    _fsync_dir(path.parent)
 
 
 def check_state_dir(directory) -> None:
@@ -176,27 +175,6 @@ def record_workload(path, pgid: int, tag: str) -> None:
         return
     record["workload"] = {"pgid": int(pgid), "tag": tag}
     _write_record(Path(path), record)
-
-
-def _write_temporary(path: Path, record: dict) -> str:
-    """The record in a new temporary file beside `path` (mkstemp: O_EXCL, 0600), fsynced:
-    linked to its name by write_new_record, which must never replace another run's."""
-    try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as exc:
-        raise PowerError(f"cannot write the power journal {path}: {exc}", STATE_DIR_HINT) from exc
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(record, f, indent=2)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-    except BaseException as exc:
-        Path(tmp).unlink(missing_ok=True)
-        if isinstance(exc, OSError):
-            raise PowerError(f"cannot write the power journal {path}: {exc}", STATE_DIR_HINT) from exc
-        raise
-    return tmp
 
 
 def _write_record(path: Path, record: dict) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from hpcai.errors import ConfigError, HpcaiError
 from hpcai.launcher.site.trust import written_by_us
+from hpcai.ownership import stat_problem
 from hpcai.safe_files import Folder
 
 DEFAULT_SPOOL = Path("/var/spool/hpcai/receipts")
@@ -45,10 +46,10 @@ def open_spool(path: Path, create: bool) -> Folder:
                               "make it a real folder owned by root, mode 0755") from None
         raise ConfigError(f"cannot open the receipts spool {path}: {exc.strerror}",
                           "create it as root (mode 0755) or set [receipts] spool in the site file") from None
-    if not written_by_us(os.fstat(folder.fd)):
-        uid, mode = folder.owner_and_mode()
+    why = stat_problem(os.fstat(folder.fd), "it")
+    if why:
         folder.close()
-        raise ConfigError(f"refusing the receipts spool {path}: owned by uid {uid}, mode {mode:04o}",
+        raise ConfigError(f"refusing the receipts spool {path}: {why}",
                           "it must be owned by root and writable by root alone (chmod 0755)")
     return folder
 

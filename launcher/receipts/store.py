@@ -21,7 +21,7 @@ from pathlib import Path
 
 from hpcai.errors import UsageError
 from hpcai.launcher.receipts import spool as spool_files
-from hpcai.launcher.site.trust import written_by_us
+from hpcai.ownership import stat_problem
 
 RECEIPT_COLUMNS = {
     "file": "VARCHAR", "job_id": "VARCHAR", "restarts": "INTEGER", "node": "VARCHAR", "host": "VARCHAR",
@@ -100,7 +100,7 @@ def list_spool(spool: Path) -> tuple[list[tuple[str, int, int]], int]:
             if entry.name.startswith(".") or not entry.name.endswith(".json"):
                 continue
             st = entry.stat(follow_symlinks=False)
-            if entry.is_file(follow_symlinks=False) and written_by_us(st):
+            if stat_problem(st, entry.name, kind="file") is None:
                 found.append((entry.name, st.st_size, st.st_mtime_ns))
             else:
                 untrusted += 1

@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import stat
 from pathlib import Path
 
 RECORD = ".kept-plots.json"
@@ -121,6 +120,7 @@ def _read_ours(folder: Path, name: str, limit: int) -> bytes | None:
     the plots folder and the file opened without following a link, checked by
     their descriptors (nothing can be swapped in between); else None."""
     from hpcai.launcher.site.trust import written_by_us
+    from hpcai.ownership import stat_problem
     from hpcai.safe_files import Folder
 
     if not isinstance(name, str) or not name or "/" in name or name in (".", ".."):
@@ -133,7 +133,7 @@ def _read_ours(folder: Path, name: str, limit: int) -> bytes | None:
                          dir_fd=opened.fd)  # O_NONBLOCK: a FIFO never blocks
             with os.fdopen(fd, "rb") as fh:
                 st = os.fstat(fh.fileno())
-                if not stat.S_ISREG(st.st_mode) or not written_by_us(st) or st.st_size > limit:
+                if stat_problem(st, name, kind="file") or st.st_size > limit:
                     return None
                 return fh.read(limit + 1)
     except OSError:

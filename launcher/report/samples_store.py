@@ -34,9 +34,9 @@ def cache_folder() -> Path | None:
         info = os.lstat(folder)
     except OSError:
         return None
-    import stat
+    from hpcai.ownership import stat_problem
 
-    return folder if stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() else None
+    return None if stat_problem(info, folder, owners={os.geteuid()}, kind="folder") else folder
 
 
 def power_series(run) -> Series:
@@ -95,31 +95,31 @@ def _from_parquet(path: Path) -> list[list[str]]:
 
 
 def _to_parquet(data: bytes, copy: Path) -> None:
-    """The CSV's text as zstd Parquet (all columns text: nothing re-rounded), written
-    under a temporary name and renamed, so a reader never sees half a file."""
-    import tempfile
-
+    """The CSV's text as zstd Parquet (all columns text: nothing re-rounded), written by
+    DuckDB in a private folder beside the copy and renamed over it (hpcai/safe_files.py
+    written_by_a_tool), so a reader never sees half a file."""
     import duckdb
 
-    fd, csv_path = tempfile.mkstemp(suffix=".csv", dir=copy.parent)
-    temp = f"{copy}.{os.getpid()}.partial"
+    from hpcai.safe_files import written_by_a_tool
+
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        con = duckdb.connect(":memory:")
-        try:
-            quoted = temp.replace("'", "''")
-            con.execute("COPY (SELECT * FROM read_csv(?, header = true, all_varchar = true, "
-                        "delim = ',', quote = '\"', escape = '\"')) "
-                        f"TO '{quoted}' (FORMAT parquet, COMPRESSION zstd)", [csv_path])
-        finally:
-            con.close()
-        os.replace(temp, copy)
+        with written_by_a_tool(copy) as temp:
+            csv_path = temp.with_name(f"{temp.name}.csv")  # in the same private folder
+            try:
+                csv_path.write_bytes(data)
+                _csv_to_parquet(duckdb, csv_path, temp)
+            finally:
+                csv_path.unlink(missing_ok=True)
     except (duckdb.Error, OSError):
         pass  # a cache: the CSV is read again next time
+
+
+def _csv_to_parquet(duckdb, csv_path: Path, target: Path) -> None:
+    con = duckdb.connect(":memory:")
+    try:
+        quoted = str(target).replace("'", "''")
+        con.execute("COPY (SELECT * FROM read_csv(?, header = true, all_varchar = true, "
+                    "delim = ',', quote = '\"', escape = '\"')) "
+                    f"TO '{quoted}' (FORMAT parquet, COMPRESSION zstd)", [str(csv_path)])
     finally:
-        for path in (csv_path, temp):
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+        con.close()

@@ -35,7 +35,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import stat
 import tempfile
 from pathlib import Path
 from typing import NamedTuple
@@ -165,21 +164,21 @@ def _safe_location(db: Path) -> str | None:
     be ours and writable by no one else; an existing file must be a regular file of
     ours, reached without a link. One of ours that others could write is removed
     (a cache: it is built again), since its numbers may be anyone's."""
-    from hpcai.launcher.site.trust import written_by_us
+    from hpcai.ownership import stat_problem
 
+    ours = {os.geteuid()}
     try:
         db.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        folder = os.lstat(db.parent)
-        if stat.S_ISLNK(folder.st_mode) or folder.st_uid != os.geteuid():
-            return f"{shown_path(db.parent)} is a symbolic link or not ours"
-        if not written_by_us(folder):
-            return f"{shown_path(db.parent)} can be written by other users (chmod go-w it)"
+        why = stat_problem(os.lstat(db.parent), shown_path(db.parent), owners=ours, kind="folder")
+        if why:
+            return why
         for path in (db, Path(f"{db}.wal")):
             if os.path.lexists(path):
                 info = os.lstat(path)
-                if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
-                    return f"{shown_path(path)} is not a regular file of ours"
-                if not written_by_us(info):
+                why = stat_problem(info, shown_path(path), owners=ours, kind="file", forbidden=0)
+                if why:
+                    return why
+                if stat_problem(info, path, owners=ours):
                     os.unlink(path)
     except OSError as exc:
         return f"{shown_path(db)}: {exc.strerror}"

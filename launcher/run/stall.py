@@ -57,10 +57,11 @@ class StallWatchdog:
         environment that names it to the ranks; none (no watchdog) if it cannot be made."""
         if self.timeout_s is None:
             return {}
+        from hpcai.safe_files import Folder
+
         try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                         | os.O_CLOEXEC, 0o644)
-            os.close(fd)
+            with Folder.open(self.path.parent) as folder:
+                os.close(folder.create_new(self.path.name))
         except OSError as exc:
             self.problem = f"{self.path}: {exc.strerror or exc}"
             self.timeout_s = None

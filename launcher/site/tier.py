@@ -1,8 +1,8 @@
 """This node's measurement tier now (hpcai/measure/tier.py has the rules),
 from the self-test's calibration: a root-owned JSON state file
 (node_power.calibration_file), written through hpcai/safe_files.py (no-follow,
-atomic) and believed only when launcher/site/trust.py's check passes and root owns
-it, so a user cannot promote their own results. Results, per-job receipts and
+atomic) and believed only when the trust check (hpcai/ownership.py) passes with root
+its only owner, so a user cannot promote their own results. Results, per-job receipts and
 metrics call current_tier(site)."""
 from __future__ import annotations
 
@@ -31,14 +31,13 @@ def store_calibration(site_or_config, calibration: dict) -> Path:
 
 def read_calibration(site_or_config) -> tuple[dict | None, str | None]:
     """(calibration, None), or (None, why it is not believed)."""
-    from hpcai.launcher.site.trust import untrusted
+    from hpcai.ownership import path_problem
 
     path = calibration_path(site_or_config)
     if not os.path.lexists(path):
         return None, f"no calibration at {path} (run `hpcai-launch selftest --only meter` as root)"
-    why = untrusted(path)
-    if why is None and os.lstat(path).st_uid != 0:
-        why = f"{path} is not owned by root"
+    # Root's alone, as a result is trusted (launcher/site/trust.py: its two folders too).
+    why = path_problem(path, owners={0}, kind="file", above=2)
     if why is not None:
         return None, why
     try:

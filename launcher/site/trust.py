@@ -15,11 +15,11 @@ import os
 import stat
 from pathlib import Path
 
-from hpcai.ownership import OTHERS_WRITE as _OTHERS_WRITE
-from hpcai.ownership import owner_ok as _owner_ok
+from hpcai.ownership import OTHERS_WRITE, chain_problem, owner_ok, path_problem, stat_problem
 from hpcai.ownership import written_by_us  # noqa: F401 (imported from here by the launcher)
 
-# The rule itself lives in hpcai/ownership.py: the workloads' batch cache uses it too.
+# The rule itself lives in hpcai/ownership.py (the one trust check): the power helper
+# and the workloads' batch cache use it too.
 
 
 def folder_chain_problem(folder: Path) -> str | None:
@@ -27,48 +27,13 @@ def folder_chain_problem(folder: Path) -> str | None:
     folder missing at the bottom is skipped: only the one above could make it);
     None when every one may. Root code reads a file it trusts only from such a
     folder: one that others can write lets them remove or replace the file."""
-    folder = Path(os.path.realpath(folder))
-    for part in (folder, *folder.parents):
-        try:
-            st = os.lstat(part)
-        except FileNotFoundError:
-            continue
-        except OSError as exc:
-            return f"{part} cannot be read ({exc.strerror})"
-        if not stat.S_ISDIR(st.st_mode):
-            return f"{part} is not a folder"
-        if not _owner_ok(st.st_uid):
-            return f"{part} belongs to uid {st.st_uid}"
-        if not written_by_us(st, folder=True):
-            return f"{part} can be written by other users (mode {stat.S_IMODE(st.st_mode):04o})"
-    return None
+    return chain_problem(folder)
 
 
 def untrusted(result: Path) -> str | None:
-    """Why the result file cannot be trusted, in a few words naming the path; None if it can."""
-    result = Path(result)
-    try:
-        st = os.lstat(result)
-    except OSError as exc:
-        return f"{result} cannot be read ({exc.strerror})"
-    if stat.S_ISLNK(st.st_mode):
-        return f"{result} is a symbolic link"
-    if not stat.S_ISREG(st.st_mode):
-        return f"{result} is not a regular file"
-    if not _owner_ok(st.st_uid):
-        return f"{result} belongs to uid {st.st_uid}, not to you (or root)"
-    if st.st_mode & _OTHERS_WRITE:
-        return f"{result} can be written by other users"
-    for folder in (result.parent, result.parent.parent):
-        try:
-            fst = os.stat(folder)
-        except OSError as exc:
-            return f"{folder} cannot be read ({exc.strerror})"
-        if not _owner_ok(fst.st_uid):
-            return f"{folder} belongs to uid {fst.st_uid}, not to you (or root)"
-        if fst.st_mode & _OTHERS_WRITE and not fst.st_mode & stat.S_ISVTX:
-            return f"{folder} can be written by other users"
-    return None
+    """Why the result file cannot be trusted, in a few words naming the path; None if it can.
+    Its run folder and the folder holding that are checked too."""
+    return path_problem(result, kind="file", above=2)
 
 
 HOW_TO_TRUST = ("keep results in folders only you can write (chmod go-w), "
@@ -88,17 +53,15 @@ def refuse_planted(folder: Path, what: str) -> None:
     except OSError as exc:
         raise UsageError(f"cannot read {what} {folder} ({exc.strerror})",
                          "check the results folder") from None
+    why = stat_problem(st, f"{what} {folder}", kind="folder")
+    if why is None:
+        return
     fix = "move it aside (someone else may have made it) and run again"
     if stat.S_ISLNK(st.st_mode):
-        raise UsageError(f"{what} {folder} is a symbolic link: hpcai never writes through one",
-                         fix)
-    if not stat.S_ISDIR(st.st_mode):
-        raise UsageError(f"{what} {folder} is not a folder", fix)
-    if not _owner_ok(st.st_uid):
-        raise UsageError(f"{what} {folder} belongs to uid {st.st_uid}, not to you", fix)
-    if st.st_mode & _OTHERS_WRITE:
-        raise UsageError(f"{what} {folder} can be written by other users",
-                         f"chmod go-w {folder} if it is yours, else {fix}")
+        why += ": hpcai never writes through one"
+    elif stat.S_ISDIR(st.st_mode) and st.st_mode & OTHERS_WRITE and owner_ok(st.st_uid):
+        fix = f"chmod go-w {folder} if it is yours, else {fix}"
+    raise UsageError(why, fix)
 
 
 def claim_folder(folder: Path, what: str) -> None:

@@ -191,6 +191,22 @@ def test_a_calibration_others_can_write_or_a_link_is_not_believed(tmp_path):
     assert tier["tier"] == "counter" and "symbolic link" in tier["reason"]
 
 
+def test_a_calibration_root_does_not_own_with_its_folders_is_not_believed(tmp_path):
+    # Root alone may grant the node's tier: a file, or a folder above it, of another
+    # user (these tests run as root; 65534 is nobody) is not believed.
+    folder = tmp_path / "state"
+    folder.mkdir(mode=0o755)
+    config = {"calibration_file": str(folder / "c.json")}
+    path = LT.store_calibration(config, _calibration())
+    os.chown(folder, 65534, 65534)
+    tier = LT.current_tier(config)
+    assert tier["tier"] == "counter" and f"{folder} belongs to uid 65534, not to you" in tier["reason"]
+    os.chown(folder, 0, 0)
+    os.chown(path, 65534, 65534)
+    tier = LT.current_tier(config)
+    assert tier["tier"] == "counter" and f"{path} belongs to uid 65534" in tier["reason"]
+
+
 def test_storing_replaces_a_planted_link_and_never_writes_through_it(tmp_path):
     victim = tmp_path / "victim"
     victim.write_text("keep me\n")

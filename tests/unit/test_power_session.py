@@ -390,10 +390,13 @@ def test_journal_write_is_atomic_and_load_validates(tmp_path, monkeypatch):
     path = tmp_path / "j" / "power-journal-x.json"
     linked = []
     real_link = os.link
-    # Published by a hard link of a complete temporary file: atomic, and never over another's.
-    monkeypatch.setattr(journal_mod.os, "link", lambda a, b: (linked.append((a, b)), real_link(a, b)))
+    # Published by a hard link of a complete temporary file in the same folder (safe_files'
+    # Folder.creating, by the folder's descriptor): atomic, and never over another's.
+    monkeypatch.setattr(journal_mod.os, "link",
+                        lambda a, b, **kw: (linked.append((a, b, kw)), real_link(a, b, **kw)))
     record = write_journal(path, "command", {1: {"uuid": "u1", "limit_w": 500}})
-    assert linked and Path(linked[0][1]) == path and Path(linked[0][0]).parent == path.parent
+    assert linked and linked[0][1] == path.name and linked[0][0].startswith(f".{path.name}.")
+    assert linked[0][2]["src_dir_fd"] == linked[0][2]["dst_dir_fd"]
     assert load_journal(path) == record
     assert record["gpus"] == [{"index": 1, "uuid": "u1", "limit_w": 500.0}]
     assert list(path.parent.iterdir()) == [path]  # no temp file left behind
