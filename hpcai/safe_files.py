@@ -13,7 +13,8 @@ name, link or not, is EEXIST).
 
 Used by every writer of run folders, results, samples, sweep folders and
 reports (launcher/run/output_check.py, launcher/sweep/driver.py, launcher/report/,
-workloads/result.py), power and clock journals (launcher/power/journal.py). The base of a path, the folder a user names with
+hpcai/result_document.py), power and clock journals (launcher/power/journal.py). The base
+of a path, the folder a user names with
 --output, is theirs to point anywhere; below it nothing is followed.
 """
 from __future__ import annotations

@@ -31,7 +31,7 @@ def answer_path(folder: Path, segment: int) -> Path:
 
 
 def write_atomic(path: Path, doc: dict) -> None:
-    from hpcai.workloads.result import write_json_atomic
+    from hpcai.result_document import write_json_atomic
 
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, doc)

@@ -13,7 +13,7 @@ import traceback
 from pathlib import Path
 
 from hpcai.timestamps import now_iso
-from hpcai import provenance
+from hpcai import provenance, result_document
 from hpcai.errors import HpcaiError, Interrupted
 from hpcai.signals import deferred_signals, install_signal_handlers
 from hpcai.spec import RunSpec
@@ -319,7 +319,7 @@ class Run:
                 doc["sidecar"]["samples"] = None
         if status == "complete":
             doc["sidecar"].update(self._write_mllog(doc, folder, ranks))
-        R.write_json_atomic(folder / "segment.json", R.clean(doc))
+        result_document.write(folder / "segment.json", doc)
 
     def _report_epoch(self, epoch, total: int) -> None:
         from hpcai.workloads import heartbeat
@@ -454,7 +454,7 @@ class Run:
 
     def _write(self, doc: dict) -> None:
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        R.write_json_atomic(self.out_dir / self.result_file, R.clean(doc))
+        result_document.write(self.out_dir / self.result_file, doc)
 
     def _input_section(self, ranks: list[dict], seconds: float | None) -> dict:
         """`input`: the runtime split, where the data came from storage."""
@@ -480,18 +480,12 @@ class Run:
         gpus, packages, power = R.power_section(spec, self.discovery, self.sampler, window, units,
                                                node=self.node_power)
         config = self._config()
-        doc = {
-            "schema_version": R.RESULT_SCHEMA_VERSION,
-            "kind": "hpcai.result",
+        doc = result_document.skeleton(spec, started or self.started, self._unit())
+        doc.update({
             "status": status,
             "error": error,
-            "run_id": spec["run_id"],
-            "workload": spec["workload"],
-            "spec": spec,
             "timestamps": self._timestamps(status, started, window),
-            "host": provenance.host_info(),
-            "software": self._software(),
-            "runtime": spec.get("runtime", {"kind": "host"}),
+            "software": self._software(doc["software"]),
             "config": config,
             "protocol": self._protocol_record(spec, epochs),
             "epochs": epochs,
@@ -503,11 +497,10 @@ class Run:
             "power": power,
             "memory": _peak_memory(ranks),
             "workload_metrics": self._metrics_with_phases(spec, first_epoch),
-            **({"comparability": spec["comparability"]} if spec.get("comparability") else {}),
             **self._input_section(ranks, throughput["measured_seconds"]),
             "sidecar": {"samples": SAMPLES_FILE if self.sampler and status != "running"
                         and self.sampler_written else None},
-        }
+        })
         if self.measurement is not None and spec is self.spec:
             doc["measurement"] = self.measurement
         # A workload that adds figures made of the document's own (exec: energy to solution).
@@ -565,8 +558,8 @@ class Run:
                            "backend": ctx.backend, "threads_per_process": ctx.threads})
         return config
 
-    def _software(self) -> dict:
-        software = provenance.hpcai_versions()
+    def _software(self, software: dict) -> dict:
+        """hpcai's versions (the skeleton's) with the framework's and the GPU library's."""
         if self.ctx is not None:
             software.update(framework_versions(self.ctx, self.impl.framework))
         if self.discovery is not None and self.discovery.library is not None:
@@ -577,8 +570,7 @@ class Run:
         """The protocol as run: the spec's settings, the sampler's achieved rate."""
         sampler = self.sampler
         return {
-            **{k: spec["protocol"][k] for k in ("warmup_epochs", "epochs", "steps_per_epoch")},
-            "sample_interval_s": spec["protocol"]["sample_interval_s"],
+            **result_document.protocol_settings(spec),
             "sample_interval_achieved_s": sampler.achieved_intervals() if sampler else None,
             "samples": len(sampler.times) if sampler else 0,
             "sampler_overhead": sampler.overhead() if sampler else None,

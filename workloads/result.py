@@ -1,12 +1,9 @@
-"""Turns what a run measured into the result document (schema v1), and
-writes it atomically.
+"""Turns what a run measured into the result document's figures (schema v1);
+the document's skeleton, cleaning and writing are hpcai/result_document.py's.
 """
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from hpcai.measure import cap_binding
 from hpcai.measure.efficiency import units_per_joule
@@ -14,7 +11,6 @@ from hpcai.measure.node_power import energy_with_node, node_section
 from hpcai.measure.stats import throughput_stats
 from hpcai.measure.telemetry import integrate_power_j, window_stats
 
-RESULT_SCHEMA_VERSION = "1.1"  # 1.1: power.tier (issue 44); power.profile, spec.power.profile (--power-profile)
 # Counter and integrated energy further apart than this: trust neither blindly.
 ENERGY_AGREEMENT_FRAC = 0.25
 # NVML's power sensor covers only part of each period on A100/H100 ("only 25%
@@ -25,37 +21,6 @@ MIN_WINDOW_S = 10.0
 MIN_SAMPLE_FRAC = 0.5
 # A counter that stays put this long while power is drawn has frozen.
 FROZEN_AFTER_S = 2.0
-
-
-def write_json_atomic(path: Path, doc: dict) -> None:
-    """Readers see the old file or the new one, never half of one. The file is
-    0644 less the umask (hpcai/safe_files.py): readable by the group where the umask
-    allows, never writable by anyone else."""
-    # Through hpcai/safe_files.py: the folder opened without following a link, a
-    # new file made inside it (O_EXCL | O_NOFOLLOW), renamed over the name.
-    from hpcai.safe_files import Folder
-
-    path = Path(path)
-    text = json.dumps(doc, indent=2, allow_nan=False, default=_json_default) + "\n"
-    with Folder.open(path.parent) as folder:
-        folder.write_text(path.name, text)
-
-
-def _json_default(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
-
-
-def _clean(value):
-    """NaN and infinities become null: JSON has no place for them."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_clean(v) for v in value]
-    return value
 
 
 def node_throughput(ranks: list[dict]) -> dict:
@@ -350,10 +315,6 @@ def measured_window(progress_epochs: list[dict]) -> tuple[float, float] | None:
     if not measured:
         return None
     return measured[0]["start"], measured[-1]["end"]
-
-
-def clean(doc: dict) -> dict:
-    return _clean(doc)
 
 
 def phase_energy(spec: dict, discovery, sampler, phases: dict) -> dict:

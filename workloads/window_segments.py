@@ -25,7 +25,7 @@ from pathlib import Path
 
 from hpcai.timestamps import now_iso
 from hpcai.errors import WorkloadError
-from hpcai.workloads import result as R
+from hpcai.result_document import write_json_atomic
 
 POLL_S = 0.05
 GATE_DIR = "gate"  # in the run folder; the program's env names it (api.GATE_ENV)
@@ -105,7 +105,7 @@ def requested(folder: Path, window: int) -> bool:
 
 
 def answer(folder: Path, window: int, reply: dict) -> None:
-    R.write_json_atomic(go_path(folder, window), reply)
+    write_json_atomic(go_path(folder, window), reply)
 
 
 def make_folder(folder: Path) -> None:

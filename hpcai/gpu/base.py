@@ -10,6 +10,14 @@ from __future__ import annotations
 import abc
 from dataclasses import asdict, dataclass, field
 
+# A power limit "matches" a cap (or a default, or the limit asked for) within this
+# many watts: NVML sets limits in mW and amdsmi in µW, so a limit that held reads
+# back within a watt. The one tolerance for it: validity's enforced_limit check
+# (hpcai/measure/validity.py THRESHOLDS["limit_match_w"]), the cap session's and
+# the sudo helper's read-back, and the job receipts' "who set the cap". Here, beside
+# the limits it compares, because the root helper must import little (not hpcai.measure).
+LIMIT_MATCH_W = 1.0
+
 
 @dataclass(frozen=True)
 class GpuInfo:

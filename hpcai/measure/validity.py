@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 
+from hpcai.gpu.base import LIMIT_MATCH_W
 from hpcai.measure import adaptive
 
 VERSION = 1
@@ -50,8 +51,9 @@ THRESHOLDS = {
     # idle baseline (a GPU drawing idle power is not running the benchmark).
     "power_max_factor": 1.05,
     # Enforced limit vs requested cap, W: NVML sets limits in mW and amdsmi in
-    # µW, so a cap that held reads back within a watt.
-    "limit_match_w": 1.0,
+    # µW, so a cap that held reads back within a watt (hpcai/gpu/base.py, which the
+    # cap session, the sudo helper and the receipts read too).
+    "limit_match_w": LIMIT_MATCH_W,
     # Mean GPU utilisation while measuring, %. milabench's usage validation only
     # asks for load above 1% and memory above 50% (milabench/validation/usage.py,
     # load_threshold 0.01, mem_threshold 0.50); a benchmark built to load the GPU

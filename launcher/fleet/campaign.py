@@ -55,7 +55,7 @@ def read_json(path: Path) -> dict | None:
 
 
 def write_json(path: Path, doc: dict) -> None:
-    from hpcai.workloads.result import write_json_atomic
+    from hpcai.result_document import write_json_atomic
 
     write_json_atomic(path, doc)
 

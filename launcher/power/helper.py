@@ -33,6 +33,7 @@ import sys
 from pathlib import Path
 
 from hpcai.errors import ConfigError, HpcaiError, PowerError, UsageError
+from hpcai.gpu.base import LIMIT_MATCH_W as TOLERANCE_W  # validity's: one tolerance
 from hpcai.launcher.power.authority import (
     _SAFE_UUID,
     LOCK_ROOT,
@@ -50,7 +51,6 @@ SCONTROL_TIMEOUT_S = 30
 # them ({helper}: the console script's absolute path).
 SUDOERS_LINE = "ALL ALL=(root) NOPASSWD: {helper}"
 EPILOG_LINE = '{helper} restore --job "$SLURM_JOB_ID"'
-TOLERANCE_W = 1.0
 
 
 # ---- settings ---------------------------------------------------------------------------

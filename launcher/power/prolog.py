@@ -23,6 +23,7 @@ import re
 import sys
 
 from hpcai.errors import ConfigError, HpcaiError, PowerError, UsageError
+from hpcai.gpu.base import LIMIT_MATCH_W
 from hpcai.launcher.power import helper
 from hpcai.launcher.power.authority import GpuAuthority, read_private_json, write_private_json
 
@@ -132,7 +133,7 @@ def cap_job(device, job_id: str, owner: tuple[int, str], watts: float, config: d
         helper._check_range(watts, limits, config, original)
         device.set_power_limit_w(watts)
         got = device.power_limits().current_w
-        if abs(got - watts) > helper.TOLERANCE_W:
+        if abs(got - watts) > LIMIT_MATCH_W:
             raise PowerError(f"GPU {uuid} reads {got:g} W after setting {watts:g} W")
         record = {**authority.holder_record(), "uid": owner[0], "user": owner[1], "set_by": "prolog"}
         write_private_json(helper._job_record_path(uuid), record)

@@ -24,6 +24,7 @@ from hpcai.errors import (
     StaleJournalError,
     UsageError,
 )
+from hpcai.gpu.base import LIMIT_MATCH_W
 from hpcai.launcher.power.backends import PowerBackend
 from hpcai.launcher.power.restoring import SETTLE_S, RestoringSession, describe, read_back_settled
 from hpcai.launcher.power.stale import pid_alive, stop_or_refuse
@@ -95,7 +96,6 @@ class CapSession(RestoringSession):
         cap_w: float | None,
         gpu_indices: list[int] | None = None,
         journal_path=None,
-        tolerance_w: float = 1.0,
         run_id: str | None = None,
         hold: bool = False,
         wait_s: float = 0.0,
@@ -105,7 +105,7 @@ class CapSession(RestoringSession):
         self.cap_w = None if cap_w is None else float(cap_w)
         self.gpu_indices = None if gpu_indices is None else list(dict.fromkeys(gpu_indices))
         self.journal_path = Path(journal_path) if journal_path is not None else default_journal_path()
-        self.tolerance_w = tolerance_w
+        self.tolerance_w = LIMIT_MATCH_W  # validity's enforced_limit tolerance: one rule
         self.indices: list[int] = []
         self.gpus: dict[int, dict] = {}  # per GPU index, for the result record
         self._snapshot: dict[int, float] = {}
@@ -418,8 +418,8 @@ def check_journal_gpus(backend, record: dict, by_uuid: dict, path) -> None:
                              "it does not belong to this node; check it and delete it")
         lim = backend.limits(index)
         want = float(entry["limit_w"])
-        if not math.isfinite(want) or (lim.min_w is not None and want < lim.min_w - 1.0) or (
-                lim.max_w is not None and want > lim.max_w + 1.0):
+        if not math.isfinite(want) or (lim.min_w is not None and want < lim.min_w - LIMIT_MATCH_W) or (
+                lim.max_w is not None and want > lim.max_w + LIMIT_MATCH_W):
             raise PowerError(f"the power journal {path} asks for {want:g} W on GPU {uuid}, outside its range "
                              f"{_fmt(lim.min_w)}-{_fmt(lim.max_w)} W", "check it and delete it")
 
@@ -467,7 +467,7 @@ def restore_originals(backend) -> list[dict]:
             continue
         want = float(record["limit_w"])
         lim = backend.limits(gpu.index)
-        if lim.min_w is not None and lim.max_w is not None and not lim.min_w - 1 <= want <= lim.max_w + 1:
+        if lim.min_w is not None and lim.max_w is not None and not lim.min_w - LIMIT_MATCH_W <= want <= lim.max_w + LIMIT_MATCH_W:
             continue
         try:
             authority = restore_authority(backend, [gpu.uuid])
@@ -477,7 +477,7 @@ def restore_originals(backend) -> list[dict]:
         try:
             backend.set_limit_w(gpu.index, want)
             got = backend.limits(gpu.index).current_w
-            if abs(got - want) > 1.0:
+            if abs(got - want) > LIMIT_MATCH_W:
                 raise PowerError(f"GPU {gpu.index} reads {got:g} W after restoring {want:g} W", RESTORE_HINT)
             authority.forget_original(gpu.uuid)
         finally:
@@ -502,7 +502,7 @@ def _restore_entries(backend, record: dict, by_uuid: dict, path, authority) -> d
             backend.set_limit_w(index, want)
             got = backend.limits(index).current_w
             result["read_back_w"] = got
-            if abs(got - want) > 1.0:
+            if abs(got - want) > LIMIT_MATCH_W:
                 raise PowerError(f"reads {got:g} W after restoring {want:g} W")
             result["ok"] = True
             if authority is not None and uuid:

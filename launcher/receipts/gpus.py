@@ -22,10 +22,9 @@ import time
 from pathlib import Path
 
 from hpcai.errors import HpcaiError
+from hpcai.gpu.base import LIMIT_MATCH_W
 from hpcai.launcher.power.authority import LOCK_ROOT, holder_of, original_of, read_private_json
 from hpcai.launcher.power.job_caps import job_record_path
-
-TOLERANCE_W = 1.0
 
 
 def _optional(read):
@@ -82,9 +81,9 @@ def cap_set_by(uuid: str, cap_w: float | None, default_w: float | None, job_id: 
     holder = holder_of(uuid, root)
     if holder:
         return f"hpcai run {holder.get('run_id') or holder.get('pid')}"
-    if default_w is not None and abs(cap_w - default_w) <= TOLERANCE_W:
+    if default_w is not None and abs(cap_w - default_w) <= LIMIT_MATCH_W:
         return "default"
-    if policy_w is not None and abs(cap_w - policy_w) <= TOLERANCE_W:
+    if policy_w is not None and abs(cap_w - policy_w) <= LIMIT_MATCH_W:
         return "policy"
     if original_of(uuid, root):
         return "hpcai"

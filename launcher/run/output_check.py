@@ -55,7 +55,7 @@ def min_free_mb(site: dict) -> float:
 
 def write_new_json(path: Path, doc: dict, what: str) -> None:
     """Write doc atomically; on a disk error, nothing is left at path."""
-    from hpcai.workloads.result import write_json_atomic
+    from hpcai.result_document import write_json_atomic
 
     try:
         write_json_atomic(path, doc)

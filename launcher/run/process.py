@@ -252,12 +252,15 @@ def limits_in_force(backend, indices: list[int]) -> dict[int, float | None]:
     return found
 
 
-def placeholder_result(spec: RunSpec, run_dir: Path) -> dict:
-    """The result as it stands before the workload starts: `running`, no figures."""
-    from hpcai.workloads.entrypoint import Run
-    from hpcai.workloads.result import clean
+def placeholder_result(spec: RunSpec) -> dict:
+    """The result as it stands before the workload starts: `running`, no figures
+    (the skeleton the workload's entrypoint fills, hpcai/result_document.py)."""
+    from hpcai import result_document
+    from hpcai.timestamps import now_iso
+    from hpcai.workloads.catalog import get_workload
 
-    return clean(Run(spec, run_dir)._document())
+    unit = get_workload(spec.workload).unit
+    return result_document.clean(result_document.skeleton(spec.to_json(), now_iso(), unit))
 
 
 # ---- signals ----------------------------------------------------------------------
@@ -343,7 +346,7 @@ def finish_result(doc: dict, run_dir: Path, spec: RunSpec, code: int | None, lim
     in-run segment alike: a `running` one marked interrupted or crashed, the limits
     set and in force, the clocks, the idle baseline, validity again; cleaned."""
     from hpcai.measure import validity
-    from hpcai.workloads.result import clean
+    from hpcai.result_document import clean
 
     if doc["status"] == "running":
         if interrupted is not None:

@@ -60,7 +60,7 @@ def _run_workload(proc: WorkloadProcess, run_dir: Path, spec: RunSpec) -> dict:
     force as it ended."""
     # Only now, with the cap in place, does the run leave anything on disk:
     # the folder, its spec and a `running` result that any ending will mark.
-    output_check.first_write(run_dir, spec.to_json(), placeholder_result(spec, run_dir))
+    output_check.first_write(run_dir, spec.to_json(), placeholder_result(spec))
     proc.attach()
     devices = spec.devices
     log(f"run {spec.run_id}: {spec.workload} preset {spec.preset} on "
@@ -89,7 +89,7 @@ def _after_limits(run: RunPlan, proc: WorkloadProcess, end_limits: dict) -> int:
 
 def write_result(run_dir: Path, spec: RunSpec, proc: WorkloadProcess, end_limits: dict) -> dict:
     """The workload's result.json, finished (launcher/run/process.py) and written back."""
-    from hpcai.workloads.result import write_json_atomic
+    from hpcai.result_document import write_json_atomic
 
     path = run_dir / "result.json"
     doc = results.load(path)

@@ -7,6 +7,7 @@ import statistics
 import time
 
 from hpcai.errors import HpcaiError
+from hpcai.gpu.base import LIMIT_MATCH_W
 from hpcai.launcher.selftest.base import Check, Context
 from hpcai.launcher.selftest.load import GpuLoad
 
@@ -219,7 +220,7 @@ def check_caps(ctx: Context) -> list[Check]:
                               {"cap_w": cap, "enforced_w": enforced, "median_power_w": medians,
                                "loaded": load.active}))
     back = {i: backend.limits(i).current_w for i in indices}
-    wrong = [i for i in indices if abs(back[i] - snapshot[i].current_w) > 1.0]
+    wrong = [i for i in indices if abs(back[i] - snapshot[i].current_w) > LIMIT_MATCH_W]
     journal_left = ctx.journal.exists()
     status = "FAIL" if wrong or journal_left else "ok"
     value = ("limits back at " + ", ".join(_w(w) for w in back.values())

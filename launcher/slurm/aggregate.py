@@ -160,7 +160,7 @@ def _scaling(job: Job, first: dict, per_gpu: float) -> dict:
 
 
 def write(job_dir: str, index: int) -> int:
-    from hpcai.workloads.result import clean, write_json_atomic
+    from hpcai.result_document import clean, write_json_atomic
 
     job = Job.load(job_dir)
     doc = clean(aggregate(job, index))

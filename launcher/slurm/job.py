@@ -123,7 +123,7 @@ class Job:
         return slot.nodes or self.nodes
 
     def write(self) -> None:
-        from hpcai.workloads.result import write_json_atomic
+        from hpcai.result_document import write_json_atomic
 
         write_json_atomic(self.folder / JOB_FILE, self.doc)
 

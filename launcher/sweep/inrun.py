@@ -83,7 +83,7 @@ class Segments:
         spec = self.place(self.spec.as_segment().with_cap(slot.cap_w), position, slot)
         doc, run_dir = spec.to_json(), Path(spec.output_dir)
         # A `running` result first: any ending marks it, none leaves it counted.
-        output_check.first_write(run_dir, doc, placeholder_result(spec, run_dir))
+        output_check.first_write(run_dir, doc, placeholder_result(spec))
         enforced = {str(i): g["enforced_w"] if g["enforced_w"] is not None else g["applied_w"]
                     for i, g in self.session.gpus.items()}
         self.open = {"k": k, "position": position, "slot": slot, "spec": spec, "dir": run_dir,
@@ -102,7 +102,7 @@ class Segments:
         limits this launcher set and read, checked against the schema; a segment
         the workload did not finish is marked so, never complete."""
         from hpcai.launcher.run import results
-        from hpcai.workloads.result import write_json_atomic
+        from hpcai.result_document import write_json_atomic
 
         seg, self.open = self.open, None
         end = limits_in_force(self.backend, self.indices)

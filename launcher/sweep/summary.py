@@ -35,7 +35,7 @@ class Summary:
         """quiet: on the way out of an error, say a failed write in one line and go on
         (the error being raised matters more; the summary keeps its last state)."""
         from hpcai.launcher.run.output_check import write_error
-        from hpcai.workloads.result import write_json_atomic
+        from hpcai.result_document import write_json_atomic
 
         self.doc["updated"] = now_iso()
         try:

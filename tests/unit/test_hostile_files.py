@@ -14,7 +14,7 @@ from hpcai.launcher.report import ReportOptions, make_report
 from hpcai.launcher.run.workload_log import LogFollower
 from hpcai.measure.telemetry import Sampler
 from hpcai.safe_files import Folder
-from hpcai.workloads.result import write_json_atomic
+from hpcai.result_document import write_json_atomic
 from report_docs import make_result, write_result
 from conftest import one_line_error
 

@@ -102,6 +102,7 @@ def test_the_entrypoint_starts_the_sites_node_sources_and_writes_node_power(tmp_
     from hpcai.launcher.run.results import validation_errors
     from hpcai.launcher.run.runtime import HOST
     from hpcai.launcher.run.spec import build_spec
+    from hpcai import result_document
     from hpcai.workloads import entrypoint
     from hpcai.workloads.catalog import get_workload
     from hpcai.workloads.protocol import Epoch
@@ -128,7 +129,7 @@ def test_the_entrypoint_starts_the_sites_node_sources_and_writes_node_power(tmp_
         run.progress.epochs.append(Epoch(0, False, 10, 80, t0, t0 + 0.2, 0.2, 1.0))
         run.progress.first_loss = 2.5
         run.status = "complete"
-        doc = json.loads(json.dumps(entrypoint.R.clean(run._document())))  # as Run._write writes it
+        doc = json.loads(json.dumps(result_document.clean(run._document())))  # as Run._write writes it
     finally:
         run.node_power.stop()
         run.discovery.close()

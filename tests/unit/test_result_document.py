@@ -1,8 +1,17 @@
-"""The entrypoint's result assembly (workloads/entrypoint.py Run._document and
-workloads/result.py), without running a workload: epochs as a run would have
-recorded them, turned into a schema-valid document with hand-checked numbers."""
+"""The result document: its skeleton, cleaning and writing (hpcai/result_document.py),
+the launcher's `running` placeholder made of it, and the entrypoint's assembly on
+it (workloads/entrypoint.py Run._document and workloads/result.py), without
+running a workload: epochs as a run would have recorded them, turned into a
+schema-valid document with hand-checked numbers."""
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
+from hpcai import result_document
 from hpcai.errors import Interrupted
 from hpcai.launcher.run.results import validation_errors
 from hpcai.launcher.run.runtime import HOST
@@ -110,3 +119,76 @@ def test_a_library_error_without_a_signal_is_still_a_failure(tmp_path, monkeypat
     code, written = _run_that_is_signalled_inside_a_library(tmp_path, monkeypatch, signalled=False)
     assert code == 1 and written["status"] == "failed"
     assert written["error"]["type"] == "_InductorError"
+
+
+# ---- the skeleton and the launcher's placeholder -------------------------------------
+def _placeholder(tmp_path):
+    from hpcai.launcher.run.process import placeholder_result
+    from hpcai.spec import RunSpec
+
+    return placeholder_result(RunSpec.from_json(_spec(tmp_path)))
+
+
+def test_the_placeholder_is_the_skeleton_with_no_figures_and_validates(tmp_path, result_schema):
+    doc = _placeholder(tmp_path)
+    assert validation_errors(doc) == []
+    assert set(result_schema["required"]) <= set(doc)
+    assert (doc["schema_version"], doc["kind"], doc["status"], doc["error"]) == \
+        (result_document.SCHEMA_VERSION, "hpcai.result", "running", None)
+    assert doc["spec"] == _spec(tmp_path) | {"run_id": doc["run_id"]}
+    assert doc["epochs"] == [] and doc["gpus"] == [] and doc["throughput"]["node"] is None
+    assert doc["throughput"]["unit"] == "images/s" and doc["work"]["unit"] == "images"
+    assert doc["power"]["available"] is False and doc["power"]["energy_j"] is None
+    assert doc["timestamps"]["started"] and doc["timestamps"]["finished"] is None
+
+
+def test_a_placeholder_the_workload_never_replaced_is_finished_as_a_valid_failure(tmp_path):
+    from hpcai.launcher.run import results
+
+    doc = _placeholder(tmp_path)
+    results.mark_crashed(doc, 1)
+    results.apply_limits(doc, {}, None, 0.05)
+    assert validation_errors(doc) == []
+    assert doc["status"] == "failed" and doc["error"]["type"] == "WorkloadCrashed"
+
+
+def test_the_entrypoint_fills_the_same_skeleton_in_its_order(tmp_path):
+    run = _run(tmp_path, [5.0, 2.0, 4.0])
+    doc = run._document()
+    skeleton = result_document.skeleton(run.spec, run.started, "images")
+    assert list(doc)[:len(skeleton)] == list(skeleton)
+    assert doc["schema_version"] == skeleton["schema_version"] and doc["host"] == skeleton["host"]
+    for key in ("timestamps", "protocol", "throughput", "work", "power", "sidecar"):
+        assert set(skeleton[key]) <= set(doc[key]), key  # every empty key, now filled
+    assert doc["protocol"]["epochs_completed"] == 3 and skeleton["protocol"]["epochs_completed"] == 0
+
+
+def test_building_the_placeholder_does_not_import_the_workload_entrypoint(tmp_path):
+    # The launcher owns no private part of the entrypoint: the skeleton is hpcai's.
+    code = ("import json, sys\n"
+            "from hpcai.launcher.run.process import placeholder_result\n"
+            "from hpcai.spec import RunSpec\n"
+            "doc = placeholder_result(RunSpec.from_json(json.loads(sys.argv[1])))\n"
+            "print(doc['status'], sorted(m for m in sys.modules if m.startswith('hpcai.workloads.')"
+            " and m.split('.')[2] in ('entrypoint', 'result')))")
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(_spec(tmp_path))],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["running", "[]"]
+
+
+# ---- cleaning and writing ------------------------------------------------------------
+def test_cleaning_turns_every_non_finite_number_into_null_and_keeps_the_rest():
+    doc = {"a": math.nan, "b": [1.5, math.inf, {"c": -math.inf, "d": "x"}], "e": 0, "f": None}
+    assert result_document.clean(doc) == {"a": None, "b": [1.5, None, {"c": None, "d": "x"}],
+                                          "e": 0, "f": None}
+
+
+def test_the_result_is_written_cleaned_and_other_documents_refuse_nan(tmp_path):
+    result_document.write(tmp_path / "result.json", {"status": "complete", "energy_j": math.nan})
+    text = (tmp_path / "result.json").read_text()
+    assert json.loads(text) == {"status": "complete", "energy_j": None} and text.endswith("}\n")
+    with pytest.raises(ValueError):
+        result_document.write_json_atomic(tmp_path / "job.json", {"x": math.nan})
+    assert not (tmp_path / "job.json").exists()
+    assert [p.name for p in Path(tmp_path).iterdir()] == ["result.json"]  # no temporary left

@@ -230,7 +230,7 @@ def test_a_site_file_with_non_utf8_bytes_is_one_line(tmp_path):
 
 # ---- the output folder -----------------------------------------------------------------
 def test_results_are_written_with_the_users_umask(tmp_path):
-    from hpcai.workloads.result import write_json_atomic
+    from hpcai.result_document import write_json_atomic
 
     old = os.umask(0o027)
     try:
@@ -243,17 +243,17 @@ def test_results_are_written_with_the_users_umask(tmp_path):
 def test_a_failed_first_write_leaves_no_file(tmp_path, monkeypatch):
     import errno
 
+    from hpcai import result_document
     from hpcai.launcher.run import output_check
-    from hpcai.workloads import result as R
 
-    real = R.write_json_atomic
+    real = result_document.write_json_atomic
 
     def full_after_spec(path, doc):
         if Path(path).name == "result.json":
             raise OSError(errno.ENOSPC, "No space left on device")
         real(path, doc)
 
-    monkeypatch.setattr(R, "write_json_atomic", full_after_spec)
+    monkeypatch.setattr(result_document, "write_json_atomic", full_after_spec)
     with pytest.raises(output_check.OutputError) as failed:
         output_check.first_write(tmp_path / "run", {"spec": 1}, {"status": "running"})
     line = failed.value.one_line()
