@@ -33,7 +33,7 @@ import sys
 from pathlib import Path
 
 from hpcai.errors import ConfigError, HpcaiError, PowerError, UsageError
-from hpcai.gpu.base import LIMIT_MATCH_W as TOLERANCE_W  # validity's: one tolerance
+from hpcai.gpu.base import LIMIT_MATCH_W  # validity's too: one tolerance
 from hpcai.launcher.power.authority import (
     _SAFE_UUID,
     LOCK_ROOT,
@@ -239,7 +239,7 @@ def set_limit(uuid: str, watts: float, uid: int, config: dict) -> str:
             original = authority.original_w(uuid, limits.current_w)
             _check_range(watts, limits, config, original)
             _set_checked(device, uuid, watts)
-            if abs(watts - original) <= TOLERANCE_W:
+            if abs(watts - original) <= LIMIT_MATCH_W:
                 authority.forget_original(uuid)
                 _job_record_path(uuid).unlink(missing_ok=True)
             else:
@@ -258,7 +258,7 @@ def _require_job(config: dict, uid: int, index: int, job_id: str) -> None:
 def _set_checked(device, uuid: str, watts: float) -> None:
     device.set_power_limit_w(watts)
     got = device.power_limits().current_w
-    if abs(got - watts) > TOLERANCE_W:
+    if abs(got - watts) > LIMIT_MATCH_W:
         raise PowerError(f"GPU {uuid} reads {got:g} W after setting {watts:g} W")
 
 
@@ -282,16 +282,16 @@ def _check_range(watts: float, limits, config: dict, original: float) -> None:
     """The GPU's range; and, unless it puts back the limit from before any job's cap,
     the site's allowed caps and that limit (an admin's node cap): a user never
     raises a GPU above either, whatever the board's default."""
-    if (limits.min_w is not None and watts < limits.min_w - TOLERANCE_W) or (
-            limits.max_w is not None and watts > limits.max_w + TOLERANCE_W):
+    if (limits.min_w is not None and watts < limits.min_w - LIMIT_MATCH_W) or (
+            limits.max_w is not None and watts > limits.max_w + LIMIT_MATCH_W):
         raise PowerError(f"{watts:g} W is outside the GPU's range {limits.min_w:g}-{limits.max_w:g} W")
-    if abs(watts - original) <= TOLERANCE_W:
+    if abs(watts - original) <= LIMIT_MATCH_W:
         return
     allowed = config.get("allowed_cap_range_w")
     if allowed and not allowed[0] <= watts <= allowed[1]:
         raise PowerError(f"{watts:g} W is outside the site's allowed caps {allowed[0]:g}-{allowed[1]:g} W",
                          "pick a cap in that range")
-    if watts > original + TOLERANCE_W:
+    if watts > original + LIMIT_MATCH_W:
         raise PowerError(f"{watts:g} W is above the GPU's limit before any job's cap ({original:g} W, "
                          "set by the site)", f"pick a cap of at most {original:g} W")
 

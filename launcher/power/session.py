@@ -105,7 +105,6 @@ class CapSession(RestoringSession):
         self.cap_w = None if cap_w is None else float(cap_w)
         self.gpu_indices = None if gpu_indices is None else list(dict.fromkeys(gpu_indices))
         self.journal_path = Path(journal_path) if journal_path is not None else default_journal_path()
-        self.tolerance_w = LIMIT_MATCH_W  # validity's enforced_limit tolerance: one rule
         self.indices: list[int] = []
         self.gpus: dict[int, dict] = {}  # per GPU index, for the result record
         self._snapshot: dict[int, float] = {}
@@ -297,10 +296,10 @@ class CapSession(RestoringSession):
             lim = self.backend.limits(i)
             self.gpus[i]["applied_w"] = lim.current_w
             self.gpus[i]["enforced_w"] = lim.enforced_w
-            if abs(lim.current_w - self.cap_w) > self.tolerance_w:
+            if abs(lim.current_w - self.cap_w) > LIMIT_MATCH_W:
                 refused.append(f"GPU {i} reads {lim.current_w:g} W")
             # What the GPU holds to: a BMC or site limiter may enforce less than was set.
-            elif lim.enforced_w is not None and abs(lim.enforced_w - self.cap_w) > self.tolerance_w:
+            elif lim.enforced_w is not None and abs(lim.enforced_w - self.cap_w) > LIMIT_MATCH_W:
                 lagging.append(f"GPU {i} enforces {lim.enforced_w:g} W after {SETTLE_S:g} s")
         return refused, lagging
 
@@ -320,9 +319,9 @@ class CapSession(RestoringSession):
     def _restore_one(self, index: int, want: float) -> float | None:
         try:
             current = self.backend.limits(index).current_w
-            if abs(current - want) <= self.tolerance_w:
+            if abs(current - want) <= LIMIT_MATCH_W:
                 return current  # never changed (or the set was ignored)
-            if not any(abs(current - w) <= self.tolerance_w for w in self._asked.get(index, [])):
+            if not any(abs(current - w) <= LIMIT_MATCH_W for w in self._asked.get(index, [])):
                 # Not a limit this run set: someone changed it during the run. Theirs
                 # stays; the result says so (restore only what this run set).
                 self.gpus[index]["changed_during_run_w"] = current
@@ -333,7 +332,7 @@ class CapSession(RestoringSession):
             pass  # cannot read: try setting anyway
         self.backend.set_limit_w(index, want)
         got = self.backend.limits(index).current_w
-        if abs(got - want) > self.tolerance_w:
+        if abs(got - want) > LIMIT_MATCH_W:
             raise PowerError(f"reads {got:g} W after restoring {want:g} W")
         return got
 

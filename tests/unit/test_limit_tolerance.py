@@ -52,7 +52,7 @@ def test_validity_the_helper_and_the_receipts_read_the_one_tolerance():
     from hpcai.launcher.power import helper
 
     assert validity.THRESHOLDS["limit_match_w"] is LIMIT_MATCH_W
-    assert helper.TOLERANCE_W is LIMIT_MATCH_W
+    assert helper.LIMIT_MATCH_W is LIMIT_MATCH_W
 
 
 def _capped_doc(enforced_at_end_w: float) -> dict:
