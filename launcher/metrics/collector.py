@@ -87,15 +87,19 @@ class NodeCollector:
     def _run_families(self, sample: NodeSample):
         info = _gauge("hpcai_run_info", "An hpcai run holding GPUs of this node: 1 per run",
                       labels=["run_id", "job_id", "workload", "in_run"])
-        cap = _gauge("hpcai_run_cap_watts", "The cap the run asked for (an in-run sweep's segments: the "
-                     "first; each GPU's limit in force is hpcai_gpu_power_limit_watts)", labels=["run_id"])
+        cap = _gauge("hpcai_run_cap_watts", "The cap the run asked for (an in-run sweep: its current "
+                     "segment's)", labels=["run_id"])
+        segment = _gauge("hpcai_run_segment", "An in-run sweep's segment running now (0 for the first)",
+                         labels=["run_id"])
         gpus = _gauge("hpcai_run_gpus", "GPUs the run holds on this node", labels=["run_id"])
         for run in sample.runs:
             info.add_metric([run["run_id"], run["job_id"], run["workload"], str(run["in_run"]).lower()], 1.0)
             gpus.add_metric([run["run_id"]], float(len(run["gpus"])))
             if run["cap_w"] is not None:
                 cap.add_metric([run["run_id"]], run["cap_w"])
-        yield from (info, cap, gpus)
+            if run["segment"] is not None:
+                segment.add_metric([run["run_id"]], float(run["segment"]))
+        yield from (info, cap, segment, gpus)
 
 
 def _add_gpu(fams: dict, gpu: GpuSample) -> None:

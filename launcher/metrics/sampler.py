@@ -5,11 +5,14 @@ What a running launcher leaves on the node, and so what this reads for the
 limit's holder and the run's state (never the run's own folders, which may be
 anywhere): the node's cap authority (launcher/power/authority.py,
 /run/hpcai/gpu-<UUID>.holder.json beside a held flock: run id, Slurm job id)
-and hpcai-power-helper's job records (launcher/power/job_caps.py). Those are
+and hpcai-power-helper's job records (launcher/power/job_caps.py). An in-run
+sweep's process adds its current segment and that segment's cap to its holder
+records (CapSession.mark_segment). Those are
 root's 0600 files: an exporter not running as root sees no holder.
 """
 from __future__ import annotations
 
+import math
 import re
 import threading
 import time
@@ -31,7 +34,8 @@ class GpuSample:
     info: GpuInfo
     reading: GpuReading | None
     error: str | None = None
-    # {"kind": "hpcai-run" | "slurm-job", "run_id": str | None, "job_id": str | None}, None: nobody
+    # {"kind": "hpcai-run" | "slurm-job", "run_id": str | None, "job_id": str | None}, None: nobody;
+    # an in-run sweep's also "segment": int and "segment_cap_w": float
     holder: dict | None = None
 
 
@@ -54,16 +58,31 @@ class NodeSample:
     read_s: float = 0.0
 
 
-def run_state(run_id: str, job_id: str | None, uuids: list[str], workloads) -> dict:
+def run_state(run_id: str, job_id: str | None, uuids: list[str], workloads,
+              segment: dict | None = None) -> dict:
     """A run's state from its id: the workload (the catalog name the id holds), the
-    cap it asked for, whether it is an in-run sweep's process (its segments' caps
-    change under the same id; the limit in force is each GPU's own metric)."""
+    cap it asked for, whether it is an in-run sweep's process. Such a process's
+    segments change the cap under the same id: `segment` (segment_of) names the
+    one running and its cap, which then is the run's cap."""
     parts = f"-{run_id}-"
     workload = next((w for w in sorted(workloads, key=len, reverse=True) if f"-{w}-" in parts), "")
     cap = _CAP_IN_RUN_ID.search(run_id)
+    cap_w = float(cap.group(1)) if cap else None
     return {"run_id": run_id, "job_id": job_id or "", "workload": workload,
-            "cap_w": float(cap.group(1)) if cap else None,
+            "cap_w": segment["segment_cap_w"] if segment else cap_w,
+            "segment": segment["segment"] if segment else None,
             "in_run": run_id.endswith("-inrun"), "gpus": sorted(uuids)}
+
+
+def segment_of(record: dict) -> dict | None:
+    """The in-run segment a holder record names ({"segment", "segment_cap_w"}),
+    None when it names none or not sensibly (a record from before segments)."""
+    index, cap = record.get("segment"), record.get("segment_cap_w")
+    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        return None
+    if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not math.isfinite(cap) or cap <= 0:
+        return None
+    return {"segment": index, "segment_cap_w": float(cap)}
 
 
 def limit_holder(uuid: str, root: Path = LOCK_ROOT) -> dict | None:
@@ -73,11 +92,19 @@ def limit_holder(uuid: str, root: Path = LOCK_ROOT) -> dict | None:
     held = holder_of(uuid, root)
     if held and held.get("run_id"):
         return {"kind": "hpcai-run", "run_id": str(held["run_id"]),
-                "job_id": str(held["job_id"]) if held.get("job_id") else None}
+                "job_id": str(held["job_id"]) if held.get("job_id") else None, **(segment_of(held) or {})}
     record = read_private_json(job_record_path(uuid, root))
     if record and record.get("job_id"):
         return {"kind": "slurm-job", "run_id": None, "job_id": str(record["job_id"])}
     return None
+
+
+def _later(seen: dict | None, other: dict | None) -> dict | None:
+    """Of two GPUs' segments, the later: read while the process rewrites its records
+    one GPU after the other, the run is already in the new segment."""
+    if seen is None or (other is not None and other["segment"] > seen["segment"]):
+        return other
+    return seen
 
 
 class CachedSampler:
@@ -137,9 +164,11 @@ class CachedSampler:
         for gpu in gpus:
             holder = gpu.holder
             if holder and holder["kind"] == "hpcai-run":
-                entry = by_run.setdefault(holder["run_id"], {"job_id": holder["job_id"], "uuids": []})
+                entry = by_run.setdefault(holder["run_id"], {"job_id": holder["job_id"], "uuids": [], "segment": None})
                 entry["uuids"].append(gpu.info.uuid)
-        return [run_state(run_id, e["job_id"], e["uuids"], self.workloads) for run_id, e in sorted(by_run.items())]
+                entry["segment"] = _later(entry["segment"], segment_of(holder))
+        return [run_state(run_id, e["job_id"], e["uuids"], self.workloads, e["segment"])
+                for run_id, e in sorted(by_run.items())]
 
     def close(self) -> None:
         for source in self.node_sources:

@@ -8,8 +8,9 @@ option moves it, so two launchers with different HOME, XDG_STATE_HOME,
 HPCAI_STATE_DIR, site state_dir or --journal still meet here.
 
 Beside each lock:
-- ``gpu-<UUID>.holder.json``: who holds it (pid, user, run id, since), for
-  the one-line refusal of a second run and for an uncapped run's validity;
+- ``gpu-<UUID>.holder.json``: who holds it (pid, user, run id, since; an
+  in-run sweep's current segment and its cap), for the one-line refusal of a
+  second run, an uncapped run's validity and the metrics exporter;
 - ``gpu-<UUID>.original.json``: the limit the GPU had before the FIRST holder
   changed it, kept until that limit is back. A run after a holder that died
   with the cap applied restores this value, never the dead run's cap.
@@ -231,6 +232,7 @@ class GpuAuthority:
         self.on_wait = on_wait
         self.run_id, self.wait_s, self.root, self.job_id = run_id, float(wait_s), Path(root), job_id
         self._fds: dict[str, int] = {}
+        self.record: dict = {}  # the holder record this run wrote (mark_segment adds to it)
         self.held = False
 
     def __enter__(self) -> GpuAuthority:
@@ -246,9 +248,9 @@ class GpuAuthority:
                 if not self.lost_locks():  # after the waits for the later GPUs, the earlier still ours
                     break
                 self._release()
-            record = self.holder_record()
+            self.record = self.holder_record()
             for uuid in self.uuids:
-                write_private_json(self.root / f"gpu-{uuid}.holder.json", record)
+                write_private_json(self.root / f"gpu-{uuid}.holder.json", self.record)
         except BaseException:
             self._release()
             raise
@@ -262,6 +264,18 @@ class GpuAuthority:
         return {"pid": os.getpid(), "uid": uid, "user": _user_name(uid), "run_id": self.run_id,
                 "job_id": self.job_id, "host": socket.gethostname(),
                 "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "since_unix": time.time()}
+
+    def mark_segment(self, index: int, cap_w: float) -> None:
+        """An in-run sweep's segment changed: each held GPU's holder record names it
+        (readers that know no segment ignore the keys). Only where the lock is still
+        ours and the record still this process's: never another holder's record."""
+        for uuid, fd in self._fds.items():
+            path = self.root / f"gpu-{uuid}.holder.json"
+            if not names_locked_file(self.root / f"gpu-{uuid}.lock", fd):
+                continue
+            if (read_private_json(path) or {}).get("pid") != os.getpid():
+                continue
+            write_private_json(path, {**self.record, "segment": int(index), "segment_cap_w": float(cap_w)})
 
     def _take(self, uuid: str, deadline: float) -> None:
         """The GPU's lock, on the file its path names now (re-checked after every

@@ -352,6 +352,18 @@ class CapSession(RestoringSession):
             self.gpus[i]["requested_w"] = cap_w
         self._read_back()
 
+    def mark_segment(self, index: int, cap_w: float) -> None:
+        """An in-run sweep's segment `index` runs under cap_w: the node's holder records
+        say so (the metrics exporter reads them). Not root: the site's helper holds the
+        lock only while it sets, so there is no record to mark. A failed write is a
+        warning: monitoring never stops a measurement."""
+        if self.authority is None:
+            return
+        try:
+            self.authority.mark_segment(index, cap_w)
+        except (OSError, HpcaiError) as exc:
+            log.warning("could not name segment %s in the node's holder records: %s", index, describe(exc))
+
     def _check_range_of(self, cap_w: float) -> None:
         check_cap_range(cap_w, {i: self.backend.limits(i) for i in self.indices})
 

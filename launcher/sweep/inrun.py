@@ -90,6 +90,7 @@ class Segments:
                      "limits": copy.deepcopy(self.session.gpus), "enforced": enforced}
         self.summary.set_run(position, status="running", run_id=spec.run_id, skipped=False,
                              result=f"{spec.run_id}/result.json", message=None)
+        self.session.mark_segment(k, slot.cap_w)  # the exporter's hpcai_run_segment
         log(f"in-run segment {k + 1}/{len(self.plan)}: {slot.describe()}, enforced "
             f"{', '.join(f'{w:g} W' for w in enforced.values() if w is not None)}")
         control.write_atomic(control.answer_path(self.folder, k), {

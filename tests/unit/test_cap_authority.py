@@ -255,6 +255,22 @@ def test_in_run_cap_changes_are_still_restored(node):
     assert node.limits() == [700.0, 700.0]
 
 
+def test_an_in_run_segment_is_named_in_each_held_gpus_holder_record(node):
+    """The metrics exporter's hpcai_run_segment: the holding process adds the segment
+    and its cap to its own records, keeping what they said before."""
+    with make_backend("nvml") as backend:
+        with CapSession(backend, 300, None, node.journal("a"), run_id="s-cap300W-inrun") as session:
+            session.mark_segment(0, 300)
+            session.change_cap(250)
+            session.mark_segment(1, 250)
+            records = [holder_of(u) for u in node.uuids]
+    for record in records:
+        assert (record["segment"], record["segment_cap_w"]) == (1, 250.0)
+        assert record["run_id"] == "s-cap300W-inrun" and record["pid"] == os.getpid()
+        assert "run s-cap300W-inrun" in authority.describe_holder(record)
+    assert [holder_of(u) for u in node.uuids] == [None, None]  # released: no holder left
+
+
 def test_the_power_helper_takes_the_lock_itself_so_the_launcher_does_not(node):
     """With hpcai-power-helper as the command, the helper locks each GPU per change;
     a root launcher holding the same lock for the run would make every call wait."""

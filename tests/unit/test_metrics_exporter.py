@@ -110,6 +110,70 @@ def test_limit_holder_and_run_state_from_the_nodes_authority(node, tmp_path):
     assert not [k for k in after if k[0] == "hpcai_run_info"]
 
 
+def test_an_in_run_sweeps_segment_and_its_cap_from_the_holder_records(node, tmp_path):
+    """An in-run sweep's process names its current segment in its holder records
+    (GpuAuthority.mark_segment): hpcai_run_segment is its index, and the run's cap
+    the segment's, not the first cap its id holds."""
+    root = tmp_path / "authority"
+    uuids = [g.info().uuid for g in node.devices()]
+    run_id = make_run_id("llama3-8b-pretrain", "tiny", 300.0) + "-inrun"
+    sampler = CachedSampler(node.devices(), max_age_s=0.0, lock_root=root, workloads=WORKLOADS)
+    with GpuAuthority(uuids, run_id, root=root) as held:
+        warm_up = _scrape(sampler)  # before the first segment: no index, the id's cap
+        held.mark_segment(0, 300.0)
+        first = _scrape(sampler)
+        held.mark_segment(2, 225.5)
+        third = _scrape(sampler)
+        # Mid-rewrite: one GPU's record already names the next segment; the run is in it.
+        write_private_json(root / f"gpu-{uuids[1]}.holder.json",
+                           {**held.record, "segment": 3, "segment_cap_w": 200.0})
+        next_one = _scrape(sampler)
+    assert not [k for k in warm_up if k[0] == "hpcai_run_segment"]
+    assert _value(warm_up, "hpcai_run_cap_watts", run_id=run_id) == 300.0
+    assert _value(first, "hpcai_run_segment", run_id=run_id) == 0.0
+    assert _value(first, "hpcai_run_cap_watts", run_id=run_id) == 300.0
+    assert _value(third, "hpcai_run_segment", run_id=run_id) == 2.0
+    assert _value(third, "hpcai_run_cap_watts", run_id=run_id) == 225.5
+    assert _value(third, "hpcai_run_gpus", run_id=run_id) == 2.0
+    assert _value(next_one, "hpcai_run_segment", run_id=run_id) == 3.0
+    assert _value(next_one, "hpcai_run_cap_watts", run_id=run_id) == 200.0
+    assert not [k for k in _scrape(sampler) if k[0] in ("hpcai_run_segment", "hpcai_run_cap_watts")]
+
+
+@pytest.mark.parametrize("segment", [
+    {"segment": "1", "segment_cap_w": 250.0},
+    {"segment": True, "segment_cap_w": 250.0},
+    {"segment": -1, "segment_cap_w": 250.0},
+    {"segment": 1, "segment_cap_w": float("nan")},
+    {"segment": 1, "segment_cap_w": 0},
+    {"segment": 1},
+])
+def test_a_holder_record_with_no_sensible_segment_keeps_the_ids_cap(node, tmp_path, segment):
+    root = tmp_path / "authority"
+    uuid = node.devices()[0].info().uuid
+    run_id = make_run_id("resnet50", "tiny", 300.0) + "-inrun"
+    with GpuAuthority([uuid], run_id, root=root) as held:
+        write_private_json(root / f"gpu-{uuid}.holder.json", {**held.record, **segment})
+        samples = _scrape(CachedSampler(node.devices(), lock_root=root, workloads=WORKLOADS))
+    assert not [k for k in samples if k[0] == "hpcai_run_segment"]
+    assert _value(samples, "hpcai_run_cap_watts", run_id=run_id) == 300.0
+
+
+def test_mark_segment_never_rewrites_a_record_it_does_not_own(node, tmp_path):
+    """Another process's record, or a lock path that no longer names the locked file
+    (the folder's file removed or replaced): left as it is."""
+    root = tmp_path / "authority"
+    uuids = [g.info().uuid for g in node.devices()]
+    with GpuAuthority(uuids, "r-inrun", root=root) as held:
+        other = {**held.record, "pid": 1}
+        write_private_json(root / f"gpu-{uuids[0]}.holder.json", other)
+        (root / f"gpu-{uuids[1]}.lock").unlink()
+        before = (root / f"gpu-{uuids[1]}.holder.json").read_bytes()
+        held.mark_segment(1, 250.0)
+        assert json.loads((root / f"gpu-{uuids[0]}.holder.json").read_text()) == other
+        assert (root / f"gpu-{uuids[1]}.holder.json").read_bytes() == before
+
+
 def test_a_lost_gpu_is_named_and_the_others_still_exported(node, tmp_path):
     lost = 15  # NVML_ERROR_GPU_IS_LOST
     fgs.update_device(tmp_path / "gpus.json", 1, errors={"field_values": lost, "power_average": lost,
@@ -261,7 +325,8 @@ def test_the_dashboard_names_only_metrics_the_exporter_or_dcgm_exposes(node, tmp
     assert doc["panels"] and doc["title"]
     root = tmp_path / "authority"
     uuids = [g.info().uuid for g in node.devices()]
-    with GpuAuthority([uuids[0]], make_run_id("resnet50", "tiny", 250.0), root=root):
+    with GpuAuthority([uuids[0]], make_run_id("resnet50", "tiny", 250.0) + "-inrun", root=root) as held:
+        held.mark_segment(1, 200.0)  # an in-run sweep's: every run family has a series
         sampler = CachedSampler(node.devices(), [PmCountersSource(_pm_tree(tmp_path / "pm"))],
                                 lock_root=root, workloads=WORKLOADS)
         ours = exposed_names(registry_for(sampler))
