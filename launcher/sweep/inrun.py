@@ -44,6 +44,7 @@ class Segments:
         self.next = 0
         self.open: dict | None = None  # answered, result not yet filed
         self.stalled: str | None = None  # the stall watchdog's reason, for the open segment
+        self.filed: tuple[Path, dict] | None = None  # the last result.json written, and its document
 
     def poll(self) -> None:
         """Answer the next request, if the workload made it; a full or read-only
@@ -143,6 +144,7 @@ class Segments:
             status, message = "failed", f"does not match the result schema: {errors[0]}"
             doc["status"], doc["error"] = "failed", {"type": "ResultError", "message": message}
         write_json_atomic(result, doc)
+        self.filed = (result, doc)
         path.unlink(missing_ok=True)
         failed = [c.get("name", "?") for c in (doc.get("validity") or {}).get("checks") or []
                   if c.get("verdict") == "fail"]
@@ -205,6 +207,7 @@ def execute(plan: RunPlan, make_segments) -> None:
     while it runs; every segment's result filed before the limits come back."""
     spec, run_dir = plan.spec, Path(plan.spec.output_dir)
     failure: BaseException | None = None
+    segments: Segments | None = None
     with WorkloadProcess(plan, cap_note=" for the warm-up; the limits from before the "
                          "sweep are restored when it ends") as proc:
         _make_folder(run_dir, spec)
@@ -217,6 +220,9 @@ def execute(plan: RunPlan, make_segments) -> None:
             proc.stop(signal.SIGTERM, already_sent=False)
         last = _file_last(proc, segments, run_dir)  # always, even after a failure
         failure = failure or last
+    # Found as the block ends (WorkloadProcess._end_every_rank), after the last filing.
+    if proc.outlived and segments is not None:
+        failure = failure or add_outlived(segments.filed, proc.outlived)
     code = proc.code
     if proc.interrupted is None and code not in (0, None):
         log(f"the in-run process exited with code {code}; see {run_dir / 'workload.log'}")
@@ -230,6 +236,37 @@ def execute(plan: RunPlan, make_segments) -> None:
         raise WorkloadError(f"the in-run process {proc.stalled}",
                             f"see {run_dir / 'workload.log'}; run the same command again to "
                             "measure the segments still to do")
+
+
+def add_outlived(filed: tuple[Path, dict] | None, outlived: list[dict]):
+    """Processes that outlived the in-run process, in the last filed segment's result
+    (launcher.outlived_processes, as a single run's): its document as written, never
+    read back, checked against the schema again. An OutputError to raise if it could
+    not be written; None otherwise."""
+    from hpcai.launcher.run import output_check, results
+    from hpcai.result_document import write_json_atomic
+
+    if filed is None:
+        log(f"{len(outlived)} process(es) outlived the in-run process, and no segment's result "
+            "was filed to record them in")
+        return None
+    path, doc = filed
+    updated = copy.deepcopy(doc)
+    launcher = updated.setdefault("launcher", {})
+    launcher["outlived_processes"] = [*launcher.get("outlived_processes", []), *outlived]
+    errors = results.validation_errors(updated)
+    if errors:
+        log(f"the outlived processes were not added to {path}: it would not match the result "
+            f"schema ({errors[0]})")
+        return None
+    try:
+        write_json_atomic(path, updated)
+    except OSError as exc:
+        return output_check.write_error(path.parent, exc, "the last segment's result",
+                                        "free space or make the folder writable")
+    log(f"{len(outlived)} process(es) outlived the in-run process: recorded in the last "
+        f"segment's result, {path}")
+    return None
 
 
 def _make_folder(run_dir: Path, spec: RunSpec) -> None:
