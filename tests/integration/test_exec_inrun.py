@@ -7,6 +7,8 @@ wrong cap shows in its power); the program, the launcher and the caps' set and
 restore are real.
 """
 import json
+import os
+import signal
 import sys
 
 import pytest
@@ -153,3 +155,31 @@ def test_a_program_crashing_in_a_window_fails_that_segment_and_restores_the_cap(
     assert second["status"] == "failed" and second["segment"]["cap_w"] == 300
     assert "exited with code 1" in second["error"]["message"]
     assert set_log(node) == [200.0, 300.0, 700.0] and node.limits() == [700.0, 700.0]
+
+
+def test_a_process_that_outlived_the_program_is_in_the_last_segments_result(
+        fake_nvidia_node, result_schema, tmp_path):
+    """Found as the in-run process's block ends, after its last segment was filed:
+    stopped before the caps came back, and recorded in that segment's result."""
+    from conftest import pid_alive
+
+    node = busy(fake_nvidia_node)
+    pidfile = tmp_path / "daemon.pid"
+    done = node.launch("exec", "--api", "--cap", "200,300", "--order", "ascending", "-o",
+                       str(node.results), "--", *PROGRAM, "2", "daemon", str(pidfile))
+    daemon = int(pidfile.read_text())
+    try:
+        assert done.returncode == 0, done.stderr
+        assert not pid_alive(daemon)
+        first, last = segment_results(node)
+        for result in (first, last):
+            assert_valid_result(result, result_schema)
+            assert result["status"] == "complete"
+        assert "outlived_processes" not in first["launcher"]
+        outlived = last["launcher"]["outlived_processes"]
+        assert [e["pid"] for e in outlived] == [daemon] and outlived[0]["command"] == "sleep 300"
+        assert "outlived the in-run process: recorded in the last segment's result" in done.stderr
+        assert set_log(node) == [200.0, 300.0, 700.0] and node.limits() == [700.0, 700.0]
+    finally:
+        if pid_alive(daemon):
+            os.kill(daemon, signal.SIGKILL)

@@ -1,8 +1,11 @@
 """A plain Python loop for an in-run sweep under `hpcai-launch exec --api --cap
 A,B`: one warm-up window, then WINDOWS measured ones (argv[1], default 2), each
 one segment at the sweep's next cap; with argv[2] == "fail", the last window
-raises midway (a program that crashes). A window lasts 1.5 s or more (longer than
+raises midway (a program that crashes); with argv[2] == "daemon", it leaves a
+daemon behind (own session, empty environment; its pid in the file argv[3]),
+which outlives the program. A window lasts 1.5 s or more (longer than
 NVML's 1 s power average, so its validity holds), counting every cell it relaxed."""
+import os
 import sys
 import time
 
@@ -13,6 +16,7 @@ import hpcai.measure as measure
 N = 200
 WINDOWS = int(sys.argv[1]) if len(sys.argv) > 1 else 2
 FAIL = sys.argv[2:] == ["fail"]
+DAEMON_PIDFILE = sys.argv[3] if sys.argv[2:3] == ["daemon"] else None
 grid = np.zeros((N, N))
 grid[0, :] = 1.0
 
@@ -36,3 +40,20 @@ for index in range(WINDOWS):
             if FAIL and index == WINDOWS - 1:
                 raise SystemExit("the solver diverged in the last window")
 print("relaxed", float(grid[N // 2, N // 2]))
+
+
+def leave_a_daemon(pidfile: str) -> None:
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            with open(pidfile, "w") as fh:
+                fh.write(str(os.getpid()))
+            os.execve("/bin/sleep", ["sleep", "300"], {})
+        os._exit(0)
+    os.wait()
+    while not os.path.exists(pidfile) or not open(pidfile).read():
+        time.sleep(0.01)
+
+
+if DAEMON_PIDFILE:
+    leave_a_daemon(DAEMON_PIDFILE)
