@@ -194,4 +194,3 @@ def is_settled(found: dict, protocol: dict) -> bool:
         return False
     temp = found.get("temperature_c")
     return temp is None or abs(temp) <= float(protocol["settle_temperature_c"])
-
