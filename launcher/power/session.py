@@ -120,30 +120,7 @@ class CapSession(RestoringSession):
 
     # -- entry --------------------------------------------------------------------
     def __enter__(self) -> CapSession:
-        infos = {g.index: g for g in self.backend.gpus()}
-        indices = sorted(infos) if self.gpu_indices is None else self.gpu_indices
-        unknown = [i for i in indices if i not in infos]
-        if unknown:
-            known = ", ".join(map(str, sorted(infos))) or "none"
-            raise UsageError(f"no GPU with index {unknown[0]}", f"visible GPU indices: {known}")
-        self.indices = list(indices)
-        limits = {i: self.backend.limits(i) for i in self.indices}
-        for i in self.indices:
-            lim = limits[i]
-            self.gpus[i] = {
-                "uuid": infos[i].uuid,
-                "name": infos[i].name,
-                "default_w": lim.default_w,
-                "min_w": lim.min_w,
-                "max_w": lim.max_w,
-                "initial_w": lim.current_w,
-                "requested_w": self.cap_w,
-                "applied_w": lim.current_w,
-                "enforced_w": lim.enforced_w,
-                "restored_w": None,
-                "held_by": None,
-                "changed_during_run_w": None,
-            }
+        limits = self._read_gpus()
         # Uncapped too: GPUs a killed run left capped would make its label wrong.
         # With --wait-for-gpus, a live run's journal is not stale: queue behind it.
         self._queued = time.monotonic() if self._journal_of_live_run() else None
@@ -191,6 +168,27 @@ class CapSession(RestoringSession):
                 self._release_authority()
             raise
         return self
+
+    def _read_gpus(self) -> dict:
+        """The GPUs asked for (every visible one by default), each one's record
+        started from its limits now; those limits, per index."""
+        infos = {g.index: g for g in self.backend.gpus()}
+        indices = sorted(infos) if self.gpu_indices is None else self.gpu_indices
+        unknown = [i for i in indices if i not in infos]
+        if unknown:
+            known = ", ".join(map(str, sorted(infos))) or "none"
+            raise UsageError(f"no GPU with index {unknown[0]}", f"visible GPU indices: {known}")
+        self.indices = list(indices)
+        limits = {i: self.backend.limits(i) for i in self.indices}
+        for i in self.indices:
+            lim = limits[i]
+            self.gpus[i] = {
+                "uuid": infos[i].uuid, "name": infos[i].name, "default_w": lim.default_w,
+                "min_w": lim.min_w, "max_w": lim.max_w, "initial_w": lim.current_w,
+                "requested_w": self.cap_w, "applied_w": lim.current_w, "enforced_w": lim.enforced_w,
+                "restored_w": None, "held_by": None, "changed_during_run_w": None,
+            }
+        return limits
 
     # -- the node's authority (authority.py) -------------------------------------------
     def _take_authority(self) -> None:
