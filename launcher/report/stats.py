@@ -10,11 +10,9 @@ runs enter a cell.
 from __future__ import annotations
 
 import functools
-import statistics
 from dataclasses import dataclass, field, replace
 
 from hpcai.launcher.report.load import Run
-from hpcai.measure.stats import mean_of_known, stdev, throughput_stats
 
 
 @dataclass(frozen=True)
@@ -116,10 +114,13 @@ class Stats:
 
 
 def describe(values: list[float]) -> Stats:
-    values = [v for v in values if v is not None]
-    raw = throughput_stats(values)
-    ci = tuple(raw["ci95"]) if raw["ci95"] is not None else None
-    return Stats(raw["epochs"], raw["mean"], raw["std"], ci, raw["cv"])
+    """The statistics of one set of values (the known ones), by the cells' query."""
+    from hpcai.launcher.report.queries import Values, cell_statistics
+
+    table = Values()
+    table.add(0, table.next_run(), "values", [v for v in values if v is not None])
+    stats, _ = cell_statistics(table)
+    return _stats(stats.get((0, "values")))
 
 
 @dataclass
@@ -238,8 +239,7 @@ def aggregate(runs: list[Run], overhead_w: float | None, noisy_cv: float,
     for run, group in zip(usable, groups):
         group = with_series(group, series.get(run.run_id, ""))
         buckets.setdefault((group, run.cap_w), []).append(run)
-    cells = [_cell(group, cap, members, overhead_w, noisy_cv)
-             for (group, cap), members in buckets.items()]
+    cells = _cells(list(buckets.items()), overhead_w, noisy_cv)
     return sorted(cells, key=lambda c: (c.group.unit, c.group.workload, c.group.preset,
                                         c.group.device, c.group.site, c.group.processes,
                                         cap_sort_key(c.group.sm_clock_cap_mhz),
@@ -247,38 +247,59 @@ def aggregate(runs: list[Run], overhead_w: float | None, noisy_cv: float,
                                         c.group.point, c.group.series, cap_sort_key(c.cap_w)))
 
 
-def _cell(group: Group, cap: float | None, runs: list[Run], overhead_w, noisy_cv) -> Cell:
-    runs = sorted(runs, key=lambda r: (r.repeat if r.repeat is not None else 0, r.started or ""))
-    cell = Cell(group, cap, runs)
-    cell.repeats = describe([r.per_gpu for r in runs])
-    cell.epochs = describe([v for r in runs for v in r.per_epoch_per_gpu])
+def _cells(buckets: list, overhead_w, noisy_cv) -> list[Cell]:
+    """The cells of (group, cap) -> runs, their statistics from one query
+    (report/queries.py) over every run's values."""
+    from hpcai.launcher.report.queries import Values, cell_statistics
+
+    cells, values = [], Values()
+    for index, ((group, cap), runs) in enumerate(buckets):
+        runs = sorted(runs, key=lambda r: (r.repeat if r.repeat is not None else 0, r.started or ""))
+        cells.append(Cell(group, cap, runs))
+        _add_values(values, index, runs, overhead_w)
+    stats, run_cvs = cell_statistics(values)
+    first_run = 0
+    for index, cell in enumerate(cells):
+        _fill(cell, lambda kind, i=index: _stats(stats.get((i, kind))), noisy_cv)
+        for offset, run in enumerate(cell.runs):
+            cv = run_cvs.get(first_run + offset)
+            if cv is not None and cv > noisy_cv:
+                cell.noise.append(f"run {run.run_id}: epochs vary by {cv:.1%} (CV)")
+        first_run += len(cell.runs)
+    return cells
+
+
+def _add_values(values, cell: int, runs: list[Run], overhead_w) -> None:
+    """A cell's runs' values by kind; efficiency only when every repeat measured
+    power (a partial mean would mislead). Runs are numbered in cell order."""
     effs = [r.efficiency(overhead_w) for r in runs]
-    # Efficiency only when every repeat measured power: a partial mean would mislead.
-    cell.efficiency = describe(effs) if all(e is not None for e in effs) else describe([])
     gpu_effs = [r.gpu_efficiency() for r in runs]
-    cell.gpu_efficiency = mean_of_known(gpu_effs) if all(e is not None for e in gpu_effs) else None
-    cell.node_throughput = mean_of_known([r.node for r in runs])
-    cell.mean_power_w = mean_of_known([r.mean_power_w for r in runs])
-    cell.sm_clock_mhz = mean_of_known([r.sm_clock_mhz for r in runs])
-    cell.memory_clock_mhz = mean_of_known([r.memory_clock_mhz for r in runs])
-    flags = [r.enforced for r in runs]
+    known_effs, known_gpu = None not in effs, None not in gpu_effs
+    for run, eff, gpu_eff in zip(runs, effs, gpu_effs):
+        number = values.next_run()
+        measured = {"repeats": [run.per_gpu], "epochs": run.per_epoch_per_gpu,
+                    "efficiency": [eff] if known_effs else [], "gpu_eff": [gpu_eff] if known_gpu else [],
+                    "node": [run.node], "power": [run.mean_power_w], "sm": [run.sm_clock_mhz],
+                    "mem": [run.memory_clock_mhz]}
+        for kind, numbers in measured.items():
+            values.add(cell, number, kind, [v for v in numbers if v is not None])
+
+
+def _stats(row) -> Stats:
+    if row is None:
+        return Stats(0, None, None, None, None)
+    n, mean, std, low, high, cv = row
+    return Stats(n, mean, std, None if low is None else (low, high), cv)
+
+
+def _fill(cell: Cell, stats, noisy_cv: float) -> None:
+    """The cell's figures from its statistics by kind."""
+    cell.repeats, cell.epochs, cell.efficiency = stats("repeats"), stats("epochs"), stats("efficiency")
+    cell.gpu_efficiency = stats("gpu_eff").mean
+    cell.node_throughput, cell.mean_power_w = stats("node").mean, stats("power").mean
+    cell.sm_clock_mhz, cell.memory_clock_mhz = stats("sm").mean, stats("mem").mean
+    flags = [r.enforced for r in cell.runs]
     cell.enforced = (False if False in flags else True if flags and all(flags) else None) \
-        if cap is not None else None
+        if cell.cap_w is not None else None
     if cell.repeats.n >= 2 and cell.repeats.cv is not None and cell.repeats.cv > noisy_cv:
         cell.noise.append(f"repeats vary by {cell.repeats.cv:.1%} (CV)")
-    for run in runs:
-        cv = _cv(run.per_epoch_per_gpu)
-        if cv is not None and cv > noisy_cv:
-            cell.noise.append(f"run {run.run_id}: epochs vary by {cv:.1%} (CV)")
-    return cell
-
-
-def _cv(values: list) -> float | None:
-    """describe(values).cv, without the interval: one per run of a fleet's report."""
-    values = [v for v in values if v is not None]
-    if len(values) < 2:
-        return None
-    mean = statistics.fmean(values)
-    return stdev(values, mean) / mean if mean else None
-
-
