@@ -36,10 +36,10 @@ FROM h ORDER BY cell, kind
 # Per run: the coefficient of variation of its epochs (the noisy-run note).
 RUN_CV = """
 WITH m AS (SELECT run, count(*) AS n, fsum(value) / count(*) AS mean FROM v
-           WHERE kind = 'epochs' GROUP BY run HAVING count(*) > 1),
+           WHERE kind = $epochs GROUP BY run HAVING count(*) > 1),
 d AS (SELECT run, any_value(n) AS n, any_value(mean) AS mean, fsum(value - mean) AS drift,
              fsum((value - mean) * (value - mean)) AS squares
-      FROM v JOIN m USING (run) WHERE kind = 'epochs' GROUP BY run)
+      FROM v JOIN m USING (run) WHERE kind = $epochs GROUP BY run)
 SELECT run, sqrt(greatest(squares - drift * drift / n, 0) / (n - 1)) / mean AS cv
 FROM d WHERE mean <> 0 ORDER BY run
 """
@@ -52,43 +52,63 @@ def connect() -> duckdb.DuckDBPyConnection:
     return con
 
 
+# The kinds of value a cell has statistics of (the table holds their index).
+KINDS = ("repeats", "epochs", "efficiency", "gpu_efficiency", "node", "power", "sm_clock",
+         "memory_clock")
+
+
 class Values:
-    """The long table of values, gathered run by run."""
+    """The long table of values: a column per field, a kind's rows added at once."""
 
     def __init__(self):
         self.cell: list[int] = []
         self.run: list[int] = []
-        self.kind: list[str] = []
+        self.kind: list[int] = []
         self.value: list[float] = []
-        self.runs = 0
 
-    def next_run(self) -> int:
-        """A new run's number (its epochs' CV comes back under it)."""
-        self.runs += 1
-        return self.runs - 1
-
-    def add(self, cell: int, run: int, kind: str, values) -> None:
-        for value in values:
-            self.cell.append(cell)
-            self.run.append(run)
-            self.kind.append(kind)
-            self.value.append(value)
+    def extend(self, kind: str, cells: list[int], runs: list[int], values: list[float]) -> None:
+        self.cell += cells
+        self.run += runs
+        self.kind += [KINDS.index(kind)] * len(values)
+        self.value += values
 
     def table(self) -> dict:
         return {"cell": np.array(self.cell, dtype=np.int64), "run": np.array(self.run, dtype=np.int64),
-                "kind": np.array(self.kind, dtype=object), "value": np.array(self.value, dtype=np.float64)}
+                "kind": np.array(self.kind, dtype=np.int64), "value": np.array(self.value, dtype=np.float64)}
+
+
+# The kinds whose spread a cell shows (the others: their mean only).
+SPREAD = ("repeats", "epochs", "efficiency")
+FIGURES = ("n", "mean", "std", "low", "high", "cv")
+# One row per cell: CELL_STATS's rows side by side, a column per kind and figure.
+BY_CELL = "SELECT cell, " + ", ".join(
+    f"any_value({figure}) FILTER (WHERE kind = {KINDS.index(kind)}) AS {kind}_{figure}"
+    for kind in KINDS for figure in (FIGURES if kind in SPREAD else ("mean",))) \
+    + f" FROM ({CELL_STATS}) GROUP BY cell ORDER BY cell"
 
 
 def cell_statistics(values: Values) -> tuple[dict, dict]:
-    """({(cell, kind): (n, mean, std, low, high, cv)}, {run: epochs' CV})."""
+    """({cell: {"repeats_n": ..., "repeats_mean": ..., ..., "node_mean": ...}},
+    {run: its epochs' CV}): a cell with no values of a kind has None for it."""
     con = connect()
     try:
         con.register("v", values.table())
-        stats = {(cell, kind): rest for cell, kind, *rest in con.execute(CELL_STATS).fetchall()}
-        cvs = dict(con.execute(RUN_CV).fetchall())
+        got = con.execute(BY_CELL).fetchnumpy()
+        cvs = con.execute(RUN_CV, {"epochs": KINDS.index("epochs")}).fetchnumpy()
     finally:
         con.close()
-    return stats, cvs
+    names = [name for name in got if name != "cell"]
+    columns = [_known(got[name]) for name in names]
+    cells = {cell: dict(zip(names, row)) for cell, row in zip(got["cell"].tolist(), zip(*columns))}
+    return cells, dict(zip(cvs["run"].tolist(), cvs["cv"].tolist()))
+
+
+def _known(column) -> list:
+    """A fetched column as Python values, NULL as None."""
+    if np.ma.isMaskedArray(column):
+        return [None if missing else value
+                for value, missing in zip(column.data.tolist(), np.ma.getmaskarray(column).tolist())]
+    return column.tolist()
 
 
 # Per group's candidate cells (pos: their order by cap): which is the most efficient,

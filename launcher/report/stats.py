@@ -117,10 +117,11 @@ def describe(values: list[float]) -> Stats:
     """The statistics of one set of values (the known ones), by the cells' query."""
     from hpcai.launcher.report.queries import Values, cell_statistics
 
+    known = [v for v in values if v is not None]
     table = Values()
-    table.add(0, table.next_run(), "values", [v for v in values if v is not None])
+    table.extend("repeats", [0] * len(known), [0] * len(known), known)
     stats, _ = cell_statistics(table)
-    return _stats(stats.get((0, "values")))
+    return _stats(stats.get(0, {}), "repeats")
 
 
 @dataclass
@@ -250,54 +251,67 @@ def aggregate(runs: list[Run], overhead_w: float | None, noisy_cv: float,
 def _cells(buckets: list, overhead_w, noisy_cv) -> list[Cell]:
     """The cells of (group, cap) -> runs, their statistics from one query
     (report/queries.py) over every run's values."""
-    from hpcai.launcher.report.queries import Values, cell_statistics
+    from hpcai.launcher.report.queries import cell_statistics
 
-    cells, values = [], Values()
-    for index, ((group, cap), runs) in enumerate(buckets):
-        runs = sorted(runs, key=lambda r: (r.repeat if r.repeat is not None else 0, r.started or ""))
-        cells.append(Cell(group, cap, runs))
-        _add_values(values, index, runs, overhead_w)
-    stats, run_cvs = cell_statistics(values)
-    first_run = 0
+    cells = [Cell(group, cap, sorted(runs, key=lambda r: (r.repeat if r.repeat is not None else 0,
+                                                          r.started or "")))
+             for (group, cap), runs in buckets]
+    stats, run_cvs = cell_statistics(_values(cells, overhead_w))
+    number = 0  # runs are numbered in cell order (_values)
     for index, cell in enumerate(cells):
-        _fill(cell, lambda kind, i=index: _stats(stats.get((i, kind))), noisy_cv)
-        for offset, run in enumerate(cell.runs):
-            cv = run_cvs.get(first_run + offset)
+        _fill(cell, stats[index], noisy_cv)
+        for run in cell.runs:
+            cv = run_cvs.get(number)
+            number += 1
             if cv is not None and cv > noisy_cv:
                 cell.noise.append(f"run {run.run_id}: epochs vary by {cv:.1%} (CV)")
-        first_run += len(cell.runs)
     return cells
 
 
-def _add_values(values, cell: int, runs: list[Run], overhead_w) -> None:
-    """A cell's runs' values by kind; efficiency only when every repeat measured
-    power (a partial mean would mislead). Runs are numbered in cell order."""
-    effs = [r.efficiency(overhead_w) for r in runs]
-    gpu_effs = [r.gpu_efficiency() for r in runs]
-    known_effs, known_gpu = None not in effs, None not in gpu_effs
-    for run, eff, gpu_eff in zip(runs, effs, gpu_effs):
-        number = values.next_run()
-        measured = {"repeats": [run.per_gpu], "epochs": run.per_epoch_per_gpu,
-                    "efficiency": [eff] if known_effs else [], "gpu_eff": [gpu_eff] if known_gpu else [],
-                    "node": [run.node], "power": [run.mean_power_w], "sm": [run.sm_clock_mhz],
-                    "mem": [run.memory_clock_mhz]}
-        for kind, numbers in measured.items():
-            values.add(cell, number, kind, [v for v in numbers if v is not None])
+def _values(cells: list[Cell], overhead_w):
+    """Every run's values by kind, its cell's number beside each; a cell's efficiency
+    only when every repeat measured power (a partial mean would mislead)."""
+    from hpcai.launcher.report.queries import Values
+
+    runs = [r for c in cells for r in c.runs]
+    cell_of = [i for i, c in enumerate(cells) for _ in c.runs]
+    values = Values()
+
+    def add(kind: str, numbers: list, whole_cells: bool = False) -> None:
+        left_out = {cell_of[i] for i, v in enumerate(numbers) if v is None} if whole_cells else ()
+        keep = [i for i, v in enumerate(numbers) if v is not None and cell_of[i] not in left_out]
+        values.extend(kind, [cell_of[i] for i in keep], keep, [numbers[i] for i in keep])
+
+    add("repeats", [r.per_gpu for r in runs])
+    add("efficiency", [r.efficiency(overhead_w) for r in runs], whole_cells=True)
+    add("gpu_efficiency", [r.gpu_efficiency() for r in runs], whole_cells=True)
+    add("node", [r.node for r in runs])
+    add("power", [r.mean_power_w for r in runs])
+    add("sm_clock", [r.sm_clock_mhz for r in runs])
+    add("memory_clock", [r.memory_clock_mhz for r in runs])
+    epochs = [(cell_of[i], i, v) for i, r in enumerate(runs) for v in r.per_epoch_per_gpu if v is not None]
+    if epochs:
+        values.extend("epochs", *map(list, zip(*epochs)))
+    return values
 
 
-def _stats(row) -> Stats:
-    if row is None:
+def _stats(figures: dict, kind: str) -> Stats:
+    """A kind's Stats from a cell's figures (queries.cell_statistics)."""
+    n = figures.get(f"{kind}_n")
+    if not n:
         return Stats(0, None, None, None, None)
-    n, mean, std, low, high, cv = row
-    return Stats(n, mean, std, None if low is None else (low, high), cv)
+    low = figures[f"{kind}_low"]
+    return Stats(n, figures[f"{kind}_mean"], figures[f"{kind}_std"],
+                 None if low is None else (low, figures[f"{kind}_high"]), figures[f"{kind}_cv"])
 
 
-def _fill(cell: Cell, stats, noisy_cv: float) -> None:
-    """The cell's figures from its statistics by kind."""
-    cell.repeats, cell.epochs, cell.efficiency = stats("repeats"), stats("epochs"), stats("efficiency")
-    cell.gpu_efficiency = stats("gpu_eff").mean
-    cell.node_throughput, cell.mean_power_w = stats("node").mean, stats("power").mean
-    cell.sm_clock_mhz, cell.memory_clock_mhz = stats("sm").mean, stats("mem").mean
+def _fill(cell: Cell, figures: dict, noisy_cv: float) -> None:
+    """The cell's figures from its row of the statistics query."""
+    cell.repeats, cell.epochs = _stats(figures, "repeats"), _stats(figures, "epochs")
+    cell.efficiency = _stats(figures, "efficiency")
+    cell.gpu_efficiency, cell.node_throughput = figures["gpu_efficiency_mean"], figures["node_mean"]
+    cell.mean_power_w, cell.sm_clock_mhz = figures["power_mean"], figures["sm_clock_mean"]
+    cell.memory_clock_mhz = figures["memory_clock_mean"]
     flags = [r.enforced for r in cell.runs]
     cell.enforced = (False if False in flags else True if flags and all(flags) else None) \
         if cell.cap_w is not None else None
