@@ -295,14 +295,17 @@ def _values(cells: list[Cell], overhead_w):
     return values
 
 
+# A kind's columns in a cell's figures (queries.BY_CELL): n, mean, std, low, high, cv.
+_COLUMNS = {kind: tuple(f"{kind}_{figure}" for figure in ("n", "mean", "std", "low", "high", "cv"))
+            for kind in ("repeats", "epochs", "efficiency")}
+
+
 def _stats(figures: dict, kind: str) -> Stats:
     """A kind's Stats from a cell's figures (queries.cell_statistics)."""
-    n = figures.get(f"{kind}_n")
+    n, mean, std, low, high, cv = map(figures.get, _COLUMNS[kind])
     if not n:
         return Stats(0, None, None, None, None)
-    low = figures[f"{kind}_low"]
-    return Stats(n, figures[f"{kind}_mean"], figures[f"{kind}_std"],
-                 None if low is None else (low, figures[f"{kind}_high"]), figures[f"{kind}_cv"])
+    return Stats(n, mean, std, None if low is None else (low, high), cv)
 
 
 def _fill(cell: Cell, figures: dict, noisy_cv: float) -> None:
