@@ -11,14 +11,16 @@ facility, input and most of their power section, so equal texts become one
 shared dict (read-only for the report, which never changes them; lists are
 copied, since `problems` grows after loading).
 
-A value that a typed column cannot hold exactly (an int where a float is
-declared, text that is not UTF-8, a non-finite float, a wrong type in an
-invalid result) goes to the row's `r__extra` JSON object instead and wins over
-the column: the round trip is exact, field by field.
+A value that a typed column cannot hold exactly (text that is not UTF-8, a
+non-finite float, a wrong type in an invalid result) goes to the row's
+`r__extra` JSON object instead and wins over the column: the round trip is
+exact, field by field. (A whole number where Run declares a float is read as
+that float by load.py, so it is in its DOUBLE column.)
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 
@@ -41,6 +43,12 @@ def layout(run_class) -> list[tuple[str, str]]:
             kind = "json"
         out.append((f.name, kind))
     return out
+
+
+@functools.lru_cache(maxsize=None)
+def float_fields(run_class) -> tuple[str, ...]:
+    """The Run's fields declared float."""
+    return tuple(name for name, kind in layout(run_class) if kind == "float")
 
 
 def columns(run_class) -> dict[str, str]:
