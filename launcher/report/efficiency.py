@@ -52,29 +52,6 @@ def edp_per_unit(cell: Cell) -> float | None:
     return (1 / eff) * (1 / node)
 
 
-def pareto_front(cells: list[Cell]) -> list[Cell]:
-    """Cells no other cell beats on both throughput and efficiency."""
-    front = []
-    for c in cells:
-        dominated = any(
-            d is not c and d.throughput >= c.throughput
-            and d.efficiency.mean >= c.efficiency.mean
-            and (d.throughput > c.throughput or d.efficiency.mean > c.efficiency.mean)
-            for d in cells)
-        if not dominated:
-            front.append(c)
-    return sorted(front, key=lambda c: c.throughput)
-
-
-def recommend(cells: list[Cell], max_slowdown: float) -> Cell | None:
-    """The least energy per unit among caps within max_slowdown of the best throughput."""
-    if not cells:
-        return None
-    best = max(c.throughput for c in cells)
-    allowed = [c for c in cells if c.throughput >= (1 - max_slowdown) * best]
-    return max(allowed, key=lambda c: c.efficiency.mean)
-
-
 @dataclass
 class Analysis:
     group: Group
@@ -108,11 +85,30 @@ def analyse(cells: list[Cell], max_slowdown: float) -> list[Analysis]:
             reasons = {r.power_reason for c in members for r in c.runs if r.power_reason}
             why = f": {min(reasons)}" if reasons else ""
             a.notes.append(f"power was not measured{why}")
-        if a.candidates:
-            a.best = max(a.candidates, key=lambda c: c.efficiency.mean)
-            a.fastest = max(a.candidates, key=lambda c: c.throughput)
-            a.recommended = recommend(a.candidates, max_slowdown)
-            a.min_edp = min(a.candidates, key=lambda c: edp_per_unit(c) or float("inf"))
-            a.pareto = pareto_front(a.candidates)
         out.append(a)
+    _pick(out, max_slowdown)
     return out
+
+
+def _pick(analyses: list[Analysis], max_slowdown: float) -> None:
+    """Each group's best, fastest, recommended and least-EDP cap and its Pareto
+    front, from one query over every group's candidates (report/queries.py)."""
+    from hpcai.launcher.report.queries import picks
+
+    columns = {"grp": [], "pos": [], "tp": [], "eff": [], "node": []}
+    for grp, a in enumerate(analyses):
+        for pos, cell in enumerate(a.candidates):
+            for key, value in zip(columns, (grp, pos, cell.throughput, cell.efficiency.mean,
+                                            cell.node_throughput)):
+                columns[key].append(value)
+    if not columns["grp"]:
+        return
+    for grp, pos, best, fastest, recommended, min_edp, pareto in picks(columns, max_slowdown):
+        a = analyses[grp]
+        cell = a.candidates[pos]
+        for role, chosen in (("best", best), ("fastest", fastest), ("recommended", recommended),
+                             ("min_edp", min_edp)):
+            if chosen:
+                setattr(a, role, cell)
+        if pareto:
+            a.pareto.append(cell)

@@ -300,6 +300,18 @@ def _fill(run: Run, path: Path, doc: dict) -> None:
     _fill_limits(run, doc, spec, used)
     _fill_figures(run, doc, spec, used)
     _fill_context(run, path, doc, spec, used)
+    _as_declared_floats(run)
+
+
+def _as_declared_floats(run: Run) -> None:
+    """A whole number where Run declares a float ("measured_units": 4) as that float,
+    so the index holds it in its DOUBLE column (report/run_columns.py), queryable,
+    not in the row's exceptions."""
+    from hpcai.launcher.report.run_columns import float_fields
+
+    for name in float_fields(Run):
+        if type(getattr(run, name)) is int:
+            setattr(run, name, float(getattr(run, name)))
 
 
 def _fill_limits(run: Run, doc: dict, spec: dict, used: list) -> None:

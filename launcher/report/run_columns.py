@@ -4,28 +4,33 @@ Rebuilding 100,000 Runs from one JSON blob each took most of a warm report
 (a decoded dict per run, keyword construction, a quarter of a gigabyte of
 text at once). Here each field of Run is a column of its own: scalars as
 typed DuckDB columns (VARCHAR, DOUBLE, BIGINT, BOOLEAN), read back a column at
-a time in batches (store.column_batches) and passed to Run positionally; the
-few structured fields (power_doc, facility, input, point, lists) as compact
-JSON text, decoded once per distinct text: runs of one campaign share their
+a time in batches (store.column_batches) and passed to Run positionally; lists
+as DuckDB lists (DOUBLE[], VARCHAR[]: a user's query reads them as lists), the
+few structured fields (power_doc, facility, input, point) as compact JSON text.
+Both are read back as JSON text (lists through to_json, which writes each
+double exactly), decoded once per distinct text: runs of one campaign share their
 facility, input and most of their power section, so equal texts become one
 shared dict (read-only for the report, which never changes them; lists are
 copied, since `problems` grows after loading).
 
-A value that a typed column cannot hold exactly (an int where a float is
-declared, text that is not UTF-8, a non-finite float, a wrong type in an
-invalid result) goes to the row's `r__extra` JSON object instead and wins over
-the column: the round trip is exact, field by field.
+A value that a typed column cannot hold exactly (text that is not UTF-8, a
+non-finite float, a wrong type in an invalid result) goes to the row's
+`r__extra` JSON object instead and wins over the column: the round trip is
+exact, field by field. (A whole number where Run declares a float is read as
+that float by load.py, so it is in its DOUBLE column.)
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 
 PREFIX = "r_"
 EXTRA = "r__extra"
 _SQL = {"str": "VARCHAR", "float": "DOUBLE", "int": "BIGINT", "bool": "BOOLEAN",
-        "json": "VARCHAR"}
+        "floats": "DOUBLE[]", "strs": "VARCHAR[]", "json": "VARCHAR"}
+_LISTS = {"list[float]": "floats", "list[str]": "strs"}
 _INT64 = 2 ** 63
 
 
@@ -38,9 +43,15 @@ def layout(run_class) -> list[tuple[str, str]]:
         if base in ("str", "float", "int", "bool"):
             kind = base
         else:
-            kind = "json"
+            kind = _LISTS.get(base, "json")
         out.append((f.name, kind))
     return out
+
+
+@functools.lru_cache(maxsize=None)
+def float_fields(run_class) -> tuple[str, ...]:
+    """The Run's fields declared float."""
+    return tuple(name for name, kind in layout(run_class) if kind == "float")
 
 
 def columns(run_class) -> dict[str, str]:
@@ -71,6 +82,10 @@ def _typed(kind: str, value):
         return (True, value) if kind_type is int and -_INT64 <= value < _INT64 else (False, None)
     if kind == "bool":
         return (True, value) if kind_type is bool else (False, None)
+    if kind in ("floats", "strs"):  # a DuckDB list, where each item fits its type
+        item = "float" if kind == "floats" else "str"
+        fits = kind_type is list and all(_typed(item, v)[0] and v is not None for v in value)
+        return (True, value) if fits else (False, None)
     return True, json.dumps(value, ensure_ascii=True, separators=(",", ":"))  # NaN kept as NaN
 
 
@@ -88,7 +103,9 @@ def encode(run, fields: list[tuple[str, str]]) -> dict:
 
 
 def select_list(fields: list[tuple[str, str]]) -> str:
-    return ", ".join(f'"{PREFIX}{name}"' for name, _ in fields) + f', "{EXTRA}"'
+    """The columns a Decoder reads; lists as their JSON text (equal texts decoded once)."""
+    return ", ".join(f'to_json("{PREFIX}{name}")::VARCHAR' if kind in ("floats", "strs")
+                     else f'"{PREFIX}{name}"' for name, kind in fields) + f', "{EXTRA}"'
 
 
 class Decoder:
@@ -119,7 +136,7 @@ class Decoder:
         return made
 
     def _column(self, i: int, kind: str, column: list) -> list:
-        if kind != "json":
+        if kind not in ("json", "floats", "strs"):
             return column
         seen = self.seen[i]
         for text in set(column).difference(seen):  # each new text decoded once

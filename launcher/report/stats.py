@@ -10,11 +10,9 @@ runs enter a cell.
 from __future__ import annotations
 
 import functools
-import statistics
 from dataclasses import dataclass, field, replace
 
 from hpcai.launcher.report.load import Run
-from hpcai.measure.stats import mean_of_known, stdev, throughput_stats
 
 
 @dataclass(frozen=True)
@@ -116,10 +114,14 @@ class Stats:
 
 
 def describe(values: list[float]) -> Stats:
-    values = [v for v in values if v is not None]
-    raw = throughput_stats(values)
-    ci = tuple(raw["ci95"]) if raw["ci95"] is not None else None
-    return Stats(raw["epochs"], raw["mean"], raw["std"], ci, raw["cv"])
+    """The statistics of one set of values (the known ones), by the cells' query."""
+    from hpcai.launcher.report.queries import Values, cell_statistics
+
+    known = [v for v in values if v is not None]
+    table = Values()
+    table.extend("repeats", [0] * len(known), [0] * len(known), known)
+    stats, _ = cell_statistics(table)
+    return _stats(stats.get(0, {}), "repeats")
 
 
 @dataclass
@@ -238,8 +240,7 @@ def aggregate(runs: list[Run], overhead_w: float | None, noisy_cv: float,
     for run, group in zip(usable, groups):
         group = with_series(group, series.get(run.run_id, ""))
         buckets.setdefault((group, run.cap_w), []).append(run)
-    cells = [_cell(group, cap, members, overhead_w, noisy_cv)
-             for (group, cap), members in buckets.items()]
+    cells = _cells(list(buckets.items()), overhead_w, noisy_cv)
     return sorted(cells, key=lambda c: (c.group.unit, c.group.workload, c.group.preset,
                                         c.group.device, c.group.site, c.group.processes,
                                         cap_sort_key(c.group.sm_clock_cap_mhz),
@@ -247,38 +248,75 @@ def aggregate(runs: list[Run], overhead_w: float | None, noisy_cv: float,
                                         c.group.point, c.group.series, cap_sort_key(c.cap_w)))
 
 
-def _cell(group: Group, cap: float | None, runs: list[Run], overhead_w, noisy_cv) -> Cell:
-    runs = sorted(runs, key=lambda r: (r.repeat if r.repeat is not None else 0, r.started or ""))
-    cell = Cell(group, cap, runs)
-    cell.repeats = describe([r.per_gpu for r in runs])
-    cell.epochs = describe([v for r in runs for v in r.per_epoch_per_gpu])
-    effs = [r.efficiency(overhead_w) for r in runs]
-    # Efficiency only when every repeat measured power: a partial mean would mislead.
-    cell.efficiency = describe(effs) if all(e is not None for e in effs) else describe([])
-    gpu_effs = [r.gpu_efficiency() for r in runs]
-    cell.gpu_efficiency = mean_of_known(gpu_effs) if all(e is not None for e in gpu_effs) else None
-    cell.node_throughput = mean_of_known([r.node for r in runs])
-    cell.mean_power_w = mean_of_known([r.mean_power_w for r in runs])
-    cell.sm_clock_mhz = mean_of_known([r.sm_clock_mhz for r in runs])
-    cell.memory_clock_mhz = mean_of_known([r.memory_clock_mhz for r in runs])
-    flags = [r.enforced for r in runs]
+def _cells(buckets: list, overhead_w, noisy_cv) -> list[Cell]:
+    """The cells of (group, cap) -> runs, their statistics from one query
+    (report/queries.py) over every run's values."""
+    from hpcai.launcher.report.queries import cell_statistics
+
+    cells = [Cell(group, cap, sorted(runs, key=lambda r: (r.repeat if r.repeat is not None else 0,
+                                                          r.started or "")))
+             for (group, cap), runs in buckets]
+    stats, run_cvs = cell_statistics(_values(cells, overhead_w))
+    number = 0  # runs are numbered in cell order (_values)
+    for index, cell in enumerate(cells):
+        _fill(cell, stats[index], noisy_cv)
+        for run in cell.runs:
+            cv = run_cvs.get(number)
+            number += 1
+            if cv is not None and cv > noisy_cv:
+                cell.noise.append(f"run {run.run_id}: epochs vary by {cv:.1%} (CV)")
+    return cells
+
+
+def _values(cells: list[Cell], overhead_w):
+    """Every run's values by kind, its cell's number beside each; a cell's efficiency
+    only when every repeat measured power (a partial mean would mislead)."""
+    from hpcai.launcher.report.queries import Values
+
+    runs = [r for c in cells for r in c.runs]
+    cell_of = [i for i, c in enumerate(cells) for _ in c.runs]
+    values = Values()
+
+    def add(kind: str, numbers: list, whole_cells: bool = False) -> None:
+        left_out = {cell_of[i] for i, v in enumerate(numbers) if v is None} if whole_cells else ()
+        keep = [i for i, v in enumerate(numbers) if v is not None and cell_of[i] not in left_out]
+        values.extend(kind, [cell_of[i] for i in keep], keep, [numbers[i] for i in keep])
+
+    add("repeats", [r.per_gpu for r in runs])
+    add("efficiency", [r.efficiency(overhead_w) for r in runs], whole_cells=True)
+    add("gpu_efficiency", [r.gpu_efficiency() for r in runs], whole_cells=True)
+    add("node", [r.node for r in runs])
+    add("power", [r.mean_power_w for r in runs])
+    add("sm_clock", [r.sm_clock_mhz for r in runs])
+    add("memory_clock", [r.memory_clock_mhz for r in runs])
+    epochs = [(cell_of[i], i, v) for i, r in enumerate(runs) for v in r.per_epoch_per_gpu if v is not None]
+    if epochs:
+        values.extend("epochs", *map(list, zip(*epochs)))
+    return values
+
+
+# A kind's columns in a cell's figures (queries.BY_CELL): n, mean, std, low, high, cv.
+_COLUMNS = {kind: tuple(f"{kind}_{figure}" for figure in ("n", "mean", "std", "low", "high", "cv"))
+            for kind in ("repeats", "epochs", "efficiency")}
+
+
+def _stats(figures: dict, kind: str) -> Stats:
+    """A kind's Stats from a cell's figures (queries.cell_statistics)."""
+    n, mean, std, low, high, cv = map(figures.get, _COLUMNS[kind])
+    if not n:
+        return Stats(0, None, None, None, None)
+    return Stats(n, mean, std, None if low is None else (low, high), cv)
+
+
+def _fill(cell: Cell, figures: dict, noisy_cv: float) -> None:
+    """The cell's figures from its row of the statistics query."""
+    cell.repeats, cell.epochs = _stats(figures, "repeats"), _stats(figures, "epochs")
+    cell.efficiency = _stats(figures, "efficiency")
+    cell.gpu_efficiency, cell.node_throughput = figures["gpu_efficiency_mean"], figures["node_mean"]
+    cell.mean_power_w, cell.sm_clock_mhz = figures["power_mean"], figures["sm_clock_mean"]
+    cell.memory_clock_mhz = figures["memory_clock_mean"]
+    flags = [r.enforced for r in cell.runs]
     cell.enforced = (False if False in flags else True if flags and all(flags) else None) \
-        if cap is not None else None
+        if cell.cap_w is not None else None
     if cell.repeats.n >= 2 and cell.repeats.cv is not None and cell.repeats.cv > noisy_cv:
         cell.noise.append(f"repeats vary by {cell.repeats.cv:.1%} (CV)")
-    for run in runs:
-        cv = _cv(run.per_epoch_per_gpu)
-        if cv is not None and cv > noisy_cv:
-            cell.noise.append(f"run {run.run_id}: epochs vary by {cv:.1%} (CV)")
-    return cell
-
-
-def _cv(values: list) -> float | None:
-    """describe(values).cv, without the interval: one per run of a fleet's report."""
-    values = [v for v in values if v is not None]
-    if len(values) < 2:
-        return None
-    mean = statistics.fmean(values)
-    return stdev(values, mean) / mean if mean else None
-
-

@@ -52,7 +52,7 @@ def shown_text(text: str) -> str:
 
 INDEX_ENV = "HPCAI_RESULTS_INDEX"
 # Bump when what is stored per file changes (Run's fields, the reduction in load.py).
-INDEX_FORMAT = 3
+INDEX_FORMAT = 4
 COLUMNS = {  # queried by `results ls/show/export`; the r_ columns (run_columns.py) hold the Run
     "path": "VARCHAR", "size": "BIGINT", "mtime_ns": "BIGINT", "ino": "BIGINT", "ctime_ns": "BIGINT",
     "sha256": "VARCHAR", "run_id": "VARCHAR", "status": "VARCHAR", "usable": "BOOLEAN",

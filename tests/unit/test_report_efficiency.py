@@ -2,7 +2,7 @@
 against figures worked out by hand (see report_docs.crafted_set)."""
 import pytest
 
-from hpcai.launcher.report.efficiency import analyse, edp_per_unit, fixed_work, pareto_front
+from hpcai.launcher.report.efficiency import analyse, edp_per_unit, fixed_work
 from hpcai.launcher.report.load import load_results
 from hpcai.launcher.report.stats import aggregate
 from report_docs import crafted_set, make_result, write_result
@@ -50,8 +50,9 @@ def test_pareto_front_drops_dominated_points(tmp_path):
     write_result(tmp_path, make_result(cap_w=300.0, per_gpu=900.0, power_per_gpu_w=300.0))
     write_result(tmp_path, make_result(cap_w=400.0, per_gpu=1000.0, power_per_gpu_w=290.0))
     runs, _ = load_results([tmp_path])
-    cells = aggregate(runs, None, 0.05)
-    assert caps(pareto_front(cells)) == [200.0, 400.0]
+    [a] = analyse(aggregate(runs, None, 0.05), 0.10)
+    assert caps(a.candidates) == [200.0, 300.0, 400.0]
+    assert caps(a.pareto) == [200.0, 400.0]  # in order of throughput (the pareto query)
 
 
 def test_energy_and_time_for_a_fixed_amount_of_work(tmp_path):

@@ -107,14 +107,23 @@ def test_each_node_of_a_multi_node_run_is_its_own_row(tmp_path):
     assert {c.group.device_label() for c in cells} == {"H100 ×4", "H100 ×4 per node, 2 nodes"}
 
 
-def test_a_runs_epoch_cv_is_describes():
-    # stats._cv skips the interval describe() computes, one per run of a fleet: same CV.
+def test_the_cells_query_gives_the_measurement_cores_statistics():
+    # report/queries.py computes in SQL what hpcai/measure/stats.py's throughput_stats
+    # computes in Python (with its t95, registered): the same figures to 1e-12.
     import random
 
-    from hpcai.launcher.report.stats import _cv, describe
+    from hpcai.measure.stats import throughput_stats
+
+    def close(a, b):
+        return a == b or (a is not None and b is not None and abs(a - b) <= 1e-12 * max(abs(a), abs(b)))
 
     rng = random.Random(7)
-    cases = [[], [5.0], [None, 5.0], [0.0, 0.0], [1.0, -1.0], [3.0, None, 3.0]]
-    cases += [[rng.uniform(1, 100) for _ in range(rng.randint(2, 12))] for _ in range(200)]
+    cases = [[], [5.0], [None, 5.0], [0.0, 0.0], [1.0, -1.0], [3.0, None, 3.0], [2.0] * 40]
+    cases += [[rng.uniform(1, 100) for _ in range(rng.randint(2, 45))] for _ in range(100)]
     for values in cases:
-        assert _cv(values) == describe(values).cv, values
+        known = [v for v in values if v is not None]
+        want, got = throughput_stats(known), describe(values)
+        assert got.n == want["epochs"], values
+        for mine, theirs in ((got.mean, want["mean"]), (got.std, want["std"]), (got.cv, want["cv"]),
+                             *zip(got.ci95 or (None, None), want["ci95"] or (None, None))):
+            assert close(mine, theirs), (values, mine, theirs)

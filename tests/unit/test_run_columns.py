@@ -1,7 +1,7 @@
 """The results index keeps each Run field in a column of its own
 (launcher/report/run_columns.py): a Run read back from the index must equal,
 field by field, the Run read from its file, including values a typed column
-cannot hold (ints where floats are declared, text that is not UTF-8, NaN).
+cannot hold (text that is not UTF-8, NaN); lists are DuckDB lists.
 Real DuckDB, real files; no fakes."""
 import dataclasses
 import json
@@ -94,7 +94,14 @@ def test_the_index_gives_the_runs_read_from_the_files(tmp_path, results_index):
     cold = index(kit(), [tmp_path / "results"])
     warm = index(kit(), [tmp_path / "results"])
     assert (cold.read, warm.read, warm.reused) == (len(direct), 0, len(direct))
-    assert any(r.samples_path for r in warm.runs) and any(type(r.cap_w) is int for r in warm.runs)
+    assert any(r.samples_path for r in warm.runs)
+    # The int cap is read as the float Run declares: in its DOUBLE column, not the exceptions.
+    [odd_run] = [r for r in warm.runs if r.run_id.startswith("id-")]
+    assert type(odd_run.cap_w) is float and odd_run.cap_w == 300.0
+    with duckdb.connect(str(results_index), read_only=True) as con:
+        [(cap, extra)] = con.execute("SELECT r_cap_w, r__extra FROM files "
+                                     "WHERE r_run_id LIKE 'id-%'").fetchall()
+    assert cap == 300.0 and '"cap_w"' not in extra  # its path (not UTF-8) is the exception
     for runs in (cold.runs, warm.runs):
         assert sorted(r.path for r in runs) == sorted(direct)
         for run in runs:
@@ -142,3 +149,19 @@ def test_deleting_the_index_gives_the_same_report(tmp_path, results_index):
     again = report("again")
     assert cold == warm == again
     assert cold[0]["cells"]  # a report with figures, not an empty one
+
+
+def test_lists_are_duckdb_lists_a_user_can_query(tmp_path, results_index):
+    crafted_set(tmp_path / "results")
+    runs = index(kit(), [tmp_path / "results"]).runs
+    with duckdb.connect(str(results_index), read_only=True) as con:
+        types = con.execute("SELECT DISTINCT typeof(r_per_epoch_per_gpu), typeof(r_problems) "
+                            "FROM files WHERE r_per_epoch_per_gpu IS NOT NULL").fetchall()
+        means = dict(con.execute("SELECT r_run_id, list_avg(r_per_epoch_per_gpu) FROM files "
+                                 "WHERE len(r_per_epoch_per_gpu) > 0").fetchall())
+    assert types == [("DOUBLE[]", "VARCHAR[]")]
+    measured = {r.run_id: sum(r.per_epoch_per_gpu) / len(r.per_epoch_per_gpu) for r in runs
+                if r.per_epoch_per_gpu}
+    assert measured and means.keys() == measured.keys()
+    for run_id, mean in measured.items():
+        assert abs(means[run_id] - mean) <= 1e-12 * abs(mean), run_id
