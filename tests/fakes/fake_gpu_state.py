@@ -23,6 +23,7 @@ State file schema (format 1)::
         "memory_total_bytes": int, "memory_used_bytes": int,
         "power_draw_w": float,               # what the GPU would draw without a cap
         "ignores_cap": false,                # true: reported power is draw even above the cap
+        "instant_ripple_frac": 0.0,          # the instant field swings +-this share around it
         "min_limit_w": float, "max_limit_w": float,
         "default_limit_w": float, "current_limit_w": float,
         "deny_set": false,                   # set (limits and clocks) -> NoPermission / NO_PERM
@@ -84,7 +85,12 @@ followed within 14-101 ms, and a busy GPU still ran at 1980 MHz right after
 nvmlDeviceSetGpuLockedClocks(1410, 1410).
 
 Reported power is ``min(power_draw_w, current_limit_w)`` unless
-``ignores_cap``. The energy counter grows with wall time times reported
+``ignores_cap``. With ``instant_ripple_frac`` the instant field (pynvml's
+NVML_FI_DEV_POWER_INSTANT) swings around it as a 3.7 Hz sine of that share,
+while the 1 s average (nvmlDeviceGetPowerUsage) and the energy counter stay on
+it: so it was on the H100 at its 700 W default (the GPU kit, 2026-11-28), an
+instant p95 of 759-828 W and a 1 s mean held at the limit.
+The energy counter grows with wall time times reported
 power: ``energy_mj + (now - energy_t) * power * 1000``; every change that
 alters the reported power first folds the energy up to now.
 
@@ -113,6 +119,7 @@ import contextlib
 import fcntl
 import importlib.util
 import json
+import math
 import os
 import sys
 import tempfile
@@ -253,6 +260,17 @@ def reported_power_w(dev: dict) -> float:
     if dev.get("ignores_cap"):
         return float(dev["power_draw_w"])
     return float(min(dev["power_draw_w"], enforced_limit_w(dev)))
+
+
+RIPPLE_HZ = 3.7  # not a multiple of a 10 Hz sampler's rate: every phase gets read
+
+
+def instant_power_w(dev: dict, now: float | None = None) -> float:
+    """The instant field: reported power, with its ripple (a sine averaging out
+    over the limit's 1 s window to within 3% of the ripple)."""
+    ripple = float(dev.get("instant_ripple_frac") or 0.0)
+    now = time.time() if now is None else now
+    return reported_power_w(dev) * (1.0 + ripple * math.sin(2 * math.pi * RIPPLE_HZ * now))
 
 
 def energy_mj(dev: dict, now: float | None = None) -> float:

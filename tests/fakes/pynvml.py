@@ -337,7 +337,7 @@ def nvmlDeviceGetFieldValues(handle, fieldIds):
         if field != NVML_FI_DEV_POWER_INSTANT or "power_instant" in dev.get("not_supported", []):
             entry.nvmlReturn = NVML_ERROR_NOT_SUPPORTED
         else:
-            value.uiVal = int(round(_fgs.reported_power_w(dev) * 1000))
+            value.uiVal = int(round(_fgs.instant_power_w(dev) * 1000))
         out.append(entry)
     return out
 

@@ -103,3 +103,35 @@ def test_window_stats_hold_instant_power_over_the_limits_one_second_window():
     assert window_stats(series[:8])["power_w_1s_p95"] is None
     averaged = [(t, GpuReading(power_w=r.power_w, power_source="average")) for t, r in series]
     assert window_stats(averaged)["power_w_1s_p95"] is None
+
+
+def test_an_overshooting_instant_field_passes_power_range_through_the_real_backend(tmp_path, monkeypatch):
+    """The FAKE pynvml's instant field with the H100's ripple (instant_ripple_frac,
+    tests/fakes/fake_gpu_state.py) at a held 700 W limit, read through hpcai's NVML
+    backend at 100 ms on a fake clock: the raw p95 is above 700 W x 1.05, the 1 s
+    mean's p95 is not, and validity's power_range passes on it."""
+    from hpcai.measure import validity
+    from hpcai.measure.telemetry import window_stats
+
+    devices = fake_gpu_state.make_devices(1, "nvidia")
+    devices[0].update(power_draw_w=800.0, current_limit_w=700.0, max_limit_w=700.0,
+                      instant_ripple_frac=0.15)
+    modules = fake_gpu_state.install(monkeypatch, tmp_path / "gpus.json", devices)
+    clock = {"t": 1_000_000.0}
+    monkeypatch.setattr(modules["pynvml"]._fgs, "time", type("Clock", (), {"time": staticmethod(lambda: clock["t"])}))
+    found = power_sources.discover("auto")
+    try:
+        series = []
+        for k in range(40):  # 4 s at 100 ms
+            clock["t"] = 1_000_000.0 + 0.1 * k
+            series.append((clock["t"], found.gpus[0].read()))
+    finally:
+        found.close()
+    stats = window_stats(series)
+    assert stats["power_source"] == "instant"
+    assert stats["power_w"]["p95"] > 735.0
+    assert stats["power_w_1s_p95"] < 735.0
+    gpu = {"index": 0, "power_source": "instant", "power_w": stats["power_w"],
+           "power_w_1s_p95": stats["power_w_1s_p95"], "limits": {"max_w": 700.0}}
+    check = validity._power_range({"spec": {"power": {}}, "launcher": {}}, gpu, "GPU 0", validity.THRESHOLDS)
+    assert check["verdict"] == "pass", check
