@@ -107,6 +107,17 @@ class Sampler:
         self._stop.set()
         self._thread.join(timeout=5)
 
+    def sample_for(self, seconds: float, label: str) -> tuple[Mark, Mark]:
+        """Sample for `seconds` between two marks (`<label>-start`, `<label>-end`),
+        stopped whatever happens; the marks."""
+        self.start()
+        try:
+            start = self.mark(f"{label}-start")
+            time.sleep(seconds)
+            return start, self.mark(f"{label}-end")
+        finally:
+            self.stop()
+
     def mark(self, label: str) -> Mark:
         with self._lock:
             energies = []

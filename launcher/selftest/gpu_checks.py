@@ -100,13 +100,7 @@ def _sample(devices: list, seconds: float, interval_s: float = 0.1):
     from hpcai.measure.telemetry import Sampler
 
     sampler = Sampler(devices, interval_s)
-    sampler.start()
-    try:
-        start = sampler.mark("start")
-        time.sleep(seconds)
-        end = sampler.mark("end")
-    finally:
-        sampler.stop()
+    start, end = sampler.sample_for(seconds, "check")
     return sampler, start, end
 
 

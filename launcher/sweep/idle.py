@@ -3,7 +3,6 @@ run holds.
 """
 from __future__ import annotations
 
-import time
 
 from hpcai.timestamps import now_iso
 
@@ -47,13 +46,9 @@ def measure_idle(vendor: str, gpu_indices: list[int] | None, seconds: float,
             node._wall0, node._mono0 = sampler._wall0, sampler._mono0  # one clock
             node.start()
         held = _held_by_another_run(uuids)
-        sampler.start()
         try:
-            start = sampler.mark("idle-start")
-            time.sleep(seconds)
-            end = sampler.mark("idle-end")
+            start, end = sampler.sample_for(seconds, "idle")
         finally:
-            sampler.stop()
             if node is not None:
                 node.stop()
         held = held or _held_by_another_run(uuids)  # again after the wait
