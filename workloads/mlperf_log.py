@@ -26,6 +26,7 @@ import contextlib
 import json
 import logging
 import os
+import sys
 from pathlib import Path
 
 from hpcai.safe_files import _DIR_FLAGS, Folder
@@ -134,6 +135,20 @@ def remove(log_path: Path, node_index: int = 0) -> None:
         os.unlink(Path(log_path).name, dir_fd=folder.fd)
 
 
+class _KeepingHandler(logging.StreamHandler):
+    """A StreamHandler that keeps its first write error for the caller: logging's own
+    handleError prints "--- Logging error ---" and a traceback to stderr (a full disk
+    mid-log), which the launcher would echo as if the workload had crashed."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self.error: BaseException | None = None
+
+    def handleError(self, record) -> None:
+        if self.error is None:
+            self.error = sys.exc_info()[1]
+
+
 class _mllogger:
     """An MLLogger on a private logger writing one file of folder (a safe_files.Folder):
     the library gets a stream, the file is made no-follow and renamed in on success."""
@@ -147,7 +162,7 @@ class _mllogger:
         self.logger = logging.getLogger(f"hpcai.mllog.{id(self)}")
         self.logger.propagate = False
         self.logger.setLevel(logging.INFO)
-        self.handler = logging.StreamHandler(stream)
+        self.handler = _KeepingHandler(stream)
         self.logger.addHandler(self.handler)
         return self.factory(logger=self.logger)
 
@@ -155,8 +170,10 @@ class _mllogger:
         self.logger.removeHandler(self.handler)
         try:
             self.handler.flush()
-        except BaseException as flushing:  # a full disk: the temporary file goes too
-            self.replacing.__exit__(type(flushing), flushing, flushing.__traceback__)
+            if self.handler.error is not None and exc[0] is None:
+                raise self.handler.error
+        except BaseException as failed:  # a full disk: the temporary file goes too
+            self.replacing.__exit__(type(failed), failed, failed.__traceback__)
             raise
         return bool(self.replacing.__exit__(*exc))
 

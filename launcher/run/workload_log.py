@@ -4,8 +4,8 @@ on the terminal.
 The workload writes into the log file directly (not through a pipe to the
 launcher, so it never dies of a broken pipe if the launcher does); a thread
 follows the file and echoes each line to the launcher's stderr, except
-Python tracebacks and torchrun's failure banner (a failing run with two ranks
-prints about 80 of those lines), and a rank's error line that another rank
+Python tracebacks, logging's reports of its own write errors, and torchrun's
+failure banner (a failing run with two ranks prints about 80 of those lines), and a rank's error line that another rank
 already printed word for word (every rank of a run without the GPUs it was
 planned on says so). They stay in the log, and the launcher says where.
 """
@@ -30,6 +30,12 @@ _CHAINED = ("During handling of the above exception", "The above exception was t
 # or a bare `KeyboardInterrupt`. A rank's own "[hpcai] error: ..." line is not one.
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(:|$)")
 _RANK_ERROR = "[hpcai] error: "
+# A line cut short (its writer met a full disk) still opens a traceback.
+_TRACEBACK = "Traceback (most recent call last"
+# logging's Handler.handleError (Lib/logging/__init__.py): a banner, a traceback,
+# "Call stack:" and its frames, then "Message: ..." and "Arguments: ..." last.
+_LOGGING_ERROR, _LOGGING_ERROR_END = "--- Logging error ---", ("Arguments: ", "Use the traceback above")
+_HPCAI_LINE = "[hpcai] "
 
 
 class TracebackFilter:
@@ -43,6 +49,7 @@ class TracebackFilter:
     def __init__(self):
         self.open = 0  # tracebacks whose exception line has not come yet
         self.banner_rules = None  # None, or the ==== rules of torchrun's banner seen so far
+        self.logging_error = False  # inside logging's "--- Logging error ---" report
         self.hidden = 0
         self.errors_shown: set[str] = set()  # the ranks' error lines, each shown once
 
@@ -59,7 +66,14 @@ class TracebackFilter:
                 if self.banner_rules >= 2:
                     self.banner_rules = None
             return False
-        if line.startswith("Traceback (most recent call last):"):
+        if self.logging_error and not line.startswith(_HPCAI_LINE):
+            self.logging_error = not line.startswith(_LOGGING_ERROR_END)
+            return False
+        self.logging_error = False
+        if line.startswith(_LOGGING_ERROR):
+            self.logging_error = True
+            return False
+        if line.startswith(_TRACEBACK):
             self.open += 1
             return False
         if self.open:

@@ -181,3 +181,36 @@ def test_removing_a_failed_log_follows_no_planted_power_folder(tmp_path):
     power.symlink_to(tmp_path / "elsewhere", target_is_directory=True)
     mlperf_log.remove(path)
     assert (elsewhere / "node_0.txt").read_text() == "keep\n" and not path.exists()
+
+
+def test_a_full_disk_mid_log_is_one_error_and_no_logging_report(tmp_path, monkeypatch, capfd):
+    """logging's StreamHandler hands a write error to handleError, which prints a
+    traceback to stderr and goes on; the writer raises it instead (the entrypoint
+    says it in one line) and leaves no file. The full disk: a stream whose writes
+    fail with ENOSPC, as the TextIOWrapper over a full tmpfs does."""
+    import contextlib
+    import errno
+
+    from hpcai.safe_files import Folder
+
+    class FullDisk:
+        def write(self, text):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def flush(self):
+            pass
+
+    made = []
+
+    @contextlib.contextmanager
+    def replacing_text(self, name, newline=None):
+        made.append(name)
+        yield FullDisk()
+
+    monkeypatch.setattr(Folder, "replacing_text", replacing_text)
+    doc = make_result(gpus=1, per_gpu=1000.0, cap_w=300.0, window_s=10.0)
+    with pytest.raises(OSError) as raised:
+        mlperf_log.write(tmp_path / mlperf_log.MLLOG_FILE, doc, [])
+    assert raised.value.errno == errno.ENOSPC and made == [mlperf_log.MLLOG_FILE]
+    assert "Logging error" not in capfd.readouterr().err
+    assert not list(tmp_path.iterdir())

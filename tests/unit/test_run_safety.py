@@ -160,6 +160,35 @@ def test_interleaved_tracebacks_of_two_ranks_stay_hidden():
     assert keep.hidden == len(interleaved) - 1
 
 
+def test_loggings_report_of_a_full_disk_stays_in_the_log():
+    """A CI fault-injection round filled the disk under a workload: logging's
+    Handler.handleError printed "--- Logging error ---", a traceback, the call
+    stack and the message, and the last header was cut short by the full disk.
+    The report here is the real one, made by Python's logging in a child."""
+    code = ("import errno, logging\n"
+            "class Full:\n"
+            "    def write(self, s): raise OSError(errno.ENOSPC, 'No space left on device')\n"
+            "    def flush(self): pass\n"
+            "log = logging.getLogger('x'); log.addHandler(logging.StreamHandler(Full()))\n"
+            "log.warning(':::MLLOG {\"key\": \"submission_benchmark\"}')\n"
+            "print('[hpcai] epoch 2: 20 images/s', flush=True)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    report = done.stderr.splitlines()
+    assert report[0] == "--- Logging error ---" and any(x.startswith("Arguments: ") for x in report)
+    lines = report + done.stdout.splitlines() + ["--- Logging error ---", "Traceback (most recent call last"]
+    keep = TracebackFilter()
+    shown = [line for line in lines if keep.show(line)]
+    assert shown == ["[hpcai] epoch 2: 20 images/s"]
+    assert keep.hidden == len(lines) - 1
+
+
+def test_a_traceback_header_cut_short_still_opens_a_traceback():
+    keep = TracebackFilter()
+    lines = ["Traceback (most recent call last", '  File "/x/entrypoint.py", line 10, in run',
+             "OSError: [Errno 28] No space left on device", "hpcai: power limits restored"]
+    assert [line for line in lines if keep.show(line)] == ["hpcai: power limits restored"]
+
+
 def test_each_ranks_own_error_shows_and_a_repeat_does_not():
     """Every rank of a run planned on GPUs that PyTorch cannot see says so, word
     for word: once on the terminal. Errors that differ all show."""
