@@ -15,6 +15,7 @@ import click
 
 from hpcai.errors import UsageError
 from hpcai.launcher.cli.guarded import run_guarded
+from hpcai.launcher.report.run_columns import EXTRA
 from hpcai.printable import printable
 
 LS_COLUMNS = ("run_id", "counted", "workload", "device", "site", "cap_w", "per_gpu", "started", "path")
@@ -93,10 +94,14 @@ def query(paths, workload=None, gpu=None, cap=None, site=None, since=None, until
             where.append("cap_w = ?")
             params.append(cap)
         # The first file (by path) of one run id and content is counted; later ones are copies.
+        # Named as `results export` has always named them: sha256, node_throughput, and
+        # the problems as one "; "-separated text.
         sql = f"""
             WITH ranked AS (
-                SELECT *, row_number() OVER (PARTITION BY run_id, sha256 ORDER BY path) AS copy,
-                       first_value(path) OVER (PARTITION BY run_id, sha256 ORDER BY path) AS first_path
+                SELECT * EXCLUDE ({EXTRA}) REPLACE (array_to_string(problems, '; ') AS problems),
+                       content_hash AS sha256, node AS node_throughput,
+                       row_number() OVER (PARTITION BY run_id, content_hash ORDER BY path) AS copy,
+                       first_value(path) OVER (PARTITION BY run_id, content_hash ORDER BY path) AS first_path
                 FROM files WHERE {where[0]})
             SELECT *, (usable AND copy = 1) AS counted,
                    CASE WHEN copy > 1 THEN first_path END AS duplicate_of
@@ -136,6 +141,8 @@ def _counted(row, at: dict) -> str:
 def _text(value) -> str:
     if value is None:
         return "–"
+    if isinstance(value, list):
+        return ", ".join(map(_text, value))
     if isinstance(value, float):
         return f"{value:.5g}"
     return printable(value)  # a path with a newline or escape code is shown escaped
@@ -176,15 +183,22 @@ def show(run_id, paths, **filters):
 
 
 def _show(run_id, paths, **filters):
+    from hpcai.launcher.report.load import kit
+    from hpcai.launcher.report.run_columns import layout
+
     columns, rows = query(paths, run_id=run_id, **filters)
     if not rows:
         raise UsageError(f"no result with run id {run_id!r} under {', '.join(paths)}",
                          "list them with `hpcai-launch results ls PATHS`")
+    # Not shown: the query's helpers, the stat fields no one reads, and the result's
+    # structured sections (the power section, the site's facility...): JSON in the index.
+    hidden = {"copy", "first_path", "ino", "ctime_ns", "content_hash", "node"}
+    hidden.update(name for name, kind in layout(kit().Run) if kind == "json")
     for n, row in enumerate(rows):
         if n:
             click.echo("")
         for column, value in zip(columns, row):
-            if column not in ("copy", "first_path", "ino", "ctime_ns") and not column.startswith("r_"):  # r_: the Run
+            if column not in hidden:
                 click.echo(f"{column:31s} {_text(value)}")
 
 

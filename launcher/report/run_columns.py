@@ -2,7 +2,8 @@
 
 Rebuilding 100,000 Runs from one JSON blob each took most of a warm report
 (a decoded dict per run, keyword construction, a quarter of a gigabyte of
-text at once). Here each field of Run is a column of its own: scalars as
+text at once). Here each field of Run is a column of its own, named as the
+field (the one copy of it in the index; its path is the files' key): scalars as
 typed DuckDB columns (VARCHAR, DOUBLE, BIGINT, BOOLEAN), read back a column at
 a time in batches (store.column_batches) and passed to Run positionally; lists
 as DuckDB lists (DOUBLE[], VARCHAR[]: a user's query reads them as lists), the
@@ -15,7 +16,7 @@ copied, since `problems` grows after loading).
 
 A value that a typed column cannot hold exactly (text that is not UTF-8, a
 non-finite float, a wrong type in an invalid result) goes to the row's
-`r__extra` JSON object instead and wins over the column: the round trip is
+`extra_json` object instead and wins over the column: the round trip is
 exact, field by field. (A whole number where Run declares a float is read as
 that float by load.py, so it is in its DOUBLE column.)
 """
@@ -26,8 +27,8 @@ import functools
 import json
 import math
 
-PREFIX = "r_"
-EXTRA = "r__extra"
+EXTRA = "extra_json"
+KEY = "path"  # the files table's key column holds the Run's path: one copy
 _SQL = {"str": "VARCHAR", "float": "DOUBLE", "int": "BIGINT", "bool": "BOOLEAN",
         "floats": "DOUBLE[]", "strs": "VARCHAR[]", "json": "VARCHAR"}
 _LISTS = {"list[float]": "floats", "list[str]": "strs"}
@@ -55,8 +56,9 @@ def float_fields(run_class) -> tuple[str, ...]:
 
 
 def columns(run_class) -> dict[str, str]:
-    """The index's columns for a Run: one per field, and the exceptions."""
-    return {**{PREFIX + name: _SQL[kind] for name, kind in layout(run_class)}, EXTRA: "VARCHAR"}
+    """The index's columns for a Run: one per field (its path: the key column), and
+    the exceptions."""
+    return {**{name: _SQL[kind] for name, kind in layout(run_class) if name != KEY}, EXTRA: "VARCHAR"}
 
 
 def _utf8(text: str) -> bool:
@@ -89,14 +91,19 @@ def _typed(kind: str, value):
     return True, json.dumps(value, ensure_ascii=True, separators=(",", ":"))  # NaN kept as NaN
 
 
-def encode(run, fields: list[tuple[str, str]]) -> dict:
-    """The Run's columns (name -> JSON-ready value) for one row of the index."""
+def encode(run, fields: list[tuple[str, str]], key: str) -> dict:
+    """The Run's columns (name -> JSON-ready value) for one row of the index; key:
+    the row's path column (the path as shown, where it is not plain UTF-8)."""
     row, extra = {}, {}
     for name, kind in fields:
         value = getattr(run, name)
+        if name == KEY:
+            if value != key:  # JSON keeps a lone surrogate (a non-UTF-8 byte) as \udcXX
+                extra[name] = value
+            continue
         fits, stored = _typed(kind, value)
-        row[PREFIX + name] = stored
-        if not fits:  # JSON keeps a lone surrogate (a path's non-UTF-8 byte) as \udcXX
+        row[name] = stored
+        if not fits:
             extra[name] = value
     row[EXTRA] = json.dumps(extra, ensure_ascii=True, separators=(",", ":")) if extra else None
     return row
@@ -104,8 +111,9 @@ def encode(run, fields: list[tuple[str, str]]) -> dict:
 
 def select_list(fields: list[tuple[str, str]]) -> str:
     """The columns a Decoder reads; lists as their JSON text (equal texts decoded once)."""
-    return ", ".join(f'to_json("{PREFIX}{name}")::VARCHAR' if kind in ("floats", "strs")
-                     else f'"{PREFIX}{name}"' for name, kind in fields) + f', "{EXTRA}"'
+    return ", ".join(f'"{KEY}" AS run_path' if name == KEY
+                     else f'to_json("{name}")::VARCHAR' if kind in ("floats", "strs")
+                     else f'"{name}"' for name, kind in fields) + f', "{EXTRA}"'
 
 
 class Decoder:
@@ -121,7 +129,7 @@ class Decoder:
     def runs(self, columns: list[list], paths: list | None = None) -> list:
         """Runs from select_list's columns (lists of one length); paths: the files'
         paths as the walk found them (the same files: used instead of the path column,
-        which holds no path that is not UTF-8)."""
+        which holds a path that is not UTF-8 as shown, the real one in the exceptions)."""
         if not columns or not columns[0]:
             return []
         values = [paths if i == 0 and paths is not None else self._column(i, kind, columns[i])

@@ -42,27 +42,17 @@ from typing import NamedTuple
 from hpcai.errors import UsageError
 from hpcai.launcher.bundles.files import ENVELOPE_FILE
 from hpcai.launcher.report.ingest import Kit, shown_path
-from hpcai.printable import printable
 from hpcai.install import install_hint
-
-
-def shown_text(text: str) -> str:
-    return printable(text.encode("utf-8", "backslashreplace").decode("utf-8"))
 
 
 INDEX_ENV = "HPCAI_RESULTS_INDEX"
 # Bump when what is stored per file changes (Run's fields, the reduction in load.py).
-INDEX_FORMAT = 4
-COLUMNS = {  # queried by `results ls/show/export`; the r_ columns (run_columns.py) hold the Run
-    "path": "VARCHAR", "size": "BIGINT", "mtime_ns": "BIGINT", "ino": "BIGINT", "ctime_ns": "BIGINT",
-    "sha256": "VARCHAR", "run_id": "VARCHAR", "status": "VARCHAR", "usable": "BOOLEAN",
-    "workload": "VARCHAR", "preset": "VARCHAR", "device": "VARCHAR", "device_full": "VARCHAR",
-    "site": "VARCHAR", "host": "VARCHAR", "cap_w": "DOUBLE", "enforced": "BOOLEAN",
-    "started": "VARCHAR", "sweep_id": "VARCHAR", "repeat": "INTEGER", "processes": "INTEGER",
-    "unit": "VARCHAR", "per_gpu": "DOUBLE", "node_throughput": "DOUBLE",
-    "mean_power_w": "DOUBLE", "units_per_joule_with_overhead": "DOUBLE",
-    "problems": "VARCHAR",
-}
+INDEX_FORMAT = 5
+# The file's key (size, mtime, inode, ctime: unchanged, the row is reused) and
+# whether the run is usable; every other column is a field of the Run (run_columns.py),
+# each held once: `results ls/show/export` and a user's own SQL read those.
+COLUMNS = {"path": "VARCHAR", "size": "BIGINT", "mtime_ns": "BIGINT", "ino": "BIGINT",
+           "ctime_ns": "BIGINT", "usable": "BOOLEAN"}
 
 
 # ---- finding files --------------------------------------------------------------------
@@ -252,29 +242,8 @@ def _code_stamp(kit: Kit) -> str:
 def _row(key: str, st: os.stat_result, run, fields: list) -> dict:
     from hpcai.launcher.report.run_columns import encode
 
-    text = shown_text
     return {"path": key, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino,
-            "ctime_ns": st.st_ctime_ns,
-            "sha256": run.content_hash, "run_id": text(run.run_id), "status": run.status,
-            "usable": run.usable, "workload": text(run.workload), "preset": text(str(run.preset)),
-            "device": text(run.device), "device_full": text(run.device_full),
-            "site": text(str(run.site)), "host": text(str(run.host)),
-            "cap_w": run.cap_w if isinstance(run.cap_w, (int, float)) else None,
-            "enforced": run.enforced if isinstance(run.enforced, bool) else None,
-            "started": text(str(run.started)) if run.started else None,
-            "sweep_id": text(str(run.sweep_id)) if run.sweep_id else None,
-            "repeat": run.repeat if isinstance(run.repeat, int) else None,
-            "processes": run.processes, "unit": text(str(run.unit)),
-            "per_gpu": _number(run.per_gpu), "node_throughput": _number(run.node),
-            "mean_power_w": _number(run.mean_power_w),
-            "units_per_joule_with_overhead": _number(run.units_per_joule_with_overhead),
-            "problems": text("; ".join(run.problems)), **encode(run, fields)}
-
-
-def _number(value):
-    import math
-
-    return value if isinstance(value, (int, float)) and math.isfinite(value) else None
+            "ctime_ns": st.st_ctime_ns, "usable": run.usable, **encode(run, fields, key)}
 
 
 def _key(path: Path) -> str:
@@ -412,7 +381,7 @@ def _stored_under(kit: Kit, con, under: list[Path]) -> tuple[dict[str, tuple], d
     decoder = Decoder(kit.Run, fields)
     where, params = under_clause(under)
     known, stored = {}, {}
-    select = f"path, size, mtime_ns, ino, ctime_ns, sha256, {select_list(fields)}"
+    select = f"path, size, mtime_ns, ino, ctime_ns, content_hash, {select_list(fields)}"
     for keys, size, mtime, ino, ctime, sha256, *columns in column_batches(con, select, where, params):
         known.update(zip(keys, zip(size, mtime, ino, ctime, sha256)))
         stored.update(zip(keys, decoder.runs(columns)))

@@ -2,6 +2,7 @@
 inputs, each run counted once, incremental re-indexing, a disposable index, and
 `hpcai-launch results ls|show|export`. Real DuckDB, real files; no fakes."""
 import csv
+import hashlib
 import json
 import os
 import shutil
@@ -324,7 +325,9 @@ def test_results_show_prints_a_runs_fields(tmp_path):
     assert done.exit_code == 0, done.output
     fields = dict((line.split(None, 1) + [""])[:2] for line in done.output.splitlines() if line.strip())
     assert fields["device"] == "MI300X" and fields["cap_w"] == "200" and fields["enforced"] == "False"
-    assert not [f for f in fields if f.startswith("r_")]  # the stored Run's columns are not shown
+    assert fields["sha256"] == hashlib.sha256((tmp_path / "results" / run_id / "result.json")
+                                              .read_bytes()).hexdigest()
+    assert "power_doc" not in fields and "extra_json" not in fields  # JSON sections: not shown
     done = _cli("show", "no-such-run", tmp_path / "results")
     assert done.exit_code != 0 and "no result with run id 'no-such-run'" in done.output
 

@@ -49,13 +49,17 @@ def _odd_run(tmp_path) -> Run:
 def test_a_run_with_values_no_typed_column_holds_comes_back_exactly(tmp_path):
     fields = run_columns.layout(Run)
     con = duckdb.connect(":memory:")
-    con.execute("CREATE TABLE files (" + ", ".join(f'"{n}" {t}' for n, t in
-                                             run_columns.columns(Run).items()) + ")")
+    table = {"path": "VARCHAR", **run_columns.columns(Run)}  # the key column holds the path
+    con.execute("CREATE TABLE files (" + ", ".join(f'"{n}" {t}' for n, t in table.items()) + ")")
     plain, odd = Run(os.fspath(tmp_path / "result.json"), "plain", "complete"), _odd_run(tmp_path)
+
+    def encoded(run):
+        key = store._key(run.path)  # as the index keys it: a path that is not UTF-8, as shown
+        return {"path": key, **run_columns.encode(run, fields, key)}
+
     rows = tmp_path / "rows.ndjson"
-    rows.write_text("".join(json.dumps(run_columns.encode(r, fields), allow_nan=False) + "\n"
-                            for r in (plain, odd)))
-    spec = ", ".join(f"'{n}': '{t}'" for n, t in run_columns.columns(Run).items())
+    rows.write_text("".join(json.dumps(encoded(r), allow_nan=False) + "\n" for r in (plain, odd)))
+    spec = ", ".join(f"'{n}': '{t}'" for n, t in table.items())
     con.execute(f"INSERT INTO files SELECT * FROM read_json(?, format='newline_delimited', "
                 f"columns={{{spec}}})", [str(rows)])
     decoder = run_columns.Decoder(Run, fields)
@@ -66,10 +70,10 @@ def test_a_run_with_values_no_typed_column_holds_comes_back_exactly(tmp_path):
         for name, value in _fields(original).items():
             assert _same(getattr(read, name), value), name
     # The ones a typed column could not hold went through the row's extra object.
-    extra = json.loads(run_columns.encode(odd, fields)[run_columns.EXTRA])
+    extra = json.loads(encoded(odd)[run_columns.EXTRA])
     assert {"path", "run_id", "workload", "cap_w", "processes", "enforced", "per_gpu",
             "node"} <= extra.keys()
-    assert run_columns.encode(plain, fields)[run_columns.EXTRA] is None
+    assert encoded(plain)[run_columns.EXTRA] is None
 
 
 def test_lists_are_never_shared_between_runs(tmp_path):
@@ -99,8 +103,8 @@ def test_the_index_gives_the_runs_read_from_the_files(tmp_path, results_index):
     [odd_run] = [r for r in warm.runs if r.run_id.startswith("id-")]
     assert type(odd_run.cap_w) is float and odd_run.cap_w == 300.0
     with duckdb.connect(str(results_index), read_only=True) as con:
-        [(cap, extra)] = con.execute("SELECT r_cap_w, r__extra FROM files "
-                                     "WHERE r_run_id LIKE 'id-%'").fetchall()
+        [(cap, extra)] = con.execute("SELECT cap_w, extra_json FROM files "
+                                     "WHERE run_id LIKE 'id-%'").fetchall()
     assert cap == 300.0 and '"cap_w"' not in extra  # its path (not UTF-8) is the exception
     for runs in (cold.runs, warm.runs):
         assert sorted(r.path for r in runs) == sorted(direct)
@@ -155,10 +159,10 @@ def test_lists_are_duckdb_lists_a_user_can_query(tmp_path, results_index):
     crafted_set(tmp_path / "results")
     runs = index(kit(), [tmp_path / "results"]).runs
     with duckdb.connect(str(results_index), read_only=True) as con:
-        types = con.execute("SELECT DISTINCT typeof(r_per_epoch_per_gpu), typeof(r_problems) "
-                            "FROM files WHERE r_per_epoch_per_gpu IS NOT NULL").fetchall()
-        means = dict(con.execute("SELECT r_run_id, list_avg(r_per_epoch_per_gpu) FROM files "
-                                 "WHERE len(r_per_epoch_per_gpu) > 0").fetchall())
+        types = con.execute("SELECT DISTINCT typeof(per_epoch_per_gpu), typeof(problems) "
+                            "FROM files WHERE per_epoch_per_gpu IS NOT NULL").fetchall()
+        means = dict(con.execute("SELECT run_id, list_avg(per_epoch_per_gpu) FROM files "
+                                 "WHERE len(per_epoch_per_gpu) > 0").fetchall())
     assert types == [("DOUBLE[]", "VARCHAR[]")]
     measured = {r.run_id: sum(r.per_epoch_per_gpu) / len(r.per_epoch_per_gpu) for r in runs
                 if r.per_epoch_per_gpu}
