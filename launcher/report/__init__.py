@@ -81,37 +81,46 @@ def _made_in_worker(paths: list, opts: ReportOptions) -> dict:
         remove_own()  # the bundles it unpacked: the worker ends with os._exit, no atexit
 
 
+class _FiguresWorker:
+    """The figures (matplotlib: seconds at any size) and the cells' files, made by a
+    worker on another core while the tables and the other files are made here. It is
+    forked first, before any result is read, and gets compact copies through pipes (the
+    cells, then what the studies draw): a child forked later would share the results'
+    memory, and CPython's reference counts, written on every use, would copy it page
+    by page into both processes. Its parts of report.json go into files made here,
+    unnamed, that it inherits."""
+
+    def __init__(self):
+        import tempfile
+
+        from hpcai.launcher.report.forked import Claim, ForkedCall, Inbox
+
+        self.cells_given, self.studies_given = Inbox(), Inbox()
+        self.json_files = {key: tempfile.TemporaryFile()
+                           for key in ("cells", "best_caps", *CELL_TABLES.values())}
+        # The cells' tables are made by whichever is free first: the worker once its plots
+        # are done (at once where they are kept), else this process after its own tables.
+        self.cell_tables = Claim()
+        self.call = ForkedCall(_figures, self.cells_given, self.studies_given, self.json_files,
+                               self.cell_tables, inbox=(self.cells_given, self.studies_given))
+
+    def close(self) -> None:
+        for closing in (self.call, self.cells_given, self.studies_given, self.cell_tables,
+                        *self.json_files.values()):
+            closing.close()
+
+
 def make_report(paths: list, opts: ReportOptions, keep: list | None = None) -> dict:
     """The report of the results under paths, written under opts.output; keep: a list
     the report's parts are added to, for a process that ends without freeing them."""
     from hpcai.launcher.report import plan_screen
     from hpcai.launcher.report.facility import override_facility
     from hpcai.launcher.cli.progress import Progress
-    from hpcai.launcher.report.forked import Claim, ForkedCall, Inbox
-    from hpcai.launcher.report.load import shown_path
-    from hpcai.launcher.report.tables import status_reason
 
     import gc
 
     override, planned = plan_screen.given_at_report_time(opts)  # checked before anything is written
-
-    # The figures (matplotlib: seconds at any size) and the cells' files are made by a
-    # worker on another core while the tables and the other files are made here. It is
-    # forked first, before any result is read, and gets compact copies through pipes (the
-    # cells, then what the studies draw): a child forked later would share the results'
-    # memory, and CPython's reference counts, written on every use, would copy it page
-    # by page into both processes.
-    # Its parts of report.json go into files made here, unnamed, that it inherits.
-    import tempfile
-
-    cells_given, studies_given = Inbox(), Inbox()
-    json_files = {key: tempfile.TemporaryFile()
-                  for key in ("cells", "best_caps", *CELL_TABLES.values())}
-    # The cells' tables are made by whichever is free first: the worker once its plots
-    # are done (at once where they are kept), else this process after its own tables.
-    cell_tables = Claim()
-    figures = ForkedCall(_figures, cells_given, studies_given, json_files, cell_tables,
-                         inbox=(cells_given, studies_given))
+    worker = _FiguresWorker()
     # Runs (100,000 in a fleet's report), cells, tables and records hold no cycles: the
     # collector is off while they are made (its passes over them cost seconds and free
     # nothing), and they are frozen so that a collection elsewhere never walks them.
@@ -126,50 +135,58 @@ def make_report(paths: list, opts: ReportOptions, keep: list | None = None) -> d
         progress.step("statistics and tables")
         _analyse(parts, opts)
         parts.plan = plan_screen.write(parts, planned, paths)  # {} without --mix
-        cells_given.send(_cell_inputs(parts))
+        worker.cells_given.send(_cell_inputs(parts))
         _studies(parts, opts.power_run)
-        studies_given.send(_study_inputs(parts))
+        worker.studies_given.send(_study_inputs(parts))
         _tabulate(parts, opts)
-        made_here = cell_tables.take()
+        made_here = worker.cell_tables.take()
         if made_here:  # the worker is still drawing
             _tabulate_cells(parts)
         csv_written = _write_csvs(parts)
         meta = _meta(parts, opts)
         progress.step("the figures")
-        made = figures.result()
-        _take_figures(parts, made, json_files)
-        if made["tables"] is None and not made_here:  # a worker that died took the claim
-            _tabulate_cells(parts)
-        parts.all_tables = _all_tables(parts)  # now with the worker's tables
-        csv_written.update(parts.worker_csvs)
-        csv_written.update(_write_csvs(parts, [t for t in parts.all_tables  # made since
-                                               if t.key not in csv_written]))
-        csv_paths = [csv_written[t.key] for t in parts.all_tables] + [parts.cells_csv]
+        csv_paths = _with_the_figures(parts, worker, made_here, csv_written)
         progress.step("the pages")
         sections = _sections(parts)
         md_path, html_path = _write_pages(parts.out, opts.title, meta, sections)
         json_path = _write_json(parts, opts, paths)
     finally:
         progress.stop()
-        figures.close()
-        cells_given.close()
-        studies_given.close()
-        cell_tables.close()
-        for file in json_files.values():
-            file.close()
+        worker.close()
         if keep is None:  # a worker that ends at once needs no collector (a full pass: 0.4 s)
             gc.unfreeze()
             if collecting:
                 gc.enable()
-    runs = parts.runs
     if keep is not None:
         keep.append(parts)
+    return _made(parts, md_path, html_path, json_path, csv_paths)
+
+
+def _with_the_figures(parts: _Parts, worker: _FiguresWorker, made_here: bool, csv_written: dict) -> list:
+    """The worker's figures and tables taken in, the cells' tables made here if it died;
+    every table's CSV path, in the report's order."""
+    made = worker.call.result()
+    _take_figures(parts, made, worker.json_files)
+    if made["tables"] is None and not made_here:  # a worker that died took the claim
+        _tabulate_cells(parts)
+    parts.all_tables = _all_tables(parts)  # now with the worker's tables
+    csv_written.update(parts.worker_csvs)
+    csv_written.update(_write_csvs(parts, [t for t in parts.all_tables  # made since
+                                           if t.key not in csv_written]))
+    return [csv_written[t.key] for t in parts.all_tables] + [parts.cells_csv]
+
+
+def _made(parts: _Parts, md_path, html_path, json_path, csv_paths: list) -> dict:
+    """What make_report returns: the files written, and the runs left out, with why."""
+    from hpcai.launcher.report.load import shown_path
+    from hpcai.launcher.report.tables import status_reason
+
     return {"markdown": md_path, "html": html_path, "json": json_path, "csv": csv_paths,
-            "plots": parts.plots, "skipped_plots": parts.skipped, "runs": len(runs),
+            "plots": parts.plots, "skipped_plots": parts.skipped, "runs": len(parts.runs),
             "usable": parts.usable, "plan": parts.plan,
             "excluded": [f"{shown_path(r.path)} ({r.status}): "
                          f"{'; '.join(r.problems) or status_reason(r)}"
-                         for r in runs if not r.usable]}
+                         for r in parts.runs if not r.usable]}
 
 
 def _analyse(parts: _Parts, opts: ReportOptions) -> None:
