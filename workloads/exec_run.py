@@ -197,12 +197,7 @@ class ExecWorkload(EngineWorkload):
         self.events = Path(self.params.events)
         measure_alone.say_ready(self.run_dir)
         ended = measure_alone.wait_for_end(self.params.attach_pid, self.events)
-        try:
-            lines = self.events.read_text().splitlines()
-        except OSError:
-            lines = []
-        epochs, self.windows = exec_progress.epochs_from_events(lines)
-        self._program_unit(lines)
+        epochs = self._events_epochs()
         self.exit_code = 0 if ended else None
         try:  # the handshake's events file, kept with the run it made
             os.replace(self.events, self.run_dir / EVENTS_FILE)
@@ -219,6 +214,16 @@ class ExecWorkload(EngineWorkload):
                                 "call hpcai.measure.finish()")
         if not any(not e.warmup for e in epochs):
             raise WorkloadError(self._nothing_measured(), self._nothing_measured_fix())
+
+    def _events_epochs(self) -> list[Epoch]:
+        """The epochs (and windows) the program's API calls wrote to the events file."""
+        try:
+            lines = self.events.read_text().splitlines()
+        except OSError:
+            lines = []
+        epochs, self.windows = exec_progress.epochs_from_events(lines)
+        self._program_unit(lines)
+        return epochs
 
     def _program_unit(self, lines: list[str]) -> None:
         named = exec_progress.unit_from_events(lines)
@@ -237,13 +242,7 @@ class ExecWorkload(EngineWorkload):
             return exec_progress.epochs_from_readings(self.readings, started,
                                                       int(protocol.get("warmup_epochs") or 0))
         if self.mode == "api":
-            try:
-                lines = self.events.read_text().splitlines()
-            except OSError:
-                lines = []
-            epochs, self.windows = exec_progress.epochs_from_events(lines)
-            self._program_unit(lines)
-            return epochs
+            return self._events_epochs()
         return [Epoch(0, False, 1, 1, started, ended, ended - started, None)]
 
     def _nothing_measured(self) -> str:
