@@ -76,9 +76,10 @@ def controls_for(backend, indices: list[int], restoring: bool = False) -> dict:
     return vendor_controls(backend, indices, restoring, "--sm-clock/--mem-clock are", clock_control)
 
 
-def check_clocks(controls: dict, sm_mhz: int | None, mem_mhz: int | None) -> None:
+def check_clocks(controls: dict, sm_mhz: int | None, mem_mhz: int | None, names: dict = FLAGS) -> None:
     """CapOutOfRangeError, in one line with the nearest supported values, unless
-    every requested clock is one every GPU supports."""
+    every requested clock is one every GPU supports; names: what asked for each
+    domain's clock (the run's flags, or the prolog's policy)."""
     for domain, mhz in (("mem", mem_mhz), ("sm", sm_mhz)):
         if mhz is None:
             continue
@@ -91,7 +92,7 @@ def check_clocks(controls: dict, sm_mhz: int | None, mem_mhz: int | None) -> Non
             what = (f"{' or '.join(map(str, near))} MHz" if supported.values is not None
                     else f"{near[0]}-{near[-1]} MHz" if near else "none")
             raise CapOutOfRangeError(
-                f"{FLAGS[domain]} {mhz} MHz is not a supported {DOMAIN_NAMES[domain]} clock of "
+                f"{names[domain]} {mhz} MHz is not a supported {DOMAIN_NAMES[domain]} clock of "
                 f"GPU {index} ({supported.describe()})",
                 f"nearest supported: {what} (`hpcai-launch power clocks` lists them)")
 

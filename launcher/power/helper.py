@@ -43,6 +43,7 @@ from hpcai.launcher.power.authority import (
     read_private_json,
     write_private_json,
 )
+from hpcai.launcher.power.job_knobs import KNOB
 
 HELPER_CONFIG = Path("/etc/hpcai/power-helper.toml")  # fixed: sudo's caller must not move it
 SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -239,11 +240,16 @@ def set_limit(uuid: str, watts: float, uid: int, config: dict) -> str:
             original = authority.original_w(uuid, limits.current_w)
             _check_range(watts, limits, config, original)
             _set_checked(device, uuid, watts)
+            # The prolog's clock lock or profile for this job stays recorded for its epilog.
+            kept = {KNOB: other[KNOB]} if other and other.get("job_id") == job_id and KNOB in other else {}
             if abs(watts - original) <= LIMIT_MATCH_W:
                 authority.forget_original(uuid)
-                _job_record_path(uuid).unlink(missing_ok=True)
+                if kept:
+                    write_private_json(_job_record_path(uuid), {**other, **authority.holder_record()})
+                else:
+                    _job_record_path(uuid).unlink(missing_ok=True)
             else:
-                write_private_json(_job_record_path(uuid), authority.holder_record())
+                write_private_json(_job_record_path(uuid), {**authority.holder_record(), **kept})
                 _undo_if_job_ended(config, uid, index, job_id, device, authority, original)
     finally:
         library.close()
@@ -273,6 +279,7 @@ def _undo_if_job_ended(config, uid, index, job_id, device, authority, original: 
     uuid = authority.uuids[0]
     _set_checked(device, uuid, original)
     authority.forget_original(uuid)
+    _restore_knob(device, uuid, read_private_json(_job_record_path(uuid)) or {})
     _job_record_path(uuid).unlink(missing_ok=True)
     raise PowerError(f"Slurm job {job_id} ended while GPU {uuid} was being capped",
                      f"its limit is back at {original:g} W")
@@ -361,10 +368,24 @@ def _restore_for_job(uuid: str, job_id: str, devices: dict) -> list[str]:
                 raise PowerError(f"GPU {uuid}: {exc.message}; it may still be capped") from None
             authority.forget_original(uuid)
             line = [f"GPU {uuid}: restored to {want:g} W"]
+        line += _restore_knob(device, uuid, record)
         _job_record_path(uuid).unlink(missing_ok=True)
         return line
     finally:
         authority.__exit__(None, None, None)
+
+
+def _restore_knob(device, uuid: str, record: dict) -> list[str]:
+    """The prolog's SM clock lock or power profile put back (launcher/power/job_knobs.py);
+    PowerError where it cannot be (the record stays for a later restore)."""
+    if KNOB not in record:
+        return []
+    from hpcai.launcher.power import job_knobs
+
+    try:
+        return [f"GPU {uuid}: {job_knobs.restore(device, record[KNOB])}"]
+    except HpcaiError as exc:
+        raise PowerError(f"GPU {uuid}: {exc.message}; its clocks or power profile may still be set") from None
 
 
 def _epilog_lock(uuid: str, job_id: str):

@@ -7,13 +7,14 @@ on this node come from `scontrol show job -d`, never from the job's
 environment. The policy is the `[policy]` section of the site file named by
 the helper's settings (`site = ...`).
 
-The prolog caps each of the job's GPUs at the policy's setting for the job's
+The prolog sets each of the job's GPUs to the policy's setting for the job's
 partition and the GPU's model (a `[[classes]]` rule's override first, else
 the partition's default), through the node's cap authority and the same job
-record the helper leaves for a user's cap. So the user's own later
-`hpcai-power-helper UUID W` (within the site's range) replaces it for the
-job, and the epilog, which is `restore --job`, puts back the limit the GPU
-had before the prolog.
+record the helper leaves for a user's cap: a cap, or an override's SM clock
+lock or power profile (launcher/power/job_knobs.py). So the user's own later
+`hpcai-power-helper UUID W` (within the site's range) replaces a cap for the
+job, and the epilog, which is `restore --job`, puts back the limit, clocks and
+profiles the GPU had before the prolog.
 """
 from __future__ import annotations
 
@@ -24,8 +25,9 @@ import sys
 
 from hpcai.errors import ConfigError, HpcaiError, PowerError, UsageError
 from hpcai.gpu.base import LIMIT_MATCH_W
-from hpcai.launcher.power import helper
+from hpcai.launcher.power import helper, job_knobs
 from hpcai.launcher.power.authority import GpuAuthority, read_private_json, write_private_json
+from hpcai.launcher.site.policy import SETTING_WORDS
 
 # The lines of the scripts that slurm.conf's Prolog= and Epilog= name, as
 # docs/how-to/power-helper.md shows them ({helper}: the console script's absolute path).
@@ -112,11 +114,42 @@ def _apply_one(device, site: dict, fields: dict, class_name: str | None, config:
     if found is None:
         return f"GPU {info.uuid}: the policy names no cap for partition {partition} on {short_name(info.name)}"
     setting, why = found
-    if "cap_w" not in setting:
-        key = next(iter(setting))
-        return f"GPU {info.uuid}: {why} sets {key}, which the prolog does not apply; limit left as it is"
-    cap_job(device, job_id, _owner(fields), setting["cap_w"], config)
-    return f"GPU {info.uuid}: power limit {setting['cap_w']:g} W for Slurm job {job_id} ({why})"
+    ((kind, value),) = setting.items()
+    if kind == "cap_w":
+        cap_job(device, job_id, _owner(fields), value, config)
+        return f"GPU {info.uuid}: power limit {value:g} W for Slurm job {job_id} ({why})"
+    knob_job(device, job_id, _owner(fields), kind, value, config)
+    what, unit = SETTING_WORDS[kind]
+    shown = f"{value:g}" if isinstance(value, (int, float)) else value
+    return f"GPU {info.uuid}: {what} {shown}{unit} for Slurm job {job_id} ({why})"
+
+
+def _refuse_another_jobs_gpu(uuid: str, job_id: str, config: dict) -> dict | None:
+    """The GPU's job record; PowerError where it names another job still running."""
+    other = read_private_json(helper._job_record_path(uuid))
+    if other and other.get("job_id") != job_id and helper.job_state(config, other["job_id"]) == "RUNNING":
+        raise PowerError(f"GPU {uuid} is set for Slurm job {other['job_id']} "
+                         f"(user {other.get('user')})", "that job holds this GPU too; check its GRES")
+    return other
+
+
+def knob_job(device, job_id: str, owner: tuple[int, str], kind: str, value, config: dict) -> None:
+    """Lock one GPU's SM clock or request a power profile for a job, under the node's
+    authority; the job record (written before the change) holds what the epilog's
+    `restore --job` puts back (launcher/power/job_knobs.py)."""
+    uuid, control = device.info().uuid, job_knobs.knob(device, kind)
+    with GpuAuthority([uuid], f"slurm-job-{job_id}-prolog", wait_s=10.0, job_id=job_id) as authority:
+        earlier = (_refuse_another_jobs_gpu(uuid, job_id, config) or {}).get(job_knobs.KNOB)
+        control.check(value)
+        # A record left by this job's earlier prolog, or by an ended job whose epilog
+        # failed, holds the state from before it: that is what the epilog puts back.
+        if earlier and earlier.get("kind") != kind:
+            job_knobs.restore(device, earlier)
+        before = earlier["restore"] if earlier and earlier.get("kind") == kind else control.snapshot()
+        record = {**authority.holder_record(), "uid": owner[0], "user": owner[1], "set_by": "prolog",
+                  job_knobs.KNOB: {"kind": kind, "restore": before}}
+        write_private_json(helper._job_record_path(uuid), record)
+        control.apply(value)
 
 
 def cap_job(device, job_id: str, owner: tuple[int, str], watts: float, config: dict) -> None:
@@ -125,10 +158,9 @@ def cap_job(device, job_id: str, owner: tuple[int, str], watts: float, config: d
     for a user's own cap), so that `restore --job` puts it back."""
     uuid, limits = device.info().uuid, device.power_limits()
     with GpuAuthority([uuid], f"slurm-job-{job_id}-prolog", wait_s=10.0, job_id=job_id) as authority:
-        other = read_private_json(helper._job_record_path(uuid))
-        if other and other.get("job_id") != job_id and helper.job_state(config, other["job_id"]) == "RUNNING":
-            raise PowerError(f"GPU {uuid} is capped for Slurm job {other['job_id']} "
-                             f"(user {other.get('user')})", "that job holds this GPU too; check its GRES")
+        earlier = (_refuse_another_jobs_gpu(uuid, job_id, config) or {}).get(job_knobs.KNOB)
+        if earlier:  # an ended job's clock lock or profile, its epilog failed: put back first
+            job_knobs.restore(device, earlier)
         original = authority.original_w(uuid, limits.current_w)
         helper._check_range(watts, limits, config, original)
         device.set_power_limit_w(watts)

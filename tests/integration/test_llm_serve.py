@@ -75,8 +75,10 @@ def test_serving_run_gives_a_valid_result_aligned_with_power(fake_nvidia_node, r
     first, last = min(s for s, _ in streams), max(e for _, e in streams)
     window = m["window"]
     # Anchored on the client's own start line: 1.0 s after it, SGLang's client starts its clock.
+    # Both ends within 50 ms: on a loaded machine the client's 1 s sleep runs over, which
+    # moves its real clock, and so the window's end, that much (CI saw 11 ms).
     assert window["source"] == "client start line + 1.0 s"
-    assert window["start"] <= first + 0.05 and last <= window["end"] + 0.01
+    assert window["start"] <= first + 0.05 and last <= window["end"] + 0.05
     assert (window["end"] - window["start"]) - (last - first) < 0.25
     # The steady state, from the client's per-request timestamps, as the server saw it:
     # from the 4th request in flight (--batch-size 4) until the first stream to end after

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from fakes import fake_gpu_state as fgs
 from conftest import FAKES, ROOT
 from hpcai.launcher.power import authority, helper, prolog
 from test_power_helper_slurm import gpus, limits, run_helper, submit_as, traversable, user, wait_ended  # noqa: F401
@@ -39,6 +40,16 @@ name = "llm"
 workload = "llama3-8b-pretrain"
 job_name = "llama*"
 
+[[classes]]
+name = "tuned"
+workload = "resnet50"
+job_name = "tuned*"
+
+[[classes]]
+name = "served"
+workload = "llama3-8b-inference"
+job_name = "serve*"
+
 [policy]
 plan = "sha256:0"
 
@@ -52,6 +63,18 @@ partition = "ci"
 gpu = "H100"
 class = "llm"
 cap_w = 600.0
+
+[[policy.override]]
+partition = "ci"
+gpu = "H100"
+class = "tuned"
+sm_clock_mhz = 1410
+
+[[policy.override]]
+partition = "ci"
+gpu = "H100"
+class = "served"
+power_profile = "max-q"
 """
 
 
@@ -162,6 +185,53 @@ def test_the_prolog_applies_the_policy_a_users_cap_wins_and_the_epilog_restores(
     wait_ended(slurm_cluster, job)
     wait_logged(log, f"epilog {job} rc=0")
     assert limits(state) == [700.0, 700.0]
+    assert all(job_record(u) is None for u in uuids)
+
+
+def test_the_prolog_locks_a_clock_or_requests_a_profile_and_the_epilog_puts_them_back(
+        slurm_cluster, traversable, policy_config, prolog_epilog, user, gpus):  # noqa: F811
+    """The plan's other knobs (launcher/planner/curves.py): an override's SM clock lock
+    and power profile, set through the FAKE NVML's locked-clock and workload-profile
+    calls, kept when the job's user sets a cap of their own, put back by the epilog."""
+    state, uuids = gpus
+    log = prolog_epilog
+    devices = fgs.read_state(state)["devices"]
+    for dev in devices:  # boards that offer MAX_P, MAX_Q and COMPUTE, MAX_P requested
+        dev.update(power_profiles=[0, 1, 2], requested_profiles=[0])
+    fgs.write_state(state, devices)
+
+    def device(i: int) -> dict:
+        return fgs.read_state(state)["devices"][i]
+
+    job = submit_as(slurm_cluster, user, "--exclusive", "-N1", "--job-name", "tuned-cfd", "--wrap", "sleep 600")
+    try:
+        wait_logged(log, f"prolog {job} rc=0")
+        # Locked between the lowest supported clock and the policy's (hpcai/gpu/clocks.py).
+        assert [device(i)["clock_limits"]["sm"] for i in (0, 1)] == [[345, 1410]] * 2, log.read_text()
+        assert "SM clock 1410 MHz for Slurm job" in log.read_text()
+        assert job_record(uuids[0])["knob"]["kind"] == "sm_clock_mhz"
+        assert limits(state) == [700.0, 700.0]  # the override sets the clock, not a cap
+        done = run_helper(state, uuids[0], "400", sudo_uid=user.pw_uid)  # the user's own cap
+        assert done.returncode == 0, done.stderr
+        assert job_record(uuids[0])["knob"]["kind"] == "sm_clock_mhz"  # still there for the epilog
+    finally:
+        slurm_cluster.run("scancel", job)
+    wait_ended(slurm_cluster, job)
+    wait_logged(log, f"epilog {job} rc=0")
+    assert [device(i)["clock_limits"]["sm"] for i in (0, 1)] == [None, None], log.read_text()
+    assert limits(state) == [700.0, 700.0]
+    assert all(job_record(u) is None for u in uuids)
+
+    job = submit_as(slurm_cluster, user, "--exclusive", "-N1", "--job-name", "serve-llm", "--wrap", "sleep 600")
+    try:
+        wait_logged(log, f"prolog {job} rc=0")
+        assert [device(i)["requested_profiles"] for i in (0, 1)] == [[1], [1]], log.read_text()
+        assert "power profile max-q for Slurm job" in log.read_text()
+    finally:
+        slurm_cluster.run("scancel", job)
+    wait_ended(slurm_cluster, job)
+    wait_logged(log, f"epilog {job} rc=0")
+    assert [device(i)["requested_profiles"] for i in (0, 1)] == [[0], [0]], log.read_text()
     assert all(job_record(u) is None for u in uuids)
 
 
