@@ -70,7 +70,7 @@ def query(paths, workload=None, gpu=None, cap=None, site=None, since=None, until
     parquet, those rows written there by DuckDB instead (rows: just their count).
     Every filter is checked before the index is touched."""
     from hpcai.launcher.report.load import kit
-    from hpcai.launcher.report.store import under_clause, index, open_index, roots
+    from hpcai.launcher.report.store import COPIES, SAME_RUN, under_clause, index, open_index, roots
 
     since, until, cap = _date(since, "--since"), _date(until, "--until"), _cap(cap)
     given = roots(paths)
@@ -93,16 +93,14 @@ def query(paths, workload=None, gpu=None, cap=None, site=None, since=None, until
         elif cap is not None:
             where.append("cap_w = ?")
             params.append(cap)
-        # The first file (by path) of one run id and content is counted; later ones are copies.
-        # Named as `results export` has always named them: sha256, node_throughput, and
-        # the problems as one "; "-separated text.
+        # Copies as the report marks them (store.COPIES). Named as `results export` has
+        # always named them: sha256, node_throughput, and the problems as one
+        # "; "-separated text.
         sql = f"""
             WITH ranked AS (
                 SELECT * EXCLUDE ({EXTRA}) REPLACE (array_to_string(problems, '; ') AS problems),
-                       content_hash AS sha256, node AS node_throughput,
-                       row_number() OVER (PARTITION BY run_id, content_hash ORDER BY path) AS copy,
-                       first_value(path) OVER (PARTITION BY run_id, content_hash ORDER BY path) AS first_path
-                FROM files WHERE {where[0]})
+                       content_hash AS sha256, node AS node_throughput, {COPIES}
+                FROM files WHERE {where[0]} {SAME_RUN})
             SELECT *, (usable AND copy = 1) AS counted,
                    CASE WHEN copy > 1 THEN first_path END AS duplicate_of
             FROM ranked WHERE {' AND '.join(where[1:]) or 'true'}

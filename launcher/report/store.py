@@ -312,8 +312,8 @@ def _index(kit: Kit, paths: list, allow_empty: bool, con) -> Indexed:
             runs = _stored_runs(kit, con, position, paths_found)
         else:
             runs = _reused_runs(kit, con, stored, position, todo, paths_found)
+        mark_copies(con, given, runs, position)
         runs += [unreadable(kit, p, "a symbolic link: not followed") for p in found.links]
-        mark_duplicates(runs)
         return Indexed(runs, _sweeps(kit, found.sweeps), len(todo), len(found.results) - len(todo),
                        note, found)
     finally:
@@ -478,22 +478,28 @@ def _store(con, kit: Kit, todo: list, found: Found, seen: set[str], known: dict)
                         f"columns = {{{columns}}}, maximum_object_size = 1073741824)", [files])
 
 
-def mark_duplicates(runs: list) -> None:
-    """The second and later files with one run id and one content: duplicates."""
-    same: dict = {}
-    for run in runs:
-        if run.content_hash:
-            same.setdefault((run.run_id, run.content_hash), []).append(run)
-    for members in same.values():
-        if len(members) < 2:
+# One rule for copies, the report's and `results ls/show/export`'s: of the files with one
+# run id and one content, the first by path is counted and the others are its copies; a
+# file with no content read (unreadable) is nobody's copy. SELECT {COPIES} FROM files
+# WHERE ... {SAME_RUN}.
+COPIES = ("CASE WHEN content_hash <> '' THEN row_number() OVER same_run ELSE 1 END AS copy, "
+          "first_value(path) OVER same_run AS first_path")
+SAME_RUN = "WINDOW same_run AS (PARTITION BY run_id, content_hash ORDER BY path)"
+
+
+def mark_copies(con, roots: list[Path], runs: list, position: dict[str, int]) -> None:
+    """The runs that are copies (COPIES, over the indexed files under roots) marked as
+    duplicates of the first."""
+    where, params = under_clause(roots)
+    copies = con.execute(f"SELECT path, first_path FROM (SELECT path, {COPIES} FROM files "
+                         f"WHERE {where} {SAME_RUN}) WHERE copy > 1", params).fetchall()
+    for key, first in copies:
+        place = position.get(key)
+        if place is None:
             continue
-        members.sort(key=lambda r: os.fsencode(r.path))  # the first by path is counted
-        kept = members[0]
-        for run in members[1:]:
-            run.duplicate_of = shown_path(kept.path)
-            run.status = "duplicate"
-            run.problems = [f"a copy of {shown_path(kept.path)} (same run id and content): "
-                            "counted once"]
+        run, kept = runs[place], shown_path(first)
+        run.duplicate_of, run.status = kept, "duplicate"
+        run.problems = [f"a copy of {kept} (same run id and content): counted once"]
 
 
 def _sweeps(kit: Kit, paths: list[Path]) -> list:

@@ -125,6 +125,19 @@ def test_a_copied_run_folder_and_a_backup_are_counted_once(tmp_path):
     assert next(c for c in report["cells"] if h100 in c["run_ids"])["repeats"] == 3
 
 
+def test_the_report_and_results_ls_count_the_same_copy(tmp_path):
+    """One rule (store.COPIES) for both: the first file by path of one run id and content."""
+    docs = crafted_set(tmp_path / "results")
+    h100 = docs["h100-300a"]["run_id"]
+    for name in ("0-first", "zz-last"):
+        shutil.copytree(tmp_path / "results" / h100, tmp_path / "results" / name)
+    _, report = _report(tmp_path, tmp_path / "results")
+    copies = sorted(r["path"] for r in report["excluded_runs"] if r["status"] == "duplicate")
+    done = _cli("ls", tmp_path / "results", "--limit", "100")
+    listed = sorted(line.split()[-1] for line in done.output.splitlines() if " copy " in line)
+    assert copies == listed == sorted(str(tmp_path / "results" / d / "result.json") for d in (h100, "zz-last"))
+
+
 def _counting_parses(monkeypatch) -> list:
     seen = []
     real = ingest_module.parse
