@@ -232,10 +232,7 @@ def set_limit(uuid: str, watts: float, uid: int, config: dict) -> str:
             # Asked again under the lock: the job may have ended while we waited, and its
             # epilog (which takes this lock to restore) must not run before this cap lands.
             _require_job(config, uid, index, job_id)
-            other = read_private_json(_job_record_path(uuid))
-            if other and other.get("job_id") != job_id and job_state(config, other["job_id"]) == "RUNNING":
-                raise PowerError(f"GPU {uuid} is capped for Slurm job {other['job_id']} "
-                                 f"(user {other.get('user')})", "wait for that job to end")
+            other = job_record_unless_another_runs(uuid, job_id, config, "wait for that job to end")
             limits = device.power_limits()
             original = authority.original_w(uuid, limits.current_w)
             _check_range(watts, limits, config, original)
@@ -254,6 +251,15 @@ def set_limit(uuid: str, watts: float, uid: int, config: dict) -> str:
     finally:
         library.close()
     return f"GPU {uuid}: power limit {watts:g} W for Slurm job {job_id}"
+
+
+def job_record_unless_another_runs(uuid: str, job_id: str, config: dict, hint: str) -> dict | None:
+    """The GPU's job record (None: none); PowerError where it names another job that is
+    still running (its cap, clock lock or profile holds the GPU)."""
+    other = read_private_json(_job_record_path(uuid))
+    if other and other.get("job_id") != job_id and job_state(config, other["job_id"]) == "RUNNING":
+        raise PowerError(f"GPU {uuid} is set for Slurm job {other['job_id']} (user {other.get('user')})", hint)
+    return other
 
 
 def _require_job(config: dict, uid: int, index: int, job_id: str) -> None:

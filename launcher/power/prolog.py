@@ -26,13 +26,14 @@ import sys
 from hpcai.errors import ConfigError, HpcaiError, PowerError, UsageError
 from hpcai.gpu.base import LIMIT_MATCH_W
 from hpcai.launcher.power import helper, job_knobs
-from hpcai.launcher.power.authority import GpuAuthority, read_private_json, write_private_json
+from hpcai.launcher.power.authority import GpuAuthority, write_private_json
 from hpcai.launcher.site.policy import SETTING_WORDS
 
 # The lines of the scripts that slurm.conf's Prolog= and Epilog= name, as
 # docs/how-to/power-helper.md shows them ({helper}: the console script's absolute path).
 PROLOG_LINE = "{helper} prolog"
 EPILOG_LINE = "{helper} epilog"
+ANOTHER_JOB_HINT = "that job holds this GPU too; check its GRES"
 
 
 def job_id_from_slurmd() -> str:
@@ -124,22 +125,14 @@ def _apply_one(device, site: dict, fields: dict, class_name: str | None, config:
     return f"GPU {info.uuid}: {what} {shown}{unit} for Slurm job {job_id} ({why})"
 
 
-def _refuse_another_jobs_gpu(uuid: str, job_id: str, config: dict) -> dict | None:
-    """The GPU's job record; PowerError where it names another job still running."""
-    other = read_private_json(helper._job_record_path(uuid))
-    if other and other.get("job_id") != job_id and helper.job_state(config, other["job_id"]) == "RUNNING":
-        raise PowerError(f"GPU {uuid} is set for Slurm job {other['job_id']} "
-                         f"(user {other.get('user')})", "that job holds this GPU too; check its GRES")
-    return other
-
-
 def knob_job(device, job_id: str, owner: tuple[int, str], kind: str, value, config: dict) -> None:
     """Lock one GPU's SM clock or request a power profile for a job, under the node's
     authority; the job record (written before the change) holds what the epilog's
     `restore --job` puts back (launcher/power/job_knobs.py)."""
     uuid, control = device.info().uuid, job_knobs.knob(device, kind)
     with GpuAuthority([uuid], f"slurm-job-{job_id}-prolog", wait_s=10.0, job_id=job_id) as authority:
-        earlier = (_refuse_another_jobs_gpu(uuid, job_id, config) or {}).get(job_knobs.KNOB)
+        record = helper.job_record_unless_another_runs(uuid, job_id, config, ANOTHER_JOB_HINT)
+        earlier = (record or {}).get(job_knobs.KNOB)
         control.check(value)
         # A record left by this job's earlier prolog, or by an ended job whose epilog
         # failed, holds the state from before it: that is what the epilog puts back.
@@ -158,7 +151,8 @@ def cap_job(device, job_id: str, owner: tuple[int, str], watts: float, config: d
     for a user's own cap), so that `restore --job` puts it back."""
     uuid, limits = device.info().uuid, device.power_limits()
     with GpuAuthority([uuid], f"slurm-job-{job_id}-prolog", wait_s=10.0, job_id=job_id) as authority:
-        earlier = (_refuse_another_jobs_gpu(uuid, job_id, config) or {}).get(job_knobs.KNOB)
+        record = helper.job_record_unless_another_runs(uuid, job_id, config, ANOTHER_JOB_HINT)
+        earlier = (record or {}).get(job_knobs.KNOB)
         if earlier:  # an ended job's clock lock or profile, its epilog failed: put back first
             job_knobs.restore(device, earlier)
         original = authority.original_w(uuid, limits.current_w)
