@@ -6,7 +6,9 @@ root launcher taking the lock afterwards would read the job's cap as the
 GPU's original and put the "original" back over the job's head at its end.
 So, with the lock held, a GPU whose record names a job Slurm still runs is
 refused; a record whose job has ended is stale and is removed (the first
-holder's ``original.json`` stays the limit to restore, never the job's cap).
+holder's ``original.json`` stays the limit to restore, never the job's cap),
+unless it holds the prolog's SM clock lock or power profile: the record is
+what puts that back (`hpcai-power-helper restore --job`), so it is refused too.
 """
 from __future__ import annotations
 
@@ -52,8 +54,9 @@ def slurm_job_live(job_id: str) -> bool:
 
 def refuse_running_job_caps(uuids: list[str], root: Path = LOCK_ROOT, job_live=None) -> None:
     """Call with these GPUs' locks held. GpuCappedForJobError (one line naming
-    the job and its user) for a GPU capped for a job Slurm still runs; a
-    record of an ended job is removed."""
+    the job and its user) for a GPU set for a job Slurm still runs, or left with an
+    ended job's SM clock lock or power profile (only its record can put that back);
+    an ended job's record of a cap alone is removed (the original is kept apart)."""
     job_live = job_live or slurm_job_live
     for uuid in uuids:
         path = job_record_path(uuid, root)
@@ -62,9 +65,38 @@ def refuse_running_job_caps(uuids: list[str], root: Path = LOCK_ROOT, job_live=N
             continue
         if job_live(str(record["job_id"])):
             raise GpuCappedForJobError(
-                f"GPU {uuid} is capped for Slurm job {record['job_id']} of user "
-                f"{record.get('user', record.get('uid'))} (set through hpcai-power-helper "
+                f"GPU {uuid} {_what_is_set(record)} for Slurm job {record['job_id']} of user "
+                f"{record.get('user', record.get('uid'))} ({_set_by(record)} "
                 f"since {record.get('since')})",
-                "wait for that job to end (its epilog restores the limit)")
+                "wait for that job to end (its epilog puts the GPU back)")
+        knob = _knob_words(record)
+        if knob:  # its record is all that can put the clock or profile back
+            raise GpuCappedForJobError(
+                f"GPU {uuid} {knob} for Slurm job {record['job_id']}, which has ended "
+                "without its epilog putting it back",
+                f"as root, run `hpcai-power-helper restore --job {record['job_id']}`, then run again")
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)  # stale: the job ended without its epilog's restore
+
+
+def _knob_words(record: dict) -> str | None:
+    """The prolog's SM clock lock or power profile a job record holds
+    (launcher/power/job_knobs.py), in words; None where it holds neither."""
+    from hpcai.launcher.power.job_knobs import KNOB
+
+    knob = record.get(KNOB) if isinstance(record.get(KNOB), dict) else {}
+    return {"sm_clock_mhz": "has its SM clock locked",
+            "power_profile": "has a power profile requested"}.get(knob.get("kind"))
+
+
+def _what_is_set(record: dict) -> str:
+    """A cap, the prolog's clock lock or profile, or the user's cap over either."""
+    knob = _knob_words(record)
+    if knob is None:
+        return "is capped"
+    return knob if record.get("set_by") == "prolog" else f"is capped and {knob}"
+
+
+def _set_by(record: dict) -> str:
+    return ("set by the site policy's prolog" if record.get("set_by") == "prolog"
+            else "set through hpcai-power-helper")

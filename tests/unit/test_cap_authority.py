@@ -321,6 +321,60 @@ def test_a_gpu_capped_for_a_running_job_is_refused_naming_job_and_user(node, mon
     assert (authority.LOCK_ROOT / f"gpu-{node.uuids[1]}.job.json").exists()
 
 
+def prolog_locked(node, index: int, job_id: str = "4242", user_cap: bool = False) -> Path:
+    """The job record the policy's prolog leaves after locking a GPU's SM clock
+    (prolog.knob_job: set_by prolog, the clock's restore snapshot under "knob");
+    user_cap: as helper.set_limit rewrites it when the job's user caps the GPU too."""
+    uuid = node.uuids[index]
+    with GpuAuthority([uuid], f"slurm-job-{job_id}-prolog", job_id=job_id) as held:
+        record = dict(held.holder_record(), uid=1001, user="alice",
+                      knob={"kind": "sm_clock_mhz", "restore": {"restore": "reset"}})
+    if not user_cap:
+        record["set_by"] = "prolog"
+    path = authority.LOCK_ROOT / f"gpu-{uuid}.job.json"
+    authority.write_private_json(path, record)
+    return path
+
+
+@pytest.mark.parametrize("user_cap, words", [
+    (False, "has its SM clock locked for Slurm job 4242 of user alice (set by the site policy's prolog"),
+    (True, "is capped and has its SM clock locked for Slurm job 4242 of user alice (set through "
+           "hpcai-power-helper")])
+def test_a_gpu_the_prolog_set_for_a_running_job_is_refused_saying_what_it_set(node, monkeypatch,
+                                                                              user_cap, words):
+    """A root run with --sm-clock (hold=True) inside a job whose policy locked the SM
+    clock would reset it at its end (NVML cannot read a lock back): refused first,
+    in words that say what the prolog set rather than "capped"."""
+    from hpcai.launcher.power import job_caps
+
+    record = prolog_locked(node, 0, user_cap=user_cap)
+    monkeypatch.setattr(job_caps, "slurm_job_live", lambda job: True)
+    journal = node.journal("root")
+    with make_backend("nvml") as backend:
+        with pytest.raises(job_caps.GpuCappedForJobError) as raised:
+            CapSession(backend, None, None, journal, run_id="root-run", hold=True).__enter__()
+    assert words in raised.value.one_line()
+    assert record.exists() and not journal.exists() and holder_of(node.uuids[0]) is None
+
+
+def test_an_ended_jobs_clock_lock_is_refused_and_its_record_kept_for_the_restore(node, monkeypatch):
+    """The job ended and its epilog did not put the clock back. The stale record of a
+    cap alone is removed (the original is kept apart), but this one is the only
+    record of how to undo the lock: the run is refused, naming the restore, and the
+    record stays for it."""
+    from hpcai.launcher.power import job_caps
+
+    record = prolog_locked(node, 1)
+    monkeypatch.setattr(job_caps, "slurm_job_live", lambda job: False)
+    with make_backend("nvml") as backend:
+        with pytest.raises(job_caps.GpuCappedForJobError) as raised:
+            CapSession(backend, 400, None, node.journal("root"), run_id="root-run").__enter__()
+    line = raised.value.one_line()
+    assert "has its SM clock locked for Slurm job 4242, which has ended" in line
+    assert "hpcai-power-helper restore --job 4242" in line
+    assert record.exists() and node.limits() == [700.0, 700.0]
+
+
 def test_a_job_that_ended_leaves_a_stale_record_and_its_original_is_restored(node, monkeypatch):
     """The job ended without its epilog's restore: its cap (300 W) is still applied.
     The root run proceeds, and at its end restores the recorded original (700 W),
