@@ -13,10 +13,10 @@ clock instead. Rank 0 decides; every rank follows, so all run the same epochs.
 from __future__ import annotations
 
 import math
-import statistics
 import time
 
 from hpcai.measure import adaptive
+from hpcai.measure.stats import median
 from hpcai.workloads import distributed
 from hpcai.workloads.protocol import Epoch, run_epoch
 
@@ -104,7 +104,7 @@ class Measurer:
         than one update of the sensor they are meant to span (NVML's 1 s power
         average on a GPU), so block energies correlated and the half-widths were
         understated. In-run, each segment's first settle epoch is already a block."""
-        step_s = statistics.median(step_times)
+        step_s = median(step_times)
         block_s = max(float(self.protocol["block_s"]), float(self.protocol["sample_interval_s"]))
         steps = max(1, math.ceil(block_s / step_s)) if step_s > 0 else self.block_steps
         self.block_steps = int(rank0(self.ctx, steps))

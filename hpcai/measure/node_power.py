@@ -14,7 +14,6 @@ Pure Python: the launcher imports this for `site check`.
 """
 from __future__ import annotations
 
-import statistics
 import threading
 import time
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from hpcai.measure.pm_counters import PmCountersSource
 from hpcai.measure.rapl import POWERCAP_ROOT, RaplSource
 from hpcai.measure.redfish import RedfishSource
 from hpcai.measure.source import BOUNDARY, DEFAULT_MAX_POWER_W, PowerSource, SourceError
+from hpcai.measure.stats import median
 
 # kind -> how to open it from its site section and the per-channel power limit.
 OPENERS = {
@@ -197,7 +197,7 @@ class NodePowerSampler:
                 entry = {"source": src.kind, "api": src.api, "channel": ch.name,
                          "scope": ch.scope, "boundary": BOUNDARY[ch.scope],
                          "interval_s": run.interval_s,
-                         "achieved_interval_s": statistics.median(gaps) if gaps else None,
+                         "achieved_interval_s": median(gaps) if gaps else None,
                          "samples": 0, "energy_j": None, "energy_basis": None,
                          "mean_power_w": None}
                 if window is not None:

@@ -83,12 +83,8 @@ def mean_of_known(values) -> float | None:
 
 
 def median(values: list[float]) -> float:
-    ordered = sorted(values)
-    n = len(ordered)
-    if n == 0:
-        raise ValueError("median of no values")
-    mid = n // 2
-    return ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    """The middle value, or the mean of the middle two; ValueError for none."""
+    return statistics.median(values)  # StatisticsError is a ValueError
 
 
 def quantile(values: list[float], q: float) -> float:

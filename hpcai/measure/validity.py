@@ -433,7 +433,7 @@ def _loss_finite(doc: dict) -> dict:
 
 def _slow_epoch(doc: dict, T: dict) -> dict:
     """One epoch far below the others, robustly: against the median of the rest."""
-    import statistics
+    from hpcai.measure.stats import median
 
     per_epoch = [float(x) for x in (doc.get("throughput") or {}).get("per_epoch_node") or []
                  if isinstance(x, (int, float))]
@@ -443,7 +443,7 @@ def _slow_epoch(doc: dict, T: dict) -> dict:
         return check("slow_epoch", "n/a", None, "fraction", threshold,
                      f"{len(per_epoch)} measured epoch(s): no other epoch to compare with")
     slowest = min(range(len(per_epoch)), key=per_epoch.__getitem__)
-    median = statistics.median(per_epoch[:slowest] + per_epoch[slowest + 1:])
+    median = median(per_epoch[:slowest] + per_epoch[slowest + 1:])
     if median <= 0:
         return check("slow_epoch", "n/a", None, "fraction", threshold,
                      "the other epochs did no work")

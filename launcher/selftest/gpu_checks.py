@@ -10,6 +10,7 @@ from hpcai.errors import HpcaiError
 from hpcai.gpu.base import LIMIT_MATCH_W
 from hpcai.launcher.selftest.base import Check, Context
 from hpcai.launcher.selftest.load import GpuLoad
+from hpcai.measure.stats import median
 
 ENERGY_AGREEMENT_FRAC = 0.05  # counter vs integrated power over the load window
 CAP_TOLERANCE_FRAC = 0.05  # median power may exceed the cap by this much
@@ -84,7 +85,7 @@ def _update_period(device, seconds: float) -> tuple[float | None, float | None]:
 
     def median_gap(times):
         gaps = [b - a for a, b in zip(times[1:], times[2:])]  # the first change is the start
-        return statistics.median(gaps) if gaps else None
+        return median(gaps) if gaps else None
 
     return median_gap(power_changes), median_gap(energy_changes)
 
@@ -203,7 +204,7 @@ def check_caps(ctx: Context) -> list[Check]:
             medians = []
             for i in range(len(gpus)):
                 powers = [r.power_w for _, r in sampler.series(i, start.t, end.t) if r.power_w is not None]
-                medians.append(statistics.median(powers) if powers else None)
+                medians.append(median(powers) if powers else None)
             over = [m for m in medians if m is not None and m > cap * (1 + CAP_TOLERANCE_FRAC)]
             under = load.active and any(m is not None and m < NEAR_CAP_FRAC * cap for m in medians)
             status = "FAIL" if over else "warn" if under else "ok"
