@@ -339,7 +339,7 @@ def prolog_locked(node, index: int, job_id: str = "4242", user_cap: bool = False
 @pytest.mark.parametrize("user_cap, words", [
     (False, "has its SM clock locked for Slurm job 4242 of user alice (set by the site policy's prolog"),
     (True, "is capped and has its SM clock locked for Slurm job 4242 of user alice (set through "
-           "hpcai-power-helper")])
+           "hpcai-power-helper")], ids=["prolog-lock", "user-cap-over-it"])
 def test_a_gpu_the_prolog_set_for_a_running_job_is_refused_saying_what_it_set(node, monkeypatch,
                                                                               user_cap, words):
     """A root run with --sm-clock (hold=True) inside a job whose policy locked the SM
