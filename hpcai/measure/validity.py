@@ -20,6 +20,7 @@ import math
 
 from hpcai.gpu.base import LIMIT_MATCH_W
 from hpcai.measure import adaptive
+from hpcai.measure.stats import median
 
 VERSION = 1
 
@@ -433,8 +434,6 @@ def _loss_finite(doc: dict) -> dict:
 
 def _slow_epoch(doc: dict, T: dict) -> dict:
     """One epoch far below the others, robustly: against the median of the rest."""
-    from hpcai.measure.stats import median
-
     per_epoch = [float(x) for x in (doc.get("throughput") or {}).get("per_epoch_node") or []
                  if isinstance(x, (int, float))]
     threshold = (f">= {T['slow_epoch_warn_frac']:.0%} of the other epochs' median "
@@ -443,14 +442,14 @@ def _slow_epoch(doc: dict, T: dict) -> dict:
         return check("slow_epoch", "n/a", None, "fraction", threshold,
                      f"{len(per_epoch)} measured epoch(s): no other epoch to compare with")
     slowest = min(range(len(per_epoch)), key=per_epoch.__getitem__)
-    median = median(per_epoch[:slowest] + per_epoch[slowest + 1:])
-    if median <= 0:
+    typical = median(per_epoch[:slowest] + per_epoch[slowest + 1:])
+    if typical <= 0:
         return check("slow_epoch", "n/a", None, "fraction", threshold,
                      "the other epochs did no work")
-    ratio = per_epoch[slowest] / median
+    ratio = per_epoch[slowest] / typical
     verdict = _grade_low(ratio, T["slow_epoch_fail_frac"], T["slow_epoch_warn_frac"])
     note = (f"measured epoch {slowest + 1} of {len(per_epoch)}: {per_epoch[slowest]:.4g} vs "
-            f"median {median:.4g} of the others")
+            f"median {typical:.4g} of the others")
     if verdict == "fail" and (doc.get("config") or {}).get("device_type") != "cuda":
         # A CPU run shares its cores with whatever else the host runs: a slow epoch
         # there may be the host's load, and such a run is a smoke test anyway.
