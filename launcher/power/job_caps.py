@@ -1,4 +1,5 @@
-"""Caps that hpcai-power-helper set for a user's Slurm job, as a root run sees them.
+"""Caps that hpcai-power-helper set for a user's Slurm job, and the policy prolog's
+settings (launcher/power/prolog.py), as a root run sees them.
 
 The helper is a one-shot process: it holds a GPU's lock only while it changes
 the limit, and leaves ``/run/hpcai/gpu-<UUID>.job.json`` naming the job. A
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from hpcai.errors import PowerError
 from hpcai.launcher.power.authority import LOCK_ROOT, read_private_json
+from hpcai.launcher.power.job_knobs import KNOB, held_words
 
 # States in which a job still has its node (COMPLETING: its epilog, which
 # restores the job's limits, may be running now).
@@ -69,7 +71,7 @@ def refuse_running_job_caps(uuids: list[str], root: Path = LOCK_ROOT, job_live=N
                 f"{record.get('user', record.get('uid'))} ({_set_by(record)} "
                 f"since {record.get('since')})",
                 "wait for that job to end (its epilog puts the GPU back)")
-        knob = _knob_words(record)
+        knob = held_words(record.get(KNOB))
         if knob:  # its record is all that can put the clock or profile back
             raise GpuCappedForJobError(
                 f"GPU {uuid} {knob} for Slurm job {record['job_id']}, which has ended "
@@ -79,19 +81,9 @@ def refuse_running_job_caps(uuids: list[str], root: Path = LOCK_ROOT, job_live=N
             os.unlink(path)  # stale: the job ended without its epilog's restore
 
 
-def _knob_words(record: dict) -> str | None:
-    """The prolog's SM clock lock or power profile a job record holds
-    (launcher/power/job_knobs.py), in words; None where it holds neither."""
-    from hpcai.launcher.power.job_knobs import KNOB
-
-    knob = record.get(KNOB) if isinstance(record.get(KNOB), dict) else {}
-    return {"sm_clock_mhz": "has its SM clock locked",
-            "power_profile": "has a power profile requested"}.get(knob.get("kind"))
-
-
 def _what_is_set(record: dict) -> str:
     """A cap, the prolog's clock lock or profile, or the user's cap over either."""
-    knob = _knob_words(record)
+    knob = held_words(record.get(KNOB))
     if knob is None:
         return "is capped"
     return knob if record.get("set_by") == "prolog" else f"is capped and {knob}"

@@ -18,6 +18,9 @@ KNOB = "knob"  # the job record's key
 
 
 class _SmClockLock:
+    held = "has its SM clock locked"  # what a job record of it means (job_caps.py)
+    undone = "SM clock lock removed"
+
     def __init__(self, device):
         from hpcai.gpu.clocks import clock_control
 
@@ -39,6 +42,9 @@ class _SmClockLock:
 
 
 class _PowerProfile:
+    held = "has a power profile requested"
+    undone = "power profiles restored"
+
     def __init__(self, device):
         from hpcai.gpu.profiles import profile_control
 
@@ -72,6 +78,13 @@ def knob(device, kind: str):
     return _KNOBS[kind](device)
 
 
+def held_words(recorded) -> str | None:
+    """What a job record's "knob" entry holds its GPU with, in words (a root run's
+    refusal, launcher/power/job_caps.py); None where it holds no setting hpcai knows."""
+    kind = recorded.get("kind") if isinstance(recorded, dict) else None
+    return _KNOBS[kind].held if kind in _KNOBS else None
+
+
 def restore(device, recorded: dict) -> str:
     """Put back what a job record's "knob" entry says; a one-line report."""
     kind = recorded.get("kind")
@@ -79,4 +92,4 @@ def restore(device, recorded: dict) -> str:
         raise PowerError(f"an unknown setting in the job record: {recorded!r}",
                          "put the GPU's clocks and profiles back by hand, then delete the record")
     knob(device, kind).restore(recorded["restore"])
-    return {"sm_clock_mhz": "SM clock lock removed", "power_profile": "power profiles restored"}[kind]
+    return _KNOBS[kind].undone

@@ -481,7 +481,7 @@ def restore_originals(backend) -> list[dict]:
         try:
             authority = restore_authority(backend, [gpu.uuid])
         except GpuCappedForJobError as exc:
-            log.warning("%s: left as it is", exc.message)
+            log.warning("%s (its limit is left as it is)", exc.one_line())
             continue
         try:
             backend.set_limit_w(gpu.index, want)

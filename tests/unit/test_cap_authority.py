@@ -431,3 +431,19 @@ def test_power_restore_leaves_a_running_jobs_cap_and_restores_an_ended_jobs(node
     assert node.limits() == [300.0, 700.0]  # job 4242's cap stays; 4343 has ended
     assert original_of(node.uuids[0])["limit_w"] == 700.0
     assert not (authority.LOCK_ROOT / f"gpu-{node.uuids[1]}.job.json").exists()
+
+
+def test_power_restore_leaves_an_ended_jobs_clock_lock_to_its_restore_and_says_how(node, monkeypatch, caplog):
+    """`power restore` over a GPU the ended job's user capped over the prolog's clock
+    lock: the record is what undoes the lock, so the GPU is left as it is, its record
+    kept, and the warning names the restore that puts both back."""
+    from hpcai.launcher.power import job_caps
+    from hpcai.launcher.power.session import restore_originals
+
+    helper_capped(node, 0, 300.0)
+    record = prolog_locked(node, 0, user_cap=True)
+    monkeypatch.setattr(job_caps, "slurm_job_live", lambda job: False)
+    with caplog.at_level("WARNING"), make_backend("nvml") as backend:
+        assert restore_originals(backend) == []
+    assert node.limits() == [300.0, 700.0] and record.exists()
+    assert "hpcai-power-helper restore --job 4242" in caplog.text
