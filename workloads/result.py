@@ -185,6 +185,8 @@ def power_section(spec: dict, discovery, sampler, window, units: int,
 
 
 def _tier(spec: dict) -> dict:
+    """This process's reading; the launcher judges it again on the host (a container's
+    user namespace hides the calibration's real owner: launcher/run/process.py)."""
     from hpcai.launcher.site.tier import current_tier
 
     return current_tier(spec.get("node_power") or {})

@@ -362,6 +362,7 @@ def finish_result(doc: dict, run_dir: Path, spec: RunSpec, code: int | None, lim
         from hpcai.launcher.power.profiles import profile_record
 
         doc["power"]["profile"] = profile_record(profile_session)
+    _judge_tier(doc, spec)
     doc["launcher"] = {"command_exit_code": code,
                        "gpu_limits": results.limits_record(limits, end_limits or {})}
     if outlived:  # found by the kernel's process tree or the run's tag, stopped by the launcher
@@ -377,6 +378,21 @@ def finish_result(doc: dict, run_dir: Path, spec: RunSpec, code: int | None, lim
 
         mlperf_log.restamp_status(run_dir / mllog, doc)
     return clean(doc)
+
+
+def _judge_tier(doc: dict, spec: RunSpec) -> None:
+    """The measurement tier judged again here, on the node's host, where the
+    calibration's owner is its real one. In a container under an unprivileged user
+    namespace (Apptainer's default since 1.1) root's files show as owned by
+    `nobody`, so the workload's own reading says counter on a calibrated node; and a
+    workload (a plugin) cannot claim a tier the node does not have. Only where the
+    workload measured a power section (its tier set)."""
+    from hpcai.launcher.site.tier import current_tier
+    from hpcai.spec import UNSET
+
+    power = doc.get("power")
+    if isinstance(power, dict) and power.get("tier") is not None:
+        power["tier"] = current_tier({} if spec.node_power is UNSET else spec.node_power)
 
 
 def measured_clocks(doc: dict) -> dict[int, dict]:

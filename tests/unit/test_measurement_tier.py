@@ -329,3 +329,53 @@ def test_site_check_says_the_nodes_tier_and_warns_of_an_uncalibrated_meter(tmp_p
     done = invoke("site", "check", "--site", str(site))
     assert check_lines(done)["measurement tier"] == "ok"
     assert "node-meter, agreement within 2.0%" in done.stdout
+
+
+# ---- the tier a launched run keeps ----------------------------------------------------
+def _in_a_user_namespace(config: dict) -> dict:
+    """current_tier as a workload in an unprivileged user namespace reads it (Apptainer's
+    default mode since 1.1): a real one (`unshare --user`, root left unmapped), where
+    root's files show as uid 65534. Checked with Apptainer 1.4.5 run unprivileged on
+    these machines: a bound root-owned file shows as `65534 nobody` inside."""
+    import subprocess
+    import sys
+
+    code = ("import json, sys; from hpcai.launcher.site.tier import current_tier; "
+            "print(json.dumps(current_tier(json.loads(sys.argv[1]))))")
+    done = subprocess.run(["unshare", "--user", sys.executable, "-c", code, json.dumps(config)],
+                          capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(done.stdout)
+
+
+def _launched_result(tmp_path, config: dict, workload_tier: dict) -> dict:
+    """A result as the launcher completes it (process.finish_result), from a workload
+    that judged workload_tier."""
+    from hpcai.launcher.run.process import finish_result, placeholder_result
+    from hpcai.launcher.run.runtime import HOST
+    from hpcai.launcher.run.spec import build_spec
+    from hpcai.workloads.catalog import get_workload
+
+    spec = build_spec(get_workload("resnet50"), "tiny", impl="pytorch", overrides={},
+                      protocol_overrides={}, device_type="cpu", vendor=None, nproc=1,
+                      gpu_indices=None, cap_w=None, power_method="auto", cap_tolerance_frac=0.05,
+                      node_overhead_w=100.0, site={"name": "default"}, output_dir=str(tmp_path),
+                      runtime=dict(HOST)).at_site(config, {})
+    doc = placeholder_result(spec)
+    doc["power"]["tier"] = workload_tier
+    return finish_result(doc, tmp_path, spec, 0, {})
+
+
+def test_the_launcher_judges_the_tier_on_the_host_where_roots_calibration_is_roots(tmp_path):
+    config = {"calibration_file": str(tmp_path / "state" / "c.json")}
+    LT.store_calibration(config, _calibration(agreement=0.02))
+    inside = _in_a_user_namespace(config)  # what the workload itself wrote
+    assert inside["tier"] == "counter" and "belongs to uid 65534" in inside["reason"]
+    kept = _launched_result(tmp_path, config, inside)["power"]["tier"]
+    assert kept["tier"] == "node-meter" and kept["agreement_within_frac"] == 0.02
+
+
+def test_a_workload_cannot_claim_a_tier_the_node_has_not(tmp_path):
+    config = {"calibration_file": str(tmp_path / "none.json")}
+    claimed = dict(T.tier_of({}, _calibration(), None), tier="node-meter")
+    kept = _launched_result(tmp_path, config, claimed)["power"]["tier"]
+    assert kept["tier"] == "counter" and "no calibration" in kept["reason"]
