@@ -89,13 +89,15 @@ def failed_checks_by_cell(runs: list[Run] | None, cells: list[Cell]) -> dict[tup
     """(row's group, cap) -> names of the validity checks its left-out runs failed. A
     left-out run's row is its origin's (its sweep's run set: stats._series), never every
     run set of its configuration; an origin with no usable run keeps the row without one."""
+    failed = [r for r in runs or [] if r.failed_checks and not r.usable and r.cap_read]
+    if not failed:  # the usual case: no row map over every run (a fleet's 100,000)
+        return {}
     rows = {(with_series(c.group, ""), origin(r)): c.group for c in cells for r in c.runs}
     found: dict[tuple, list[str]] = {}
-    for run in runs or []:
-        if run.failed_checks and not run.usable and run.cap_read:
-            group = group_of(run)
-            names = found.setdefault((rows.get((group, origin(run)), group), run.cap_w), [])
-            names += [n for n in run.failed_checks if n not in names]
+    for run in failed:
+        group = group_of(run)
+        names = found.setdefault((rows.get((group, origin(run)), group), run.cap_w), [])
+        names += [n for n in run.failed_checks if n not in names]
     return found
 
 
