@@ -165,7 +165,7 @@ def find_files(paths: list[str | Path], allow_empty: bool = False) -> tuple[list
     return results, list(dict.fromkeys(p.resolve() for p in sweeps))
 
 
-def load_results(paths: list[str | Path], allow_empty: bool = False) -> tuple[list[Run], list[Sweep]]:
+def read_runs(paths: list[str | Path], allow_empty: bool = False) -> tuple[list[Run], list[Sweep]]:
     """Every result under paths (through the results store: report/store.py, which
     reads only new or changed files) and the sweeps' summaries."""
     indexed = load_indexed(paths, allow_empty)
@@ -173,7 +173,7 @@ def load_results(paths: list[str | Path], allow_empty: bool = False) -> tuple[li
 
 
 def load_indexed(paths: list[str | Path], allow_empty: bool = False):
-    """load_results's runs and sweeps, with the store's walk (report/store.py Indexed)."""
+    """read_runs's runs and sweeps, with the store's walk (report/store.py Indexed)."""
     import sys
 
     from hpcai.launcher.report.store import index

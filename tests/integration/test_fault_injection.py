@@ -218,9 +218,9 @@ def unfill(folder: Path, mounted: bool) -> None:
 
 
 def counted_by_report(path: Path) -> bool:
-    from hpcai.launcher.report.load import load_results
+    from hpcai.launcher.report.load import read_runs
 
-    runs, _ = load_results([path])
+    runs, _ = read_runs([path])
     return any(run.usable for run in runs)
 
 

@@ -9,7 +9,7 @@ import pytest
 from fakes import fake_gpu_state
 from hpcai.gpu.base import GpuReading
 from hpcai.launcher.report.efficiency import analyse
-from hpcai.launcher.report.load import load_results
+from hpcai.launcher.report.load import read_runs
 from hpcai.launcher.report.stats import aggregate
 from hpcai.launcher.report.binding_table import binding_table
 from hpcai.measure import cap_binding, power_sources
@@ -103,7 +103,7 @@ def test_a_cap_that_never_bound_is_not_recommended_and_the_clock_knob_is(tmp_pat
         write_result(tmp_path, with_binding(
             make_result(workload="llama3_8b_inference", unit="tokens", cap_w=cap,
                         per_gpu=per_gpu, power_per_gpu_w=power), binds, low, high))
-    runs, _ = load_results([tmp_path])
+    runs, _ = read_runs([tmp_path])
     (a,) = analyse(aggregate(runs, None, 0.05), 0.10)
     # 500 W is the baseline (the highest non-binding cap); 300 and 400 W are left out.
     assert sorted(c.cap_w for c in a.candidates) == [200.0, 500.0]
@@ -120,6 +120,6 @@ def test_a_cap_that_never_bound_is_not_recommended_and_the_clock_knob_is(tmp_pat
 def test_results_without_a_binding_verdict_keep_every_cap(tmp_path):
     for cap in (300.0, 400.0):
         write_result(tmp_path, make_result(cap_w=cap))
-    runs, _ = load_results([tmp_path])
+    runs, _ = read_runs([tmp_path])
     (a,) = analyse(aggregate(runs, None, 0.05), 0.10)
     assert len(a.candidates) == 2 and not any("did not bind" in n for n in a.notes)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hpcai.launcher.report import tables as T
 from hpcai.launcher.report.binding_table import binding_table
 from hpcai.launcher.report.efficiency import analyse
-from hpcai.launcher.report.load import load_results
+from hpcai.launcher.report.load import read_runs
 from hpcai.launcher.report.stats import aggregate
 from hpcai.workloads.inrun import _settling
 from report_docs import make_result, write_result
@@ -20,7 +20,7 @@ def test_the_settle_line_says_why_it_runs_past_its_limit():
 def _cells(tmp_path, docs):
     for doc in docs:
         write_result(tmp_path, doc)
-    return aggregate(load_results([tmp_path])[0], None, 0.05)
+    return aggregate(read_runs([tmp_path])[0], None, 0.05)
 
 
 def test_an_interval_below_zero_is_too_few_epochs(tmp_path):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from hpcai.launcher.report import tables as T
 from hpcai.launcher.report.efficiency import analyse
-from hpcai.launcher.report.load import load_results
+from hpcai.launcher.report.load import read_runs
 from hpcai.launcher.report.origins import Origin, mark
 from hpcai.launcher.report.outputs import write_table_csv
 from hpcai.launcher.report.stats import aggregate
@@ -16,7 +16,7 @@ from report_docs import make_result, write_result
 def _runs(tmp_path, docs):
     for doc in docs:
         write_result(tmp_path / "results", doc)
-    runs, _ = load_results([tmp_path / "results"])
+    runs, _ = read_runs([tmp_path / "results"])
     return runs
 
 

@@ -3,7 +3,7 @@ clock setting a row of the cap tables and a series of the plots, and a flat
 cap x clock table; results without clocks look as they did."""
 from hpcai.launcher.report.clocks import clock_table
 from hpcai.launcher.report.efficiency import analyse
-from hpcai.launcher.report.load import load_results
+from hpcai.launcher.report.load import read_runs
 from hpcai.launcher.report.plots import _labels
 from hpcai.launcher.report.stats import aggregate
 from hpcai.launcher.report import tables as T
@@ -18,7 +18,7 @@ def _clocked(sm=None, mem=None, **kw):
 
 
 def _cells(folder):
-    runs, _ = load_results([folder])
+    runs, _ = read_runs([folder])
     return aggregate(runs, None, 0.05)
 
 
@@ -49,7 +49,7 @@ def test_without_clock_caps_nothing_changes(tmp_path):
     write_result(tmp_path, make_result(cap_w=700.0))
     cells = _cells(tmp_path)
     assert clock_table(cells) is None
-    runs, _ = load_results([tmp_path])
+    runs, _ = read_runs([tmp_path])
     assert "Clock caps" not in T.runs_table(runs).header
     assert list(_labels(cells, False).values()) == ["H100 ×4"]
 
@@ -57,7 +57,7 @@ def test_without_clock_caps_nothing_changes(tmp_path):
 def test_the_runs_table_names_each_runs_clock_caps(tmp_path):
     write_result(tmp_path, _clocked(1005, 2619, cap_w=300.0))
     write_result(tmp_path, make_result(cap_w=300.0))
-    runs, _ = load_results([tmp_path])
+    runs, _ = read_runs([tmp_path])
     table = T.runs_table(runs)
     column = table.header.index("Clock caps")
     assert sorted(r[column].text for r in table.rows) == ["SM 1005 MHz, memory 2619 MHz", "own"]

@@ -3,14 +3,14 @@ against figures worked out by hand (see report_docs.crafted_set)."""
 import pytest
 
 from hpcai.launcher.report.efficiency import analyse, edp_per_unit, fixed_work
-from hpcai.launcher.report.load import load_results
+from hpcai.launcher.report.load import read_runs
 from hpcai.launcher.report.stats import aggregate
 from report_docs import crafted_set, make_result, write_result
 
 
 def analyses(tmp_path, max_slowdown=0.10, overhead=None):
     crafted_set(tmp_path)
-    runs, _ = load_results([tmp_path])
+    runs, _ = read_runs([tmp_path])
     return {a.group.device: a for a in analyse(aggregate(runs, overhead, 0.05), max_slowdown)}
 
 
@@ -49,7 +49,7 @@ def test_pareto_front_drops_dominated_points(tmp_path):
     # 300 W: faster but less efficient than 400 W below, which beats it on both.
     write_result(tmp_path, make_result(cap_w=300.0, per_gpu=900.0, power_per_gpu_w=300.0))
     write_result(tmp_path, make_result(cap_w=400.0, per_gpu=1000.0, power_per_gpu_w=290.0))
-    runs, _ = load_results([tmp_path])
+    runs, _ = read_runs([tmp_path])
     [a] = analyse(aggregate(runs, None, 0.05), 0.10)
     assert caps(a.candidates) == [200.0, 300.0, 400.0]
     assert caps(a.pareto) == [200.0, 400.0]  # in order of throughput (the pareto query)
@@ -70,7 +70,7 @@ def test_energy_and_time_for_a_fixed_amount_of_work(tmp_path):
 
 def test_no_power_no_recommendation(tmp_path):
     write_result(tmp_path, make_result(device_type="cpu", vendor=None, gpus=2, cap_w=None))
-    runs, _ = load_results([tmp_path])
+    runs, _ = read_runs([tmp_path])
     (a,) = analyse(aggregate(runs, None, 0.05), 0.1)
     assert a.best is None and a.recommended is None and a.pareto == []
     assert "power was not measured" in a.notes[0]

@@ -3,7 +3,7 @@ item 2): three GPUs' results, each measured by two sweeps at the same caps (two 
 sets per GPU), and one run per GPU that failed a validity check at a cap only it ran."""
 from __future__ import annotations
 
-from hpcai.launcher.report.load import load_results
+from hpcai.launcher.report.load import read_runs
 from hpcai.launcher.report.stats import aggregate
 from hpcai.launcher.report.tables import FAILED_MARK, efficiency_tables, throughput_tables
 from hpcai.measure import validity
@@ -40,7 +40,7 @@ def _marks(table) -> dict[tuple, str]:
 
 def test_each_failed_run_marks_only_its_own_run_set_at_its_own_cap(tmp_path):
     _three_gpus(tmp_path)
-    runs, _ = load_results([tmp_path])
+    runs, _ = read_runs([tmp_path])
     cells = aggregate(runs, None, 0.05)
     assert {c.group.series for c in cells} == {"run set 1", "run set 2"}
     (table,) = throughput_tables(cells, [], None, runs)
@@ -54,7 +54,7 @@ def test_each_failed_run_marks_only_its_own_run_set_at_its_own_cap(tmp_path):
 
 def test_the_efficiency_table_marks_the_same_cells(tmp_path):
     _three_gpus(tmp_path)
-    runs, _ = load_results([tmp_path])
+    runs, _ = read_runs([tmp_path])
     cells = aggregate(runs, None, 0.05)
     (table,) = efficiency_tables(cells, [], "", runs)
     # The failed caps have no usable run, so no column here: no mark at all, and none misplaced.
@@ -66,6 +66,6 @@ def test_one_run_set_takes_a_failed_run_of_another_sweep_on_its_row(tmp_path):
     """Without run sets (one sweep per GPU) a failed run of any origin marks the GPU's one row."""
     write_result(tmp_path, make_result(cap_w=300.0, sweep_id="a"))
     write_result(tmp_path, _stalled("NVIDIA H100 80GB HBM3", "nvidia", 400.0, "elsewhere"))
-    runs, _ = load_results([tmp_path])
+    runs, _ = read_runs([tmp_path])
     (table,) = throughput_tables(aggregate(runs, None, 0.05), [], None, runs)
     assert len(table.rows) == 1 and list(_marks(table)) == [("H100 ×4", "resnet50", "400 W")]

@@ -7,13 +7,13 @@ import csv
 from hpcai.launcher.report import ReportOptions, make_report
 from hpcai.launcher.report import tables as T
 from hpcai.launcher.report.efficiency import analyse
-from hpcai.launcher.report.load import load_reference, load_results
+from hpcai.launcher.report.load import load_reference, read_runs
 from hpcai.launcher.report.stats import aggregate
 from report_docs import crafted_set, make_result, write_result
 
 
 def _tables(folder, reference=None):
-    runs, _ = load_results([folder])
+    runs, _ = read_runs([folder])
     cells = aggregate(runs, None, 0.05)
     analyses = analyse(cells, 0.10)
     return (T.throughput_tables(cells, analyses, reference)
@@ -63,7 +63,7 @@ def test_csv_cells_are_numbers_and_flags_have_their_own_columns(tmp_path):
 def test_runs_without_power_get_one_sentence_instead_of_dashes(tmp_path):
     write_result(tmp_path, make_result(device_type="cpu", gpus=2, per_gpu=7.07, cap_w=None,
                                        preset="short"))
-    runs, _ = load_results([tmp_path])
+    runs, _ = read_runs([tmp_path])
     cells = aggregate(runs, None, 0.05)
     table = T.recommendation_table(analyse(cells, 0.10), 0.10)
     assert table.rows == []
@@ -73,7 +73,7 @@ def test_runs_without_power_get_one_sentence_instead_of_dashes(tmp_path):
 
 def test_the_runs_table_prints_no_figure_of_a_run_that_is_not_valid(tmp_path):
     crafted_set(tmp_path)
-    runs, _ = load_results([tmp_path])
+    runs, _ = read_runs([tmp_path])
     table = T.runs_table(runs)
     col = table.header.index("Throughput per GPU")
     failed = next(r for r in table.rows if r[7].text == "failed")

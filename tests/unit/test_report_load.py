@@ -4,7 +4,7 @@ import json
 import pytest
 
 from hpcai.errors import ConfigError, UsageError
-from hpcai.launcher.report.load import load_reference, load_results
+from hpcai.launcher.report.load import load_reference, read_runs
 from hpcai.measure.gpu_names import short_name as short_gpu_name
 from report_docs import crafted_set, make_result, write_result
 
@@ -56,7 +56,7 @@ def test_results_are_read_labelled_and_the_unusable_ones_kept_with_why(tmp_path)
     write_result(tmp_path, broken)
     (tmp_path / "garbage").mkdir()
     (tmp_path / "garbage" / "result.json").write_text("{not json")
-    runs, sweeps = load_results([tmp_path])
+    runs, sweeps = read_runs([tmp_path])
     by_id = {r.run_id: r for r in runs}
     assert len(runs) == len(docs) + 2 and sweeps == []
     h100 = by_id[docs["h100-200"]["run_id"]]
@@ -81,7 +81,7 @@ def test_results_are_read_labelled_and_the_unusable_ones_kept_with_why(tmp_path)
 def test_cpu_results_are_labelled_cpu_and_say_power_was_not_measured(tmp_path):
     write_result(tmp_path, make_result(device_type="cpu", vendor=None, gpus=2, cap_w=None,
                                        cpu_model="Intel(R) Xeon(R) Processor"))
-    (run,), _ = load_results([tmp_path])
+    (run,), _ = read_runs([tmp_path])
     assert run.device == "CPU" and run.device_full == "Intel(R) Xeon(R) Processor"
     assert run.usable and not run.power_available and run.efficiency() is None
     assert "no power source" in run.power_reason
@@ -90,8 +90,8 @@ def test_cpu_results_are_labelled_cpu_and_say_power_was_not_measured(tmp_path):
 def test_sweep_summaries_are_found_and_no_results_is_a_usage_error(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(UsageError, match="no result.json"):
-        load_results([tmp_path / "empty"])
+        read_runs([tmp_path / "empty"])
     write_result(tmp_path / "sw", make_result())
     (tmp_path / "sw" / "sweep.json").write_text(json.dumps({"sweep_id": "sw", "runs": []}))
-    runs, sweeps = load_results([tmp_path / "sw"])
+    runs, sweeps = read_runs([tmp_path / "sw"])
     assert len(runs) == 1 and sweeps[0].doc["sweep_id"] == "sw"

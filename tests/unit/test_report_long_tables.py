@@ -13,7 +13,7 @@ import pytest
 
 from hpcai.launcher.report import ReportOptions, make_report, readable
 from hpcai.launcher.report import tables as T
-from hpcai.launcher.report.load import load_results
+from hpcai.launcher.report.load import read_runs
 from report_docs import crafted_set, make_result, write_result
 
 LONG = ("runs.csv", "origins.csv", "excluded-runs.csv", "statistics.csv", "fixed-work.csv")
@@ -67,7 +67,7 @@ def _first_rows(md: str, title: str, count: int) -> list[str]:
 def test_only_the_first_page_of_the_runs_table_is_cells(tmp_path, monkeypatch, page_rows):
     _hostile_set(tmp_path / "results")
     monkeypatch.setattr(readable, "PAGE_ROWS", page_rows)
-    runs, _ = load_results([tmp_path / "results"])
+    runs, _ = read_runs([tmp_path / "results"])
     table = T.runs_table(runs)
     assert len(table.rows) == min(page_rows, len(runs))
     assert (table.more is None) == (page_rows >= len(runs))

@@ -7,7 +7,7 @@ import pytest
 
 from conftest import assert_valid_result
 from hpcai.launcher.report import ReportOptions, make_report, roofline
-from hpcai.launcher.report.load import load_reference, load_results
+from hpcai.launcher.report.load import load_reference, read_runs
 from report_docs import make_result, write_result
 
 # ResNet-50 counted per image (torchvision, fp32 training step): FLOPs and our bytes bound.
@@ -51,7 +51,7 @@ def test_five_devices_give_coefficients_with_their_fisher_interval(tmp_path):
             "NVIDIA A100-SXM4-80GB": 900.0, "NVIDIA B200": 2900.0}
     for gpu, per_gpu in gpus.items():
         write_result(tmp_path, resnet_run(gpu, per_gpu))
-    runs, _ = load_results([tmp_path])
+    runs, _ = read_runs([tmp_path])
     corrs = [c for c in roofline.correlations(roofline.collect(runs, None)) if c.measure == "throughput per GPU"]
     c = next(c for c in corrs if c.figure == "memory bandwidth (TB/s)")
     assert c.n == 5 and c.pearson is not None

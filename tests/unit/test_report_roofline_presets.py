@@ -5,7 +5,7 @@ below is checked against a computation by hand."""
 import pytest
 
 from hpcai.launcher.report import roofline
-from hpcai.launcher.report.load import load_reference, load_results
+from hpcai.launcher.report.load import load_reference, read_runs
 from report_docs import make_result, write_result
 
 H100, H200, MI300X = "NVIDIA H100 80GB HBM3", "NVIDIA H200", "AMD Instinct MI300X"
@@ -33,7 +33,7 @@ def mixed(tmp_path):
     run(folder, H100, "paper", 1400.0, 24.5e9, 1.6e9)
     run(folder, H100, "short", 100.0, 10e9, 1e9)
     run(folder, H100, "short", 50.0, 24.5e9, 1.6e9)
-    runs, _ = load_results([folder])
+    runs, _ = read_runs([folder])
     return runs
 
 
@@ -84,7 +84,7 @@ def test_without_a_paper_run_the_papers_rows_take_the_flop_model_of_the_paper_pr
     the `paper` preset (counted on the meta device), never from another preset's run."""
     folder = tmp_path / "results"
     run(folder, H100, "tiny", 400.0, 1.2e9, 0.3e9)
-    runs, _ = load_results([folder])
+    runs, _ = read_runs([folder])
     reference = load_reference()
     points = roofline.collect(runs, reference)
     from hpcai.workloads.catalog import WORKLOADS

@@ -4,14 +4,14 @@ import math
 
 import pytest
 
-from hpcai.launcher.report.load import load_results
+from hpcai.launcher.report.load import read_runs
 from hpcai.launcher.report.stats import aggregate, describe
 from report_docs import crafted_set, make_result, write_result
 
 
 def cells_by(tmp_path, overhead=None, noisy_cv=0.05):
     crafted_set(tmp_path)
-    runs, _ = load_results([tmp_path])
+    runs, _ = read_runs([tmp_path])
     cells = aggregate(runs, overhead, noisy_cv)
     return {(c.group.device, c.cap_w): c for c in cells}, runs
 
@@ -73,7 +73,7 @@ def test_enforcement_and_a_changed_node_overhead(tmp_path):
 def test_a_noisy_run_and_a_lower_threshold(tmp_path):
     write_result(tmp_path, make_result(cap_w=300.0, per_gpu=1000.0,
                                        epochs=[800.0, 1000.0, 1200.0]))
-    runs, _ = load_results([tmp_path])
+    runs, _ = read_runs([tmp_path])
     (cell,) = aggregate(runs, None, 0.05)
     assert cell.noisy and "epochs vary by 20.0%" in cell.noise[0]
     (quiet,) = aggregate(runs, None, 0.5)
@@ -84,7 +84,7 @@ def test_sites_and_gpu_counts_are_separate_rows(tmp_path):
     write_result(tmp_path, make_result(cap_w=300.0, per_gpu=1000.0))
     write_result(tmp_path, make_result(cap_w=300.0, per_gpu=900.0, site="centre-b"))
     write_result(tmp_path, make_result(cap_w=300.0, per_gpu=950.0, gpus=8))
-    runs, _ = load_results([tmp_path])
+    runs, _ = read_runs([tmp_path])
     cells = aggregate(runs, None, 0.05)
     assert sorted((c.group.site, c.group.processes, c.throughput) for c in cells) == [
         ("centre-b", 4, 900.0), ("default", 4, 1000.0), ("default", 8, 950.0)]
@@ -100,7 +100,7 @@ def test_each_node_of_a_multi_node_run_is_its_own_row(tmp_path):
         doc = make_result(cap_w=300.0, per_gpu=per_gpu, run_id=f"two-nodes-{rank}")
         doc["spec"]["slurm"] = {"job_id": "7", "nodes": 2, "node_rank": rank}
         write_result(tmp_path, doc)
-    runs, _ = load_results([tmp_path])
+    runs, _ = read_runs([tmp_path])
     assert all(r.usable for r in runs)
     cells = aggregate(runs, None, 0.05)
     assert sorted((c.group.nodes, c.throughput) for c in cells) == [(1, 1000.0), (2, 890.0)]

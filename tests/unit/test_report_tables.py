@@ -4,14 +4,14 @@ import pytest
 
 from hpcai.launcher.report import tables as T
 from hpcai.launcher.report.efficiency import analyse
-from hpcai.launcher.report.load import load_reference, load_results
+from hpcai.launcher.report.load import load_reference, read_runs
 from hpcai.launcher.report.stats import aggregate
 from report_docs import crafted_set, make_result, write_result
 
 
 def build(tmp_path, reference=False, overhead=None):
     crafted_set(tmp_path)
-    runs, _ = load_results([tmp_path])
+    runs, _ = read_runs([tmp_path])
     cells = aggregate(runs, overhead, 0.05)
     analyses = analyse(cells, 0.10)
     return runs, cells, analyses, (load_reference() if reference else None)
@@ -114,7 +114,7 @@ def test_fixed_work_excluded_and_statistics_tables(tmp_path):
 def test_language_workloads_get_their_own_table(tmp_path):
     write_result(tmp_path, make_result(workload="llama3-8b-pretrain", unit="tokens",
                                        per_gpu=24853.4, cap_w=400.0))
-    runs, _ = load_results([tmp_path])
+    runs, _ = read_runs([tmp_path])
     cells = aggregate(runs, None, 0.05)
     tables = T.throughput_tables(cells, analyse(cells, 0.1), load_reference())
     (table,) = tables

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from hpcai.launcher.cli.hpcai_launch import main
 from hpcai.launcher.report import ReportOptions, make_report, readable
 from hpcai.launcher.report import ingest as ingest_module
-from hpcai.launcher.report.load import kit, load_results
+from hpcai.launcher.report.load import kit, read_runs
 from hpcai.launcher.report.store import index
 from report_docs import crafted_set, make_result, write_result
 
@@ -385,9 +385,9 @@ def test_export_refuses_a_symlink_as_its_output(tmp_path):
     assert done.exit_code != 0 and "symbolic link" in done.output and target.read_text() == "keep"
 
 
-def test_load_results_still_returns_runs_and_sweeps(tmp_path):
+def test_read_runs_returns_runs_and_sweeps(tmp_path):
     crafted_set(tmp_path / "results")
-    runs, sweeps = load_results([tmp_path / "results"])
+    runs, sweeps = read_runs([tmp_path / "results"])
     assert len(runs) == 8 and sweeps == [] and all(r.content_hash for r in runs)
 
 

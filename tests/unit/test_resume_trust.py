@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from hpcai.launcher.report.load import load_results
+from hpcai.launcher.report.load import read_runs
 from hpcai.launcher.sweep.resume import attempts, completed_slots
 from hpcai.measure import validity
 from report_docs import make_result, write_result
@@ -78,7 +78,7 @@ def test_a_result_others_could_have_forged_is_not_skipped_nor_counted(tmp_path, 
         pytest.skip("giving a file to another user needs root")
     folder, path = _plant(tmp_path, how)
     assert completed_slots(folder, "sweep-a") == {}
-    (run,) = load_results([folder])[0]
+    (run,) = read_runs([folder])[0]
     assert not run.usable
     # A link is refused where the results store reads it (never followed); the rest by trust.
     assert any(p.startswith("not trusted: ") or p == "a symbolic link: not followed"
@@ -88,7 +88,7 @@ def test_a_result_others_could_have_forged_is_not_skipped_nor_counted(tmp_path, 
 def test_a_result_in_our_own_folders_is_trusted(tmp_path):
     folder, path = _plant(tmp_path, "nothing")
     assert len(completed_slots(folder, "sweep-a")) == 1
-    (run,) = load_results([folder])[0]
+    (run,) = read_runs([folder])[0]
     assert run.usable, run.problems
     # A sticky world-writable parent (/tmp style) lets others add, not replace: fine.
     folder.chmod(0o1777)

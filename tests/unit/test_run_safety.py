@@ -336,7 +336,7 @@ def test_the_lifeline_reaches_inside_a_container(tmp_path):
 def test_a_result_its_launcher_never_finished_is_not_counted(tmp_path):
     """The workload wrote `complete` as its launcher was killed: no cap check, no
     `launcher` block; the report lists it with why, and measures nothing from it."""
-    from hpcai.launcher.report.load import load_results
+    from hpcai.launcher.report.load import read_runs
 
     from report_docs import make_result, write_result
 
@@ -345,7 +345,7 @@ def test_a_result_its_launcher_never_finished_is_not_counted(tmp_path):
     del orphaned["launcher"]
     write_result(tmp_path, finished)
     write_result(tmp_path, orphaned)
-    runs = {run.run_id: run for run in load_results([tmp_path])[0]}
+    runs = {run.run_id: run for run in read_runs([tmp_path])[0]}
     assert runs["finished"].usable
     assert not runs["orphaned"].usable
     assert "launcher's finishing step" in runs["orphaned"].problems[0]

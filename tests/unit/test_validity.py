@@ -10,7 +10,7 @@ import pytest
 
 from fakes import fake_gpu_state as fgs
 from hpcai.launcher.report import ReportOptions, make_report
-from hpcai.launcher.report.load import load_results
+from hpcai.launcher.report.load import read_runs
 from hpcai.measure import power_sources, validity
 from hpcai.workloads import result as R
 from hpcai.measure.telemetry import Sampler
@@ -209,7 +209,7 @@ def test_the_report_leaves_failed_results_out_and_keeps_older_ones(tmp_path):
     failed["validity"] = validity.evaluate(failed, "launcher")
     for doc in (older, checked, failed):
         write_result(tmp_path / "results", copy.deepcopy(doc))
-    runs, _ = load_results([tmp_path / "results"])
+    runs, _ = read_runs([tmp_path / "results"])
     by_id = {r.run_id: r for r in runs}
     assert by_id[older["run_id"]].usable and by_id[older["run_id"]].validity_verdict is None
     assert by_id[checked["run_id"]].usable and by_id[checked["run_id"]].validity_verdict == "pass"
